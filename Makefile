@@ -1,0 +1,42 @@
+# Two commands do all the set-up: `make run` and `make test`.
+PYTHON ?= python3
+PORT ?= 8000
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint worker beat clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python >= 3.11 is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+## run: install, migrate, load the demo and serve everything on 127.0.0.1:$(PORT) (embedded mode)
+run: $(VENV)/.installed
+	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py migrate --noinput
+	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py load_demo
+	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+
+## test: install the dev requirements and run the whole suite (set DATABASE_URL/REDIS_URL for PostgreSQL/Redis)
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	SECRET_KEY=$${SECRET_KEY:-test-only-secret} $(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+
+## worker / beat: production processes (need DATABASE_URL, REDIS_URL, SECRET_KEY)
+worker: $(VENV)/.installed
+	$(BIN)/celery -A project worker --loglevel=INFO
+
+beat: $(VENV)/.installed
+	$(BIN)/celery -A project beat --loglevel=INFO
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache .hypothesis

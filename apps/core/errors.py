@@ -1,0 +1,47 @@
+"""Domain errors: services raise these, the API maps them to the error envelope."""
+
+from typing import Any
+
+
+class ApplicationError(Exception):
+    """A refusal the caller can act on. `code` is stable, `message` is for people."""
+
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Any = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details
+
+
+class ValidationFailed(ApplicationError):
+    status = 400
+    code = "invalid"
+
+
+class PermissionDenied(ApplicationError):
+    status = 403
+    code = "permission_denied"
+
+
+class NotFound(ApplicationError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ApplicationError):
+    status = 409
+    code = "conflict"
+
+
+class PolicyViolation(ApplicationError):
+    status = 400
+    code = "policy_violation"
+
+
+class PayloadTooLarge(ApplicationError):
+    status = 413
+    code = "too_large"

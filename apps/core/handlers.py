@@ -1,0 +1,25 @@
+"""Django-level error handlers: API paths answer with the JSON error envelope."""
+
+from django.http import JsonResponse
+from django.views import defaults
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request, exception):
+    if _is_api(request):
+        return JsonResponse(
+            {"error": {"code": "not_found", "message": f"No route for {request.path}."}},
+            status=404,
+        )
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    if _is_api(request):
+        return JsonResponse(
+            {"error": {"code": "internal", "message": "Internal server error."}}, status=500
+        )
+    return defaults.server_error(request)

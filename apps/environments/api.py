@@ -1,0 +1,154 @@
+"""Environment API: read, change config, put and remove templates and fallback files."""
+
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+
+from apps.core.errors import NotFound
+from apps.core.views import EnvironmentAPIView
+from apps.environments import services
+from apps.environments.models import Environment
+from apps.environments.selectors import environment_role
+from apps.tenancy.models import Role
+
+
+class EnvironmentListSerializer(serializers.ModelSerializer):
+    application = serializers.CharField(source="application.name")
+    tenant = serializers.CharField(source="application.tenant.slug")
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Environment
+        fields = ["application", "name", "full_name", "tenant", "poll_interval_s",
+                  "snapshot_counter", "updated_at", "url"]
+
+    def get_url(self, obj) -> str:
+        return f"/api/v1/environments/{obj.application.name}/{obj.name}"
+
+
+class FileSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    content = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+
+class EnvironmentDetailSerializer(EnvironmentListSerializer):
+    templates = serializers.SerializerMethodField()
+    fallback_files = FileSerializer(many=True, source="fallback_file_list")
+    role = serializers.CharField()
+
+    class Meta(EnvironmentListSerializer.Meta):
+        fields = EnvironmentListSerializer.Meta.fields + [
+            "config", "config_schema", "templates", "fallback_files", "role"
+        ]
+
+    def get_templates(self, obj) -> list[dict]:
+        return [{"path": t.path, "source": t.source} for t in obj.template_list]
+
+
+def _detail(environment: Environment, user) -> dict:
+    environment.template_list = list(environment.templates.order_by("path"))
+    environment.fallback_file_list = [
+        {"path": f.path, "content": f.content} for f in environment.fallback_files.order_by("path")
+    ]
+    environment.role = environment_role(user=user, environment=environment)
+    return EnvironmentDetailSerializer(environment).data
+
+
+class EnvironmentListApi(ListAPIView):
+    serializer_class = EnvironmentListSerializer
+
+    def get_queryset(self):
+        return Environment.objects.visible_to(self.request.user).select_related(
+            "application__tenant"
+        ).order_by("application__name", "name")
+
+
+class EnvironmentDetailApi(EnvironmentAPIView):
+    class UpdateSerializer(serializers.Serializer):
+        config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        config_schema = serializers.JSONField(required=False, allow_null=True)
+        poll_interval_s = serializers.IntegerField(required=False, min_value=5, max_value=3600)
+
+        def validate_config_schema(self, value):
+            if value is not None and not isinstance(value, dict):
+                raise serializers.ValidationError("Must be a JSON object or null.")
+            return value
+
+    @extend_schema(responses=EnvironmentDetailSerializer)
+    def get(self, request, application, environment):
+        return Response(_detail(self.environment(), request.user))
+
+    @extend_schema(request=UpdateSerializer, responses=EnvironmentDetailSerializer)
+    def patch(self, request, application, environment):
+        env = self.environment(Role.OWNER)
+        data = self.UpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        env = services.environment_update(environment=env, actor=request.user,
+                                          **data.validated_data)
+        return Response(_detail(env, request.user))
+
+
+class _EnvironmentFileApi(EnvironmentAPIView):
+    kind: str
+    text_field: str
+
+    def _entry(self, env):
+        manager = env.templates if self.kind == "template" else env.fallback_files
+        entry = manager.filter(path=self.kwargs["path"]).first()
+        if entry is None:
+            raise NotFound(f"No {self.kind} {self.kwargs['path']} in {env.full_name}.")
+        return entry
+
+    def _body(self, entry) -> dict:
+        return {"path": entry.path, self.text_field: getattr(entry, self.text_field)}
+
+    def get(self, request, application, environment, path):
+        return Response(self._body(self._entry(self.environment())))
+
+    def put(self, request, application, environment, path):
+        env = self.environment(Role.OWNER)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        entry = services.environment_file_put(
+            environment=env, kind=self.kind, path=path,
+            text=data.validated_data[self.text_field], actor=request.user,
+        )
+        return Response(self._body(entry))
+
+    def delete(self, request, application, environment, path):
+        env = self.environment(Role.OWNER)
+        self._entry(env)
+        services.environment_file_delete(environment=env, kind=self.kind, path=path,
+                                          actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TemplateSerializer(serializers.Serializer):
+    source = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+
+class FallbackFileSerializer(serializers.Serializer):
+    content = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+
+@extend_schema_view(
+    get=extend_schema(responses=TemplateSerializer),
+    put=extend_schema(request=TemplateSerializer, responses=TemplateSerializer),
+    delete=extend_schema(responses={204: None}),
+)
+class TemplateApi(_EnvironmentFileApi):
+    """A file template (Jinja2, rendered with the environment's config)."""
+
+    kind, text_field, InputSerializer = "template", "source", TemplateSerializer
+
+
+@extend_schema_view(
+    get=extend_schema(responses=FallbackFileSerializer),
+    put=extend_schema(request=FallbackFileSerializer, responses=FallbackFileSerializer),
+    delete=extend_schema(responses={204: None}),
+)
+class FallbackFileApi(_EnvironmentFileApi):
+    """A literal file the agent writes when it has nothing to restore."""
+
+    kind, text_field, InputSerializer = "fallback", "content", FallbackFileSerializer

@@ -1,0 +1,106 @@
+"""Environments: an application's authoritative config, file templates and fallback."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.tenancy.models import Application, slug_validator
+
+
+class EnvironmentQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "EnvironmentQuerySet":
+        """What `user` may see: the one scoping rule every surface reuses."""
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.is_superuser:
+            return self
+        visible = Q(application__tenant__memberships__user=user) | Q(owners=user)
+        return self.filter(pk__in=Environment.objects.filter(visible).values("pk"))
+
+
+class Environment(models.Model):
+    application = models.ForeignKey(
+        Application, on_delete=models.PROTECT, related_name="environments"
+    )
+    name = models.CharField(max_length=64, validators=[slug_validator])
+    config = models.TextField(
+        blank=True, help_text="Authoritative configuration as YAML (a mapping at the top)."
+    )
+    config_schema = models.JSONField(
+        null=True, blank=True, help_text="Optional JSON Schema the config must satisfy."
+    )
+    poll_interval_s = models.PositiveIntegerField(
+        default=30, help_text="How often agents poll for their desired snapshot, in seconds."
+    )
+    owners = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="owned_environments"
+    )
+    # The last snapshot number handed out; bumped under this row's lock so
+    # numbers are strictly increasing and never reused.
+    snapshot_counter = models.PositiveIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EnvironmentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["application__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["application", "name"], name="environment_unique_name"
+            ),
+            models.CheckConstraint(
+                condition=Q(poll_interval_s__gte=5) & Q(poll_interval_s__lte=3600),
+                name="environment_poll_interval_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.full_name
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.application.name}/{self.name}"
+
+
+class EnvironmentFile(models.Model):
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    path = models.CharField(
+        max_length=255, help_text="Relative path on the agent's host, e.g. nginx/site.conf."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["path"]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class Template(EnvironmentFile):
+    """A Jinja2 template rendered with the environment's config into one file."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="templates"
+    )
+    source = models.TextField(blank=True)
+
+    class Meta(EnvironmentFile.Meta):
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "path"], name="template_unique_path")
+        ]
+
+
+class FallbackFile(EnvironmentFile):
+    """A literal file the agent writes when nothing else can be restored."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="fallback_files"
+    )
+    content = models.TextField(blank=True)
+
+    class Meta(EnvironmentFile.Meta):
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "path"], name="fallback_unique_path")
+        ]

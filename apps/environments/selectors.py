@@ -1,0 +1,49 @@
+"""Reads about environments: lookup scoped to the user, and the user's role there."""
+
+from django.conf import settings
+
+from apps.core.errors import NotFound, PermissionDenied
+from apps.environments.models import Environment
+from apps.tenancy.models import ROLE_RANK, Membership, Role
+
+
+def environment_role(*, user, environment: Environment) -> Role | None:
+    """The strongest role `user` holds for `environment`, or None."""
+    if not user.is_authenticated or not user.is_active:
+        return None
+    if user.is_superuser:
+        return Role.OWNER
+    if environment.owners.filter(pk=user.pk).exists():
+        return Role.OWNER
+    role = (
+        Membership.objects.filter(tenant_id=environment.application.tenant_id, user=user)
+        .values_list("role", flat=True)
+        .first()
+    )
+    return Role(role) if role else None
+
+
+def environment_get(
+    *, user, application: str, name: str, required: Role = Role.VIEWER
+) -> Environment:
+    """The environment `application/name` if `user` may see it (404 otherwise) and
+    holds at least `required` there (403 otherwise)."""
+    environment = (
+        Environment.objects.visible_to(user)
+        .select_related("application__tenant")
+        .filter(application__name=application, name=name)
+        .first()
+    )
+    if environment is None:
+        raise NotFound(f"Environment {application}/{name} not found.")
+    role = environment_role(user=user, environment=environment)
+    if role is None or ROLE_RANK[role] < ROLE_RANK[required]:
+        raise PermissionDenied(
+            f"This needs the {required.label.lower()} role on {environment.full_name}."
+        )
+    return environment
+
+
+def environment_limits(environment: Environment) -> dict:
+    """The limits a snapshot of `environment` is held to (frozen into its source)."""
+    return dict(settings.BELLWETHER_LIMITS)

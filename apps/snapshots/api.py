@@ -1,0 +1,231 @@
+"""Snapshot API: preview, publish, publication status, list, detail, diff, rollback."""
+
+from django.db.models import F
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.api import error_response
+from apps.core.errors import NotFound
+from apps.core.views import EnvironmentAPIView
+from apps.environments.models import Environment
+from apps.snapshots import selectors, services
+from apps.snapshots.models import Publication, Snapshot
+from apps.tenancy.models import Role
+
+
+def snapshot_url(environment: Environment, number: int) -> str:
+    return f"/api/v1/environments/{environment.full_name}/snapshots/{number}"
+
+
+class FileSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    content = serializers.CharField()
+
+
+class ProblemSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    file = serializers.CharField(required=False)
+    line = serializers.IntegerField(required=False)
+    key = serializers.CharField(required=False)
+
+
+class SnapshotSummarySerializer(serializers.ModelSerializer):
+    author = serializers.CharField(source="author_name", allow_null=True)
+    parent = serializers.IntegerField(source="parent_number", allow_null=True)
+    rolled_back_from = serializers.IntegerField(
+        source="rolled_back_from_number", allow_null=True
+    )
+
+    class Meta:
+        model = Snapshot
+        fields = ["number", "label", "state", "checksum", "author", "parent",
+                  "rolled_back_from", "created_at"]
+
+
+class SnapshotDetailSerializer(SnapshotSummarySerializer):
+    files = FileSerializer(many=True)
+    fallback_files = FileSerializer(many=True)
+    report = serializers.JSONField()
+    effective_config = serializers.JSONField()
+    source = serializers.JSONField()
+
+    class Meta(SnapshotSummarySerializer.Meta):
+        fields = SnapshotSummarySerializer.Meta.fields + [
+            "effective_config", "files", "fallback_files", "report", "source"
+        ]
+
+
+def _annotated(queryset):
+    return queryset.annotate(
+        author_name=F("author__username"),
+        parent_number=F("parent__number"),
+        rolled_back_from_number=F("rolled_back_from__number"),
+    )
+
+
+class PublicationSerializer(serializers.ModelSerializer):
+    environment = serializers.CharField(source="environment.full_name")
+    snapshot = serializers.SerializerMethodField()
+    errors = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Publication
+        fields = ["id", "kind", "state", "environment", "deduplicated", "snapshot", "errors",
+                  "created_at", "finished_at", "url"]
+
+    def get_snapshot(self, obj) -> dict | None:
+        s = obj.snapshot
+        if s is None:
+            return None
+        return {"number": s.number, "label": s.label, "state": s.state,
+                "checksum": s.checksum, "url": snapshot_url(obj.environment, s.number)}
+
+    def get_errors(self, obj) -> list[dict]:
+        return obj.snapshot.report.get("errors", []) if obj.snapshot else []
+
+    def get_url(self, obj) -> str:
+        return f"/api/v1/publications/{obj.pk}"
+
+
+def publication_response(publication: Publication) -> Response:
+    """202 while rendering; 201 for a new snapshot, 200 for an identical existing one;
+    400 naming every problem when the render was invalid."""
+    publication = Publication.objects.select_related("environment__application", "snapshot").get(
+        pk=publication.pk
+    )
+    body = PublicationSerializer(publication).data
+    if publication.state == Publication.State.RENDERING:
+        return Response(body, status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": body["url"]})
+    if publication.state == Publication.State.INVALID:
+        errors = body["errors"]
+        first = errors[0] if errors else {"message": "invalid"}
+        where = ":".join(str(first[k]) for k in ("file", "line") if k in first)
+        response = error_response(
+            400,
+            "snapshot_invalid",
+            f"Snapshot {publication.snapshot.number} is invalid ({len(errors)} problem(s)); "
+            f"first: {where + ': ' if where else ''}{first['message']}",
+            errors,
+        )
+        response.data["publication"] = body
+        return response
+    code = status.HTTP_200_OK if publication.deduplicated else status.HTTP_201_CREATED
+    return Response(body, status=code, headers={"Location": body["snapshot"]["url"]})
+
+
+class PreviewApi(EnvironmentAPIView):
+    class OutputSerializer(serializers.Serializer):
+        valid = serializers.BooleanField()
+        errors = ProblemSerializer(many=True)
+        checksum = serializers.CharField(allow_null=True)
+        effective_config = serializers.JSONField()
+        files = FileSerializer(many=True)
+        fallback_files = FileSerializer(many=True)
+
+    @extend_schema(responses=OutputSerializer, summary="Render the current config; records nothing")
+    def get(self, request, application, environment):
+        rendered = selectors.snapshot_preview(self.environment())
+        return Response({
+            "valid": rendered.is_valid,
+            "errors": [p.as_dict() for p in rendered.problems],
+            "checksum": rendered.checksum if rendered.is_valid else None,
+            "effective_config": rendered.effective_config,
+            "files": rendered.files,
+            "fallback_files": rendered.fallback_files,
+        })
+
+
+class PublishApi(EnvironmentAPIView):
+    @extend_schema(request=None, responses={200: PublicationSerializer,
+                                            201: PublicationSerializer,
+                                            202: PublicationSerializer},
+                   summary="Render, validate and store a snapshot of the current config")
+    def post(self, request, application, environment):
+        publication = services.snapshot_publish(
+            environment=self.environment(Role.DEPLOYER), actor=request.user
+        )
+        return publication_response(publication)
+
+
+class PublicationDetailApi(APIView):
+    @extend_schema(responses=PublicationSerializer)
+    def get(self, request, publication_id):
+        publication = (
+            Publication.objects.filter(
+                pk=publication_id,
+                environment__in=Environment.objects.visible_to(request.user),
+            )
+            .select_related("environment__application", "snapshot")
+            .first()
+        )
+        if publication is None:
+            raise NotFound("Publication not found.")
+        return Response(PublicationSerializer(publication).data)
+
+
+class SnapshotListApi(EnvironmentAPIView, ListAPIView):
+    serializer_class = SnapshotSummarySerializer
+
+    def get_queryset(self):
+        return _annotated(
+            Snapshot.objects.filter(environment=self.environment())
+            .defer("source", "files", "fallback_files", "effective_config", "report")
+            .order_by("-number")
+        )
+
+
+class SnapshotDetailApi(EnvironmentAPIView):
+    @extend_schema(responses=SnapshotDetailSerializer)
+    def get(self, request, application, environment, number):
+        env = self.environment()
+        snapshot = _annotated(Snapshot.objects.filter(environment=env, number=number)).first()
+        if snapshot is None:
+            raise NotFound(f"Snapshot {number} of {env.full_name} not found.")
+        return Response(SnapshotDetailSerializer(snapshot).data)
+
+
+class SnapshotDiffApi(EnvironmentAPIView):
+    class OutputSerializer(serializers.Serializer):
+        class FileDiff(serializers.Serializer):
+            path = serializers.CharField()
+            status = serializers.ChoiceField(["added", "removed", "modified"])
+            diff = serializers.CharField()
+
+        snapshot = serializers.IntegerField()
+        against = serializers.IntegerField(allow_null=True)
+        files = FileDiff(many=True)
+
+    class QuerySerializer(serializers.Serializer):
+        against = serializers.IntegerField(required=False, min_value=1)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("against", OpenApiTypes.INT, description=(
+            "The snapshot number to compare with; defaults to the previous one."))],
+        responses=OutputSerializer,
+    )
+    def get(self, request, application, environment, number):
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        snapshot = selectors.snapshot_get(environment=self.environment(), number=number)
+        return Response(
+            selectors.snapshot_diff(snapshot=snapshot, against=query.validated_data.get("against"))
+        )
+
+
+class SnapshotRollbackApi(EnvironmentAPIView):
+    @extend_schema(request=None, responses={201: PublicationSerializer,
+                                            202: PublicationSerializer},
+                   summary="Create a new snapshot re-rendered from snapshot n's stored source")
+    def post(self, request, application, environment, number):
+        snapshot = selectors.snapshot_get(
+            environment=self.environment(Role.DEPLOYER), number=number
+        )
+        return publication_response(services.snapshot_rollback(snapshot=snapshot,
+                                                               actor=request.user))

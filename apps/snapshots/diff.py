@@ -1,0 +1,33 @@
+"""Per-file unified diff between two file sets (pure)."""
+
+import difflib
+
+CONTEXT_LINES = 3
+
+
+def _unified(path: str, old: str | None, new: str | None) -> str:
+    lines = difflib.unified_diff(
+        (old or "").splitlines(keepends=True),
+        (new or "").splitlines(keepends=True),
+        fromfile=f"a/{path}" if old is not None else "/dev/null",
+        tofile=f"b/{path}" if new is not None else "/dev/null",
+        n=CONTEXT_LINES,
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def diff_files(old: list[dict], new: list[dict]) -> list[dict]:
+    """[{path, status: added|removed|modified, diff}], unchanged files omitted."""
+    before = {f["path"]: f["content"] for f in old}
+    after = {f["path"]: f["content"] for f in new}
+    changes = []
+    for path in sorted(before.keys() | after.keys()):
+        a, b = before.get(path), after.get(path)
+        if a == b:
+            continue
+        status = "added" if a is None else "removed" if b is None else "modified"
+        changes.append({"path": path, "status": status, "diff": _unified(path, a, b)})
+    return changes

@@ -1,0 +1,109 @@
+"""Snapshots (immutable, numbered, checksummed) and the publications that make them."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.environments.models import Environment
+
+
+class Snapshot(models.Model):
+    """A complete rendered release of one environment. Never updated once stored:
+    a database trigger refuses any change to its content columns."""
+
+    class State(models.TextChoices):
+        READY = "ready", "Ready"
+        INVALID = "invalid", "Invalid"
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="snapshots"
+    )
+    number = models.PositiveIntegerField()
+    label = models.CharField(max_length=16, help_text="YYYYMMDD-NNN")
+    state = models.CharField(max_length=16, choices=State.choices)
+    source = models.JSONField(help_text="Every input, enough to re-render this snapshot.")
+    effective_config = models.JSONField(default=dict)
+    files = models.JSONField(default=list)
+    fallback_files = models.JSONField(default=list)
+    checksum = models.CharField(max_length=71)
+    report = models.JSONField(default=dict)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    rolled_back_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["environment", "-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["environment", "number"], name="snapshot_unique_number"
+            ),
+            models.UniqueConstraint(fields=["environment", "label"], name="snapshot_unique_label"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="snapshot_number_positive"),
+            models.CheckConstraint(
+                condition=Q(state__in=["ready", "invalid"]), name="snapshot_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment.full_name} #{self.number} ({self.label})"
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state == self.State.READY
+
+
+class Publication(models.Model):
+    """One request to publish (or roll back): rendered by a worker, then it points
+    at the snapshot it produced, or at the identical one that already existed."""
+
+    class Kind(models.TextChoices):
+        PUBLISH = "publish", "Publish"
+        ROLLBACK = "rollback", "Rollback"
+
+    class State(models.TextChoices):
+        RENDERING = "rendering", "Rendering"
+        READY = "ready", "Ready"
+        INVALID = "invalid", "Invalid"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="publications"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PUBLISH)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RENDERING)
+    source = models.JSONField()
+    rolled_back_from = models.ForeignKey(
+        Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    snapshot = models.ForeignKey(
+        Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    deduplicated = models.BooleanField(default=False)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state="rendering") | Q(snapshot__isnull=False),
+                name="publication_finished_has_snapshot",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.environment_id} {self.state}"

@@ -1,0 +1,258 @@
+"""Render a snapshot's stored source into files, and validate the result.
+
+Pure: no database. The same function renders a publish, a preview and a
+rollback, so a rollback of snapshot n reproduces n's content exactly.
+"""
+
+import hashlib
+import json
+import posixpath
+import re
+import tomllib
+from dataclasses import dataclass, field
+
+import jsonschema
+from jinja2 import FunctionLoader, StrictUndefined, TemplateNotFound
+from jinja2 import exceptions as jinja_errors
+from jinja2.sandbox import SandboxedEnvironment
+
+from apps.snapshots.problems import Problem
+from apps.snapshots.yamlconfig import load_config, load_yaml
+
+SOURCE_FORMAT = 1
+
+
+@dataclass
+class Rendered:
+    effective_config: dict
+    files: list[dict] = field(default_factory=list)
+    fallback_files: list[dict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def is_valid(self) -> bool:
+        return not self.problems
+
+    @property
+    def checksum(self) -> str:
+        return content_checksum(self.files)
+
+    def report(self) -> dict:
+        return {
+            "valid": self.is_valid,
+            "errors": [p.as_dict() for p in self.problems],
+            "file_count": len(self.files),
+            "total_bytes": sum(len(f["content"].encode()) for f in self.files),
+        }
+
+
+def content_checksum(files: list[dict]) -> str:
+    """sha256 over the canonical form: a JSON array of [path, content] sorted by path.
+
+    The agent recomputes this with the standard library's json module.
+    """
+    canonical = json.dumps(
+        [[f["path"], f["content"]] for f in sorted(files, key=lambda f: f["path"])],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` is not a safe relative file path, or None when it is."""
+    if not path:
+        return "the path is empty"
+    if len(path) > 255:
+        return "the path is longer than 255 characters"
+    if "\\" in path or "\x00" in path or any(ord(c) < 32 for c in path):
+        return "the path contains a backslash or a control character"
+    if path.startswith("/"):
+        return "the path must be relative"
+    if posixpath.normpath(path) != path or any(part in ("", ".", "..") for part in path.split("/")):
+        return "the path must be normalised, without '.', '..' or empty segments"
+    return None
+
+
+_TOML_LINE = re.compile(r"at line (\d+)")
+
+
+def file_problems(path: str, content: str, *, limits: dict) -> list[Problem]:
+    """Checks by extension: .json, .yaml/.yml and .toml files must parse."""
+    lower = path.lower()
+    if lower.endswith(".json"):
+        try:
+            json.loads(content)
+        except json.JSONDecodeError as exc:
+            return [Problem("file_json", exc.msg, file=path, line=exc.lineno)]
+    elif lower.endswith((".yaml", ".yml")):
+        # Rendered files may be larger than a config; only the file limit applies.
+        file_limits = {**limits, "max_config_bytes": limits["max_file_bytes"]}
+        _, problems = load_yaml(content, limits=file_limits, file=path)
+        return [Problem("file_yaml", p.message, file=path, line=p.line) for p in problems]
+    elif lower.endswith(".toml"):
+        try:
+            tomllib.loads(content)
+        except tomllib.TOMLDecodeError as exc:
+            match = _TOML_LINE.search(str(exc))
+            return [
+                Problem("file_toml", str(exc), file=path, line=int(match[1]) if match else None)
+            ]
+    return []
+
+
+class _OutputTooLarge(Exception):
+    pass
+
+
+def _template_line(exc: BaseException, paths: set[str]) -> tuple[str | None, int | None]:
+    """The innermost template frame of a runtime error (Jinja maps its line numbers)."""
+    found: tuple[str | None, int | None] = (None, None)
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename in paths:
+            found = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _render_templates(
+    templates: list[dict], context: dict, limits: dict
+) -> tuple[list[dict], list[Problem]]:
+    sources = {t["path"]: t["source"] for t in templates}
+    env = SandboxedEnvironment(
+        loader=FunctionLoader(
+            lambda name: (sources[name], name, lambda: True) if name in sources else None
+        ),
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+    paths = set(sources)
+    files, problems = [], []
+    for path in sorted(sources):
+        try:
+            template = env.get_template(path)
+        except jinja_errors.TemplateSyntaxError as exc:
+            problems.append(
+                Problem("template_syntax", exc.message or str(exc), file=exc.name or path,
+                        line=exc.lineno)
+            )
+            continue
+        chunks, size = [], 0
+        try:
+            for chunk in template.generate(context):
+                size += len(chunk.encode())
+                if size > limits["max_file_bytes"]:
+                    raise _OutputTooLarge
+                chunks.append(chunk)
+        except _OutputTooLarge:
+            problems.append(
+                Problem("file_too_large",
+                        f"renders to more than {limits['max_file_bytes']} bytes", file=path)
+            )
+            continue
+        except jinja_errors.TemplateSyntaxError as exc:  # in an included template
+            problems.append(
+                Problem("template_syntax", exc.message or str(exc), file=exc.name or path,
+                        line=exc.lineno)
+            )
+            continue
+        except TemplateNotFound as exc:
+            file, line = _template_line(exc, paths)
+            problems.append(
+                Problem("template_not_found", f"no template named {exc.name!r}",
+                        file=file or path, line=line)
+            )
+            continue
+        except jinja_errors.SecurityError as exc:
+            file, line = _template_line(exc, paths)
+            problems.append(
+                Problem("template_security", str(exc), file=file or path, line=line)
+            )
+            continue
+        except (jinja_errors.TemplateError, ArithmeticError, TypeError, ValueError,
+                LookupError, AttributeError, OverflowError, RecursionError) as exc:
+            file, line = _template_line(exc, paths)
+            code = "template_undefined" if isinstance(exc, jinja_errors.UndefinedError) \
+                else "template_error"
+            problems.append(Problem(code, str(exc), file=file or path, line=line))
+            continue
+        files.append({"path": path, "content": "".join(chunks)})
+    return files, problems
+
+
+def render_source(source: dict) -> Rendered:
+    """Render and validate. Every problem found is reported, not only the first."""
+    limits = source["limits"]
+    config, problems = load_config(source["config"], limits=limits)
+    rendered = Rendered(effective_config=config, problems=list(problems))
+
+    schema = source.get("config_schema")
+    if schema is not None and not problems:
+        try:
+            validator_cls = jsonschema.validators.validator_for(schema)
+            validator_cls.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            rendered.problems.append(
+                Problem("schema_invalid", exc.message, key="config_schema")
+            )
+        else:
+            errors = sorted(
+                validator_cls(schema).iter_errors(config), key=lambda e: list(map(str, e.path))
+            )
+            for error in errors:
+                rendered.problems.append(
+                    Problem(
+                        "config_schema",
+                        error.message,
+                        file="config",
+                        key=".".join(str(p) for p in error.absolute_path) or None,
+                    )
+                )
+
+    templates, fallback = source["templates"], source["fallback_files"]
+    if len(templates) > limits["max_files"] or len(fallback) > limits["max_files"]:
+        rendered.problems.append(
+            Problem("too_many_files", f"more than {limits['max_files']} files")
+        )
+        return rendered
+    for kind, entries in (("templates", templates), ("fallback_files", fallback)):
+        for entry in entries:
+            reason = path_problem(entry["path"])
+            if reason:
+                rendered.problems.append(
+                    Problem("file_path", reason, file=entry["path"] or None, key=kind)
+                )
+    if any(p.code == "file_path" for p in rendered.problems):
+        return rendered
+
+    if not problems:  # templates need a parsed config
+        files, template_problems = _render_templates(templates, config, limits)
+        rendered.files = files
+        rendered.problems.extend(template_problems)
+
+    rendered.fallback_files = sorted(
+        ({"path": f["path"], "content": f["content"]} for f in fallback),
+        key=lambda f: f["path"],
+    )
+    total = 0
+    for entry in rendered.files + rendered.fallback_files:
+        size = len(entry["content"].encode())
+        total += size
+        if size > limits["max_file_bytes"]:
+            rendered.problems.append(
+                Problem("file_too_large",
+                        f"{size} bytes; the limit is {limits['max_file_bytes']}",
+                        file=entry["path"])
+            )
+        else:
+            rendered.problems.extend(file_problems(entry["path"], entry["content"],
+                                                   limits=limits))
+    if total > limits["max_snapshot_bytes"]:
+        rendered.problems.append(
+            Problem("snapshot_too_large",
+                    f"{total} bytes in all; the limit is {limits['max_snapshot_bytes']}")
+        )
+    return rendered

@@ -1,0 +1,68 @@
+"""Reads about snapshots: the source to render, preview, lookups and diffs."""
+
+from apps.core.errors import NotFound, ValidationFailed
+from apps.environments.models import Environment
+from apps.environments.selectors import environment_limits
+from apps.snapshots.diff import diff_files
+from apps.snapshots.models import Snapshot
+from apps.snapshots.rendering import SOURCE_FORMAT, Rendered, render_source
+
+
+def render_source_for(environment: Environment) -> dict:
+    """Every input of a render, captured now, so it can be replayed later."""
+    return {
+        "format": SOURCE_FORMAT,
+        "application": environment.application.name,
+        "environment": environment.name,
+        "config": environment.config,
+        "config_schema": environment.config_schema,
+        "templates": [
+            {"path": t.path, "source": t.source}
+            for t in environment.templates.order_by("path")
+        ],
+        "fallback_files": [
+            {"path": f.path, "content": f.content}
+            for f in environment.fallback_files.order_by("path")
+        ],
+        "limits": environment_limits(environment),
+    }
+
+
+def snapshot_preview(environment: Environment) -> Rendered:
+    """Render the current config; records nothing."""
+    return render_source(render_source_for(environment))
+
+
+def latest_ready_snapshot(environment: Environment) -> Snapshot | None:
+    return (
+        Snapshot.objects.filter(environment=environment, state=Snapshot.State.READY)
+        .order_by("-number")
+        .first()
+    )
+
+
+def snapshot_get(*, environment: Environment, number: int) -> Snapshot:
+    snapshot = Snapshot.objects.filter(environment=environment, number=number).first()
+    if snapshot is None:
+        raise NotFound(f"Snapshot {number} of {environment.full_name} not found.")
+    return snapshot
+
+
+def snapshot_diff(*, snapshot: Snapshot, against: int | None = None) -> dict:
+    """Per-file diff of `snapshot` against another of its environment (default: n-1)."""
+    if against is None:
+        base = (
+            Snapshot.objects.filter(environment_id=snapshot.environment_id,
+                                    number__lt=snapshot.number)
+            .order_by("-number")
+            .first()
+        )
+    else:
+        if against < 1:
+            raise ValidationFailed("against must be a snapshot number (1 or more).")
+        base = snapshot_get(environment=snapshot.environment, number=against)
+    return {
+        "snapshot": snapshot.number,
+        "against": base.number if base else None,
+        "files": diff_files(base.files if base else [], snapshot.files),
+    }

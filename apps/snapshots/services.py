@@ -1,0 +1,165 @@
+"""Publishing and rolling back snapshots.
+
+A publish captures the environment's inputs in a Publication under the
+environment's row lock; a worker renders and validates them outside any lock,
+then allocates the next number under the lock again. Identical content to the
+latest ready snapshot allocates nothing and returns that snapshot.
+"""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.core.errors import Conflict
+from apps.environments.models import Environment
+from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.problems import Problem
+from apps.snapshots.rendering import Rendered, render_source
+from apps.snapshots.selectors import latest_ready_snapshot, render_source_for
+
+logger = logging.getLogger(__name__)
+
+
+def _enqueue_render(publication: Publication) -> None:
+    from apps.snapshots.tasks import publication_render_task
+
+    publication_render_task.delay_on_commit(str(publication.pk))
+
+
+def snapshot_publish(*, environment: Environment, actor) -> Publication:
+    """Capture the environment's current inputs and queue their render."""
+    with transaction.atomic():
+        locked = Environment.objects.select_for_update().get(pk=environment.pk)
+        publication = Publication.objects.create(
+            environment=locked,
+            kind=Publication.Kind.PUBLISH,
+            source=render_source_for(locked),
+            author=actor if getattr(actor, "is_authenticated", False) else None,
+        )
+        _enqueue_render(publication)
+    logger.info("publication %s queued for %s", publication.pk, locked.full_name)
+    return publication
+
+
+def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
+    """Queue a new snapshot re-rendered from `snapshot`'s stored source."""
+    if not snapshot.is_ready:
+        raise Conflict(
+            f"Snapshot {snapshot.number} is {snapshot.state}; only a ready snapshot "
+            "can be rolled back to.",
+            code="rollback_unavailable",
+        )
+    with transaction.atomic():
+        Environment.objects.select_for_update().get(pk=snapshot.environment_id)
+        publication = Publication.objects.create(
+            environment_id=snapshot.environment_id,
+            kind=Publication.Kind.ROLLBACK,
+            source=snapshot.source,
+            rolled_back_from=snapshot,
+            author=actor if getattr(actor, "is_authenticated", False) else None,
+        )
+        _enqueue_render(publication)
+    logger.info("rollback to #%s queued as publication %s", snapshot.number, publication.pk)
+    return publication
+
+
+def publication_render(*, publication_id: str) -> Publication:
+    """Render a queued publication and store its snapshot. Idempotent."""
+    publication = Publication.objects.get(pk=publication_id)
+    if publication.state != Publication.State.RENDERING:
+        return publication
+    return publication_finish(
+        publication_id=publication_id, rendered=render_source(publication.source)
+    )
+
+
+def publication_fail(*, publication_id: str, reason: str) -> Publication:
+    """Finish a publication whose render could not complete (e.g. it timed out)."""
+    return publication_finish(
+        publication_id=publication_id,
+        rendered=Rendered(effective_config={}, problems=[Problem("render_failed", reason)]),
+    )
+
+
+def _label(environment: Environment, today) -> str:
+    prefix = f"{today:%Y%m%d}-"
+    taken = Snapshot.objects.filter(environment=environment, label__startswith=prefix).count()
+    return f"{prefix}{taken + 1:03d}"
+
+
+def publication_finish(*, publication_id: str, rendered: Rendered) -> Publication:
+    with transaction.atomic():
+        # Environment first, then publication: the lock order every writer uses.
+        environment = (
+            Environment.objects.select_for_update()
+            .select_related("application__tenant")
+            .get(publications__pk=publication_id)
+        )
+        publication = Publication.objects.select_for_update().get(pk=publication_id)
+        if publication.state != Publication.State.RENDERING:
+            return publication
+        latest = latest_ready_snapshot(environment)
+        now = timezone.now()
+        if (
+            rendered.is_valid
+            and publication.kind == Publication.Kind.PUBLISH
+            and latest is not None
+            and latest.checksum == rendered.checksum
+            and latest.fallback_files == rendered.fallback_files
+        ):
+            publication.state = Publication.State.READY
+            publication.snapshot = latest
+            publication.deduplicated = True
+            publication.finished_at = now
+            publication.save(update_fields=["state", "snapshot", "deduplicated", "finished_at"])
+            logger.info(
+                "publication %s matches %s #%s; no new snapshot",
+                publication.pk, environment.full_name, latest.number,
+            )
+            return publication
+
+        environment.snapshot_counter += 1
+        environment.save(update_fields=["snapshot_counter"])
+        state = Snapshot.State.READY if rendered.is_valid else Snapshot.State.INVALID
+        snapshot = Snapshot.objects.create(
+            environment=environment,
+            number=environment.snapshot_counter,
+            label=_label(environment, now.date()),
+            state=state,
+            source=publication.source,
+            effective_config=rendered.effective_config,
+            files=rendered.files if rendered.is_valid else [],
+            fallback_files=rendered.fallback_files if rendered.is_valid else [],
+            checksum=rendered.checksum if rendered.is_valid else "",
+            report=rendered.report(),
+            author=publication.author,
+            parent=latest,
+            rolled_back_from=publication.rolled_back_from,
+        )
+        publication.state = state
+        publication.snapshot = snapshot
+        publication.finished_at = now
+        publication.save(update_fields=["state", "snapshot", "finished_at"])
+        if not rendered.is_valid:
+            action = "snapshot.invalid"
+            summary = f"#{snapshot.number} is invalid: {len(rendered.problems)} problem(s)"
+        elif publication.kind == Publication.Kind.ROLLBACK:
+            action = "snapshot.rollback"
+            summary = f"Rolled back to #{publication.rolled_back_from.number} as #{snapshot.number}"
+        else:
+            action, summary = "snapshot.create", f"Published #{snapshot.number}"
+        audit_record(
+            actor=publication.author,
+            action=action,
+            obj=snapshot,
+            environment=environment,
+            tenant=environment.application.tenant,
+            summary=f"{summary} of {environment.full_name}",
+            data={"number": snapshot.number, "checksum": snapshot.checksum},
+        )
+    logger.info(
+        "%s #%s (%s) stored as %s", environment.full_name, snapshot.number, snapshot.label, state
+    )
+    return publication

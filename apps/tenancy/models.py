@@ -1,0 +1,117 @@
+"""Tenants, their members and roles, the applications they own, and user API tokens."""
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$",
+    "Use lowercase letters, digits and hyphens (1-64 characters, no leading or "
+    "trailing hyphen).",
+)
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    DEPLOYER = "deployer", "Deployer"
+    OWNER = "owner", "Owner"
+
+    @property
+    def rank(self) -> int:
+        return ROLE_RANK[self.value]
+
+
+ROLE_RANK = {Role.VIEWER: 1, Role.DEPLOYER: 2, Role.OWNER: 3}
+
+
+class TenantQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "TenantQuerySet":
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(memberships__user=user).distinct()
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    slug = models.SlugField(max_length=64, unique=True, validators=[slug_validator])
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "user"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user"),
+            models.CheckConstraint(
+                condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.tenant}"
+
+
+class ApplicationQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "ApplicationQuerySet":
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(
+            Q(tenant__memberships__user=user) | Q(environments__owners=user)
+        ).distinct()
+
+
+class Application(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="applications")
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ApplicationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiToken(models.Model):
+    """A user's token for CI and scripts. Only a hash of the secret is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    key = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.user})"

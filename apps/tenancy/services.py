@@ -1,0 +1,118 @@
+"""State changes of tenants, memberships, applications and API tokens."""
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.core import tokens
+from apps.core.errors import Conflict, ValidationFailed
+from apps.tenancy.authentication import USER_TOKEN_PREFIX
+from apps.tenancy.models import ApiToken, Application, Membership, Role, Tenant
+
+
+def tenant_create(*, name: str, slug: str, actor) -> Tenant:
+    tenant = Tenant(name=name, slug=slug)
+    tenant.full_clean(validate_unique=False)
+    with transaction.atomic():
+        if Tenant.objects.filter(slug=slug).exists() or Tenant.objects.filter(name=name).exists():
+            raise Conflict(f"Tenant {slug} already exists.")
+        tenant.save()
+        audit_record(actor=actor, action="tenant.create", obj=tenant, tenant=tenant,
+                     summary=f"Created tenant {name}")
+    return tenant
+
+
+def tenant_update(*, tenant: Tenant, name: str, actor) -> Tenant:
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        if locked.name == name:
+            return locked
+        locked.name = name
+        locked.full_clean(validate_unique=False)
+        locked.save(update_fields=["name"])
+        audit_record(actor=actor, action="tenant.update", obj=locked, tenant=locked,
+                     summary=f"Renamed tenant to {name}")
+    return locked
+
+
+def membership_set(*, tenant: Tenant, user, role: str, actor) -> Membership:
+    """Give `user` `role` in `tenant`, creating or changing the membership."""
+    if role not in Role.values:
+        raise ValidationFailed(f"role must be one of {', '.join(Role.values)}.")
+    with transaction.atomic():
+        membership, created = Membership.objects.select_for_update().get_or_create(
+            tenant=tenant, user=user, defaults={"role": role}
+        )
+        if not created and membership.role == role:
+            return membership
+        if not created:
+            membership.role = role
+            membership.save(update_fields=["role"])
+        audit_record(actor=actor, action="membership.set", obj=membership, tenant=tenant,
+                     summary=f"{user.get_username()} is now {role} of {tenant.name}",
+                     data={"user": user.get_username(), "role": role})
+    return membership
+
+
+def membership_remove(*, membership: Membership, actor) -> None:
+    with transaction.atomic():
+        audit_record(actor=actor, action="membership.remove", obj=membership,
+                     tenant=membership.tenant,
+                     summary=f"Removed {membership.user.get_username()} from "
+                             f"{membership.tenant.name}")
+        membership.delete()
+
+
+def application_create(*, tenant: Tenant, name: str, description: str = "", actor) -> Application:
+    application = Application(tenant=tenant, name=name, description=description)
+    application.full_clean(validate_unique=False)
+    with transaction.atomic():
+        if Application.objects.filter(name=name).exists():
+            raise Conflict(f"Application {name} already exists.")
+        application.save()
+        audit_record(actor=actor, action="application.create", obj=application, tenant=tenant,
+                     summary=f"Created application {name} for {tenant.name}")
+    return application
+
+
+def application_update(*, application: Application, description: str, actor) -> Application:
+    with transaction.atomic():
+        locked = Application.objects.select_for_update().get(pk=application.pk)
+        if locked.description == description:
+            return locked
+        locked.description = description
+        locked.save(update_fields=["description"])
+        audit_record(actor=actor, action="application.update", obj=locked,
+                     tenant=locked.tenant, summary=f"Changed application {locked.name}")
+    return locked
+
+
+def api_token_create(
+    *, user, name: str = "", expires_at: datetime | None = None, actor
+) -> tuple[ApiToken, str]:
+    """Create a token; the plaintext is returned here once and never stored."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationFailed("expires_at must be in the future.")
+    issued = tokens.issue(USER_TOKEN_PREFIX)
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            user=user, name=name, key=issued.key, secret_hash=issued.secret_hash,
+            expires_at=expires_at,
+        )
+        audit_record(actor=actor, action="api_token.create", obj=token,
+                     summary=f"Created API token {token.key} for {user.get_username()}")
+    return token, issued.plaintext
+
+
+def api_token_revoke(*, token: ApiToken, actor) -> ApiToken:
+    with transaction.atomic():
+        locked = ApiToken.objects.select_for_update().get(pk=token.pk)
+        if locked.revoked_at is not None:
+            return locked
+        locked.revoked_at = timezone.now()
+        locked.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="api_token.revoke", obj=locked,
+                     summary=f"Revoked API token {locked.key} of {locked.user.get_username()}")
+    return locked

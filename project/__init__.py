@@ -1,0 +1,5 @@
+"""Bellwether: a configuration rollout control plane."""
+
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)

@@ -1,0 +1,11 @@
+from apps.snapshots.services import publication_render, snapshot_publish
+
+
+def test_publish_renders_a_ready_snapshot(environment, superuser):
+    publication = snapshot_publish(environment=environment, actor=superuser)
+    publication = publication_render(publication_id=publication.pk)
+    snapshot = publication.snapshot
+    assert snapshot.state == "ready", snapshot.report
+    assert snapshot.number == 1
+    assert [f["path"] for f in snapshot.files] == ["nginx/shop.conf", "shop/app.json"]
+    assert "server_name shop.example.com;" in snapshot.files[0]["content"]
