@@ -20,7 +20,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 ## run: install, migrate, load the demo and serve everything on 127.0.0.1:$(PORT) (embedded mode)
 run: $(VENV)/.installed
 	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py migrate --noinput
-	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py load_demo
+	DATABASE_URL= REDIS_URL= PORT=$(PORT) $(BIN)/python manage.py load_demo
 	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
 
 ## test: install the dev requirements and run the whole suite (set DATABASE_URL/REDIS_URL for PostgreSQL/Redis)

@@ -17,6 +17,18 @@ class EnvironmentQuerySet(models.QuerySet):
         visible = Q(application__tenant__memberships__user=user) | Q(owners=user)
         return self.filter(pk__in=Environment.objects.filter(visible).values("pk"))
 
+    def owned_by(self, user) -> "EnvironmentQuerySet":
+        """What `user` administers: as an environment owner or a tenant owner."""
+        if not user.is_authenticated or not user.is_active:
+            return self.none()
+        if user.is_superuser:
+            return self
+        owned = Q(owners=user) | Q(
+            application__tenant__memberships__user=user,
+            application__tenant__memberships__role="owner",
+        )
+        return self.filter(pk__in=Environment.objects.filter(owned).values("pk"))
+
 
 class Environment(models.Model):
     application = models.ForeignKey(

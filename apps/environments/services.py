@@ -15,7 +15,8 @@ from apps.tenancy.models import Application
 EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s")
 
 
-def _check_config(config: str, limits: dict) -> None:
+def check_config(config: str, limits: dict) -> None:
+    """Raise ValidationFailed naming the line when `config` is not a YAML mapping."""
     _, problems = load_config(config, limits=limits)
     if problems:
         raise ValidationFailed(
@@ -49,7 +50,7 @@ def environment_create(
         poll_interval_s=poll_interval_s,
     )
     environment.full_clean(exclude=["owners"], validate_unique=False)
-    _check_config(config, environment_limits(environment))
+    check_config(config, environment_limits(environment))
     _check_poll_interval(poll_interval_s)
     with transaction.atomic():
         if Environment.objects.filter(application=application, name=name).exists():
@@ -72,7 +73,7 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
     if unknown:
         raise ValidationFailed(f"Cannot change {', '.join(sorted(unknown))}.")
     if "config" in changes:
-        _check_config(changes["config"], environment_limits(environment))
+        check_config(changes["config"], environment_limits(environment))
     if "poll_interval_s" in changes:
         _check_poll_interval(changes["poll_interval_s"])
     with transaction.atomic():
@@ -98,7 +99,8 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
 _FILE_MODELS = {"template": (Template, "source"), "fallback": (FallbackFile, "content")}
 
 
-def _check_file(kind: str, path: str, text: str, limits: dict) -> None:
+def check_file(kind: str, path: str, text: str, limits: dict) -> None:
+    """Raise ValidationFailed for an unsafe path, an oversized file or bad template syntax."""
     reason = path_problem(path)
     if reason:
         raise ValidationFailed(f"{path!r}: {reason}", code="invalid_path",
@@ -125,7 +127,7 @@ def environment_file_put(
 ) -> Template | FallbackFile:
     """Create or replace a template (kind "template") or fallback file ("fallback")."""
     model, text_field = _FILE_MODELS[kind]
-    _check_file(kind, path, text, environment_limits(environment))
+    check_file(kind, path, text, environment_limits(environment))
     with transaction.atomic():
         locked = Environment.objects.select_for_update().get(pk=environment.pk)
         entry = model.objects.filter(environment=locked, path=path).first()
@@ -166,3 +168,25 @@ def environment_file_delete(*, environment: Environment, kind: str, path: str, a
         )
         entry.delete()
 
+
+
+def environment_set_owners(*, environment: Environment, owners, actor) -> Environment:
+    """Replace the environment's owners (users who administer it besides tenant owners)."""
+    wanted = {user.pk: user for user in owners}
+    with transaction.atomic():
+        locked = Environment.objects.select_for_update().get(pk=environment.pk)
+        current = set(locked.owners.values_list("pk", flat=True))
+        if current == set(wanted):
+            return locked
+        locked.owners.set(wanted.values())
+        names = sorted(user.get_username() for user in wanted.values())
+        audit_record(
+            actor=actor,
+            action="environment.owners",
+            obj=locked,
+            environment=locked,
+            tenant=locked.application.tenant,
+            summary=f"Owners of {locked.full_name}: {', '.join(names) or 'none'}",
+            data={"owners": names},
+        )
+    return locked

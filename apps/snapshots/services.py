@@ -38,8 +38,8 @@ def snapshot_publish(*, environment: Environment, actor) -> Publication:
             source=render_source_for(locked),
             author=actor if getattr(actor, "is_authenticated", False) else None,
         )
+        logger.info("publication %s queued for %s", publication.pk, locked.full_name)
         _enqueue_render(publication)
-    logger.info("publication %s queued for %s", publication.pk, locked.full_name)
     return publication
 
 
@@ -60,8 +60,8 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
             rolled_back_from=snapshot,
             author=actor if getattr(actor, "is_authenticated", False) else None,
         )
+        logger.info("rollback to #%s queued as publication %s", snapshot.number, publication.pk)
         _enqueue_render(publication)
-    logger.info("rollback to #%s queued as publication %s", snapshot.number, publication.pk)
     return publication
 
 

@@ -1,0 +1,90 @@
+"""Admin plumbing shared by the apps: ownership-scoped permissions, diff rendering."""
+
+from django.utils.html import format_html, format_html_join
+
+_LINE_STYLES = {
+    "+": "background:#e6ffec;color:#05400a",
+    "-": "background:#ffebe9;color:#82071e",
+    "@": "background:#ddf4ff;color:#0a3069",
+}
+
+
+def render_diff(files: list[dict]):
+    """Per-file unified diffs as coloured HTML (escaped)."""
+    if not files:
+        return format_html("<p>{}</p>", "No file changes.")
+    blocks = []
+    for entry in files:
+        lines = format_html_join(
+            "",
+            '<div style="{}">{}</div>',
+            ((_LINE_STYLES.get(line[:1], "") if not line.startswith(("+++", "---")) else
+              "font-weight:bold", line or " ")
+             for line in entry["diff"].splitlines()),
+        )
+        blocks.append(format_html(
+            '<h4 style="margin:1em 0 .3em">{} <small>({})</small></h4>'
+            '<pre style="font-size:12px;white-space:pre-wrap;margin:0">{}</pre>',
+            entry["path"], entry["status"], lines,
+        ))
+    return format_html_join("", "{}", ((b,) for b in blocks))
+
+
+class OwnedAdminMixin:
+    """Staff see and change only what their queryset (scoped in get_queryset) holds;
+    adding and deleting is for superusers."""
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def _in_scope(self, request, obj) -> bool:
+        if request.user.is_superuser:
+            return True
+        if not (request.user.is_active and request.user.is_staff):
+            return False
+        return obj is None or self.get_queryset(request).filter(pk=obj.pk).exists()
+
+    def has_view_permission(self, request, obj=None):
+        return self._in_scope(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return self._in_scope(request, obj)
+
+    def has_add_permission(self, request, *args):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+class ReadOnlyAdminMixin(OwnedAdminMixin):
+    """Records that are never edited by hand (snapshots, audit events)."""
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request, *args):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class OwnedInlineMixin:
+    """Inline rows may be edited by whoever may change the parent object."""
+
+    def _parent_allows(self, request, obj) -> bool:
+        parent_admin = self.admin_site._registry[self.parent_model]
+        return parent_admin.has_change_permission(request, obj)
+
+    def has_view_permission(self, request, obj=None):
+        return self._parent_allows(request, obj)
+
+    def has_add_permission(self, request, obj=None):
+        return self._parent_allows(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return self._parent_allows(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._parent_allows(request, obj)

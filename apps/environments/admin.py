@@ -1,0 +1,187 @@
+"""Admin for environment owners: config, templates, fallback files, publishing.
+
+Every save goes through apps.environments.services; querysets are scoped to
+the environments the user owns.
+"""
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from apps.audit.selectors import pending_changes
+from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, render_diff
+from apps.core.errors import ApplicationError
+from apps.environments import services
+from apps.environments.models import Environment, FallbackFile, Template
+from apps.environments.selectors import environment_limits
+from apps.snapshots.services import snapshot_publish
+
+
+class EnvironmentForm(forms.ModelForm):
+    class Meta:
+        model = Environment
+        fields = ["application", "name", "config", "config_schema", "poll_interval_s", "owners"]
+        widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
+                                                   "style": "font-family: monospace"})}
+
+    def clean_config(self):
+        config = self.cleaned_data["config"]
+        try:
+            services.check_config(config, environment_limits(self.instance))
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message) from None
+        return config
+
+
+class EnvironmentFileForm(forms.ModelForm):
+    kind: str
+    text_field: str
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.cleaned_data.get("DELETE") or "path" not in cleaned:
+            return cleaned
+        try:
+            services.check_file(self.kind, cleaned["path"], cleaned.get(self.text_field, ""),
+                                environment_limits(self.instance))
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message) from None
+        return cleaned
+
+
+class TemplateForm(EnvironmentFileForm):
+    kind, text_field = "template", "source"
+
+    class Meta:
+        model = Template
+        fields = ["path", "source"]
+        widgets = {"source": forms.Textarea(attrs={"rows": 12, "cols": 100,
+                                                   "style": "font-family: monospace"})}
+
+
+class FallbackFileForm(EnvironmentFileForm):
+    kind, text_field = "fallback", "content"
+
+    class Meta:
+        model = FallbackFile
+        fields = ["path", "content"]
+        widgets = {"content": forms.Textarea(attrs={"rows": 8, "cols": 100,
+                                                    "style": "font-family: monospace"})}
+
+
+class TemplateInline(OwnedInlineMixin, admin.StackedInline):
+    model = Template
+    form = TemplateForm
+    extra = 0
+
+
+class FallbackFileInline(OwnedInlineMixin, admin.StackedInline):
+    model = FallbackFile
+    form = FallbackFileForm
+    extra = 0
+    verbose_name = "safe fallback file"
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
+    form = EnvironmentForm
+    inlines = [TemplateInline, FallbackFileInline]
+    list_display = ["full_name", "tenant", "poll_interval_s", "snapshot_counter", "updated_at"]
+    list_filter = ["application__tenant"]
+    search_fields = ["name", "application__name"]
+    readonly_fields = ["snapshot_counter", "pending"]
+    filter_horizontal = ["owners"]
+    actions = ["publish"]
+
+    def get_queryset(self, request):
+        return Environment.objects.owned_by(request.user).select_related("application__tenant")
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            fields += ["application", "name"]
+        else:
+            fields.remove("pending")
+        return fields
+
+    @admin.display(ordering="application__tenant__name")
+    def tenant(self, obj):
+        return obj.application.tenant
+
+    @admin.display(description="Pending changes")
+    def pending(self, obj):
+        pending = pending_changes(obj)
+        snapshot = pending["snapshot"]
+        since = f"since #{snapshot.number} ({snapshot.label})" if snapshot else "never published"
+        header = format_html("<p>{} change(s) waiting to roll out, {}.</p>",
+                             len(pending["events"]), since)
+        if not pending["valid"]:
+            problems = format_html("<ul>{}</ul>", format_html("".join(
+                format_html("<li>{}</li>", " ".join(
+                    str(e[k]) for k in ("file", "line", "key", "message") if k in e))
+                for e in pending["errors"])))
+            return format_html("{}<p>The current config does not render:</p>{}", header,
+                               problems)
+        return format_html("{}{}", header, render_diff(pending["files"]))
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            changes = {f: form.cleaned_data[f] for f in form.changed_data
+                       if f in services.EDITABLE_FIELDS}
+            if changes:
+                services.environment_update(environment=obj, actor=request.user, **changes)
+        else:
+            created = services.environment_create(
+                application=form.cleaned_data["application"],
+                name=form.cleaned_data["name"],
+                config=form.cleaned_data["config"],
+                config_schema=form.cleaned_data["config_schema"],
+                poll_interval_s=form.cleaned_data["poll_interval_s"],
+                actor=request.user,
+            )
+            obj.pk = created.pk
+
+    def save_related(self, request, form, formsets, change):
+        environment = Environment.objects.get(pk=form.instance.pk)
+        services.environment_set_owners(environment=environment,
+                                        owners=form.cleaned_data["owners"],
+                                        actor=request.user)
+        for formset in formsets:
+            self.save_formset(request, form, formset, change)
+
+    def save_formset(self, request, form, formset, change):
+        environment = Environment.objects.get(pk=form.instance.pk)
+        kind = formset.form.kind
+        # The admin's change message reads these; the services did the saving.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+        for file_form in formset.forms:
+            if not file_form.has_changed() and file_form.instance.pk is None:
+                continue
+            original = file_form.instance.pk and type(file_form.instance).objects.get(
+                pk=file_form.instance.pk)
+            if original and (file_form.cleaned_data.get("DELETE")
+                             or original.path != file_form.cleaned_data["path"]):
+                services.environment_file_delete(environment=environment, kind=kind,
+                                                 path=original.path, actor=request.user)
+            if not file_form.cleaned_data.get("DELETE") and file_form.has_changed():
+                services.environment_file_put(
+                    environment=environment, kind=kind, path=file_form.cleaned_data["path"],
+                    text=file_form.cleaned_data[file_form.text_field], actor=request.user,
+                )
+
+    @admin.action(description="Publish a snapshot of the selected environments")
+    def publish(self, request, queryset):
+        for environment in queryset:
+            publication = snapshot_publish(environment=environment, actor=request.user)
+            publication.refresh_from_db()
+            if publication.snapshot is None:
+                self.message_user(request, f"{environment}: publication queued for rendering.")
+            elif publication.deduplicated:
+                self.message_user(request, f"{environment}: nothing changed since "
+                                           f"#{publication.snapshot.number}.")
+            elif publication.state == "invalid":
+                self.message_user(request, f"{environment}: #{publication.snapshot.number} is "
+                                           "invalid; see its report.", messages.ERROR)
+            else:
+                self.message_user(request, f"{environment}: published "
+                                           f"#{publication.snapshot.number}.", messages.SUCCESS)

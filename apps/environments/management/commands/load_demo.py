@@ -1,0 +1,163 @@
+"""manage.py load_demo: an idempotent demo tenant, application and environments."""
+
+import os
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from apps.environments.models import Environment
+from apps.environments.services import (
+    environment_create,
+    environment_file_put,
+    environment_update,
+)
+from apps.snapshots.services import snapshot_publish
+from apps.tenancy.models import Application, Role, Tenant
+from apps.tenancy.services import application_create, membership_set, tenant_create
+
+NGINX_SITE = """\
+# Managed by Bellwether: {{ server_name }}
+upstream shop_app {
+{%- for server in upstreams %}
+    server {{ server }} max_fails=3 fail_timeout=10s;
+{%- endfor %}
+    keepalive 32;
+}
+
+server {
+    listen {{ listen }};
+    server_name {{ server_name }};
+
+    location / {
+        proxy_pass http://shop_app;
+        proxy_set_header Host $host;
+        proxy_set_header X-Request-Id $request_id;
+        proxy_read_timeout {{ proxy.read_timeout_s }}s;
+    }
+
+    location = /healthz {
+        return 200 "ok\\n";
+    }
+}
+"""
+
+APP_CONFIG = """\
+{
+  "environment": {{ environment | tojson }},
+  "log_level": {{ app.log_level | tojson }},
+  "workers": {{ app.workers }},
+  "database": {
+    "host": {{ app.database.host | tojson }},
+    "name": {{ app.database.name | tojson }},
+    "password": {{ app.database.password | tojson }}
+  },
+  "features": {{ app.features | tojson }}
+}
+"""
+
+FALLBACK_SITE = """\
+# Bellwether safe fallback: no routes, every request gets 503.
+server {
+    listen 80 default_server;
+    return 503 "No valid configuration\\n";
+}
+"""
+
+SCHEMA = {
+    "type": "object",
+    "required": ["server_name", "listen", "upstreams", "app"],
+    "properties": {
+        "listen": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "upstreams": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "app": {
+            "type": "object",
+            "properties": {
+                "log_level": {"enum": ["debug", "info", "warning", "error"]},
+                "workers": {"type": "integer", "minimum": 1},
+            },
+        },
+    },
+}
+
+
+def config_for(name: str, workers: int) -> str:
+    return f"""\
+environment: {name}
+server_name: shop.{name}.example.com
+listen: 80
+upstreams:
+  - 10.20.{1 if name == "staging" else 2}.11:8080
+  - 10.20.{1 if name == "staging" else 2}.12:8080
+proxy:
+  read_timeout_s: 30
+app:
+  log_level: {"debug" if name == "staging" else "info"}
+  workers: {workers}
+  database:
+    host: db.{name}.internal
+    name: shop
+    password: "env:SHOP_DB_PASSWORD"   # a reference; the agent resolves it locally
+  features:
+    new_checkout: {"true" if name == "staging" else "false"}
+    recommendations: true
+"""
+
+
+class Command(BaseCommand):
+    help = (
+        "Load the demo: tenant 'Shop team', application 'shop', environments "
+        "shop/staging and shop/prod with an nginx site and a JSON app config, a "
+        "published snapshot each, an admin and a deployer. Safe to run repeatedly."
+    )
+
+    def handle(self, *args, **options):
+        password = os.environ.get("BELLWETHER_DEMO_PASSWORD", "bellwether-demo")
+        users = get_user_model().objects
+        admin = users.filter(username="admin").first() or users.create_superuser(
+            "admin", "admin@example.com", password)
+        admin.set_password(password)
+        admin.save(update_fields=["password"])
+        dev = users.filter(username="dev").first() or users.create_user(
+            "dev", "dev@example.com", password)
+        dev.set_password(password)
+        dev.save(update_fields=["password"])
+
+        with transaction.atomic():
+            tenant = Tenant.objects.filter(slug="shop-team").first() or tenant_create(
+                name="Shop team", slug="shop-team", actor=admin)
+            membership_set(tenant=tenant, user=dev, role=Role.DEPLOYER, actor=admin)
+            application = Application.objects.filter(name="shop").first() or application_create(
+                tenant=tenant, name="shop", description="The web shop", actor=admin)
+
+        for name in ("staging", "prod"):
+            environment = Environment.objects.filter(application=application, name=name).first()
+            if environment is None:
+                environment = environment_create(
+                    application=application, name=name, config=config_for(name, workers=4),
+                    config_schema=SCHEMA, poll_interval_s=10 if name == "staging" else 30,
+                    actor=admin)
+                for path, text in (("nginx/sites-enabled/shop.conf", NGINX_SITE),
+                                   ("shop/config.json", APP_CONFIG)):
+                    environment_file_put(environment=environment, kind="template", path=path,
+                                         text=text, actor=admin)
+                environment_file_put(environment=environment, kind="fallback",
+                                     path="nginx/sites-enabled/shop.conf", text=FALLBACK_SITE,
+                                     actor=admin)
+            if environment.snapshot_counter == 0:
+                snapshot_publish(environment=environment, actor=admin)
+                # A second release, so the admin has a diff to show.
+                environment_update(environment=environment, actor=admin,
+                                   config=config_for(name, workers=8))
+                snapshot_publish(environment=environment, actor=admin)
+            environment.refresh_from_db()
+            self.stdout.write(f"Environment {environment.full_name}: "
+                              f"{environment.snapshot_counter} snapshot(s)")
+
+        base = f"http://127.0.0.1:{os.environ.get('PORT', '8000')}"
+        self.stdout.write(self.style.SUCCESS(
+            f"\nDemo ready. Sign in at {base}/admin/\n"
+            f"  admin / {password}   (superuser, environment owner)\n"
+            f"  dev   / {password}   (deployer in 'Shop team'; API token: "
+            "manage.py api_token create dev)\n"
+            f"API docs: {base}/api/docs/"))
