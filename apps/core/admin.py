@@ -2,32 +2,23 @@
 
 from django.utils.html import format_html, format_html_join
 
-_LINE_STYLES = {
-    "+": "background:#e6ffec;color:#05400a",
-    "-": "background:#ffebe9;color:#82071e",
-    "@": "background:#ddf4ff;color:#0a3069",
-}
+
+def _line_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "head"
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "")
 
 
 def render_diff(files: list[dict]):
-    """Per-file unified diffs as coloured HTML (escaped)."""
+    """Per-file unified diffs as HTML (escaped; styled by static/bellwether/admin.css)."""
     if not files:
         return format_html("<p>{}</p>", "No file changes.")
-    blocks = []
-    for entry in files:
-        lines = format_html_join(
-            "",
-            '<div style="{}">{}</div>',
-            ((_LINE_STYLES.get(line[:1], "") if not line.startswith(("+++", "---")) else
-              "font-weight:bold", line or " ")
-             for line in entry["diff"].splitlines()),
-        )
-        blocks.append(format_html(
-            '<h4 style="margin:1em 0 .3em">{} <small>({})</small></h4>'
-            '<pre style="font-size:12px;white-space:pre-wrap;margin:0">{}</pre>',
-            entry["path"], entry["status"], lines,
-        ))
-    return format_html_join("", "{}", ((b,) for b in blocks))
+    return format_html_join("", '<h4 class="bw-file-head">{} <small>({})</small></h4>'
+                            '<pre class="bw-diff">{}</pre>', (
+        (entry["path"], entry["status"], format_html_join(
+            "", '<div class="{}">{}</div>',
+            ((_line_class(line), line or " ") for line in entry["diff"].splitlines())))
+        for entry in files))
 
 
 class OwnedAdminMixin:

@@ -22,7 +22,7 @@ class EnvironmentForm(forms.ModelForm):
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s", "owners"]
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
-                                                   "style": "font-family: monospace"})}
+                                                   "class": "bw-code"})}
 
     def clean_config(self):
         config = self.cleaned_data["config"]
@@ -56,7 +56,7 @@ class TemplateForm(EnvironmentFileForm):
         model = Template
         fields = ["path", "source"]
         widgets = {"source": forms.Textarea(attrs={"rows": 12, "cols": 100,
-                                                   "style": "font-family: monospace"})}
+                                                   "class": "bw-code"})}
 
 
 class FallbackFileForm(EnvironmentFileForm):
@@ -66,7 +66,7 @@ class FallbackFileForm(EnvironmentFileForm):
         model = FallbackFile
         fields = ["path", "content"]
         widgets = {"content": forms.Textarea(attrs={"rows": 8, "cols": 100,
-                                                    "style": "font-family: monospace"})}
+                                                    "class": "bw-code"})}
 
 
 class TemplateInline(OwnedInlineMixin, admin.StackedInline):

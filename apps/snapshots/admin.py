@@ -53,5 +53,5 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="Files")
     def file_list(self, obj):
-        return format_html_join("", '<h4>{}</h4><pre style="font-size:12px">{}</pre>',
+        return format_html_join("", '<h4 class="bw-file-head">{}</h4><pre class="bw-file">{}</pre>',
                                 ((f["path"], f["content"]) for f in obj.files))
