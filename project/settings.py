@@ -53,6 +53,7 @@ CSRF_TRUSTED_ORIGINS = [
 ]
 
 INSTALLED_APPS = [
+    "apps.core",  # first: its runserver adds the embedded periodic loop to daphne's
     "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
@@ -67,7 +68,6 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
-    "apps.core",
     "apps.tenancy",
     "apps.environments",
     "apps.snapshots",
@@ -160,6 +160,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# Periodic work: one `celery beat` in production; in embedded mode the same
+# schedule runs in-process (project/embedded.py, started by runserver).
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-publications": {
+        "task": "apps.snapshots.tasks.publication_reconcile_task",
+        "schedule": 60.0,
+    },
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

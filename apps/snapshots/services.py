@@ -7,6 +7,7 @@ latest ready snapshot allocates nothing and returns that snapshot.
 """
 
 import logging
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -163,3 +164,19 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
         "%s #%s (%s) stored as %s", environment.full_name, snapshot.number, snapshot.label, state
     )
     return publication
+
+
+def publication_reconcile(*, stale_after: timedelta = timedelta(minutes=5)) -> int:
+    """Queue again the renders of publications still rendering after `stale_after`
+    (a lost broker message or a killed worker). Safe: rendering is idempotent."""
+    stale = Publication.objects.filter(
+        state=Publication.State.RENDERING, created_at__lt=timezone.now() - stale_after
+    ).values_list("pk", flat=True)
+    from apps.snapshots.tasks import publication_render_task
+
+    count = 0
+    for publication_id in stale:
+        logger.warning("publication %s still rendering; queueing it again", publication_id)
+        publication_render_task.delay(str(publication_id))
+        count += 1
+    return count

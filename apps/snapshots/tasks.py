@@ -21,3 +21,9 @@ def publication_render_task(publication_id: str) -> str:
             publication_id=publication_id, reason="rendering took too long and was stopped"
         )
     return publication.state
+
+
+@shared_task
+def publication_reconcile_task() -> int:
+    """Periodic (beat): re-queue publications whose render was lost."""
+    return services.publication_reconcile()
