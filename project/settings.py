@@ -229,6 +229,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "SnapshotStateEnum": "apps.snapshots.models.Snapshot.State",
+        "PublicationStateEnum": "apps.snapshots.models.Publication.State",
+    },
 }
 
 # Limits on what a snapshot may hold (settable per deployment).

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from apps.audit import selectors
 from apps.audit.models import AuditEvent
 from apps.core.views import EnvironmentAPIView
+from apps.snapshots.api import FileDiffSerializer, ProblemSerializer
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -26,25 +27,21 @@ class AuditListApi(EnvironmentAPIView, ListAPIView):
         return selectors.audit_events_for(self.environment())
 
 
+class PendingChangesSerializer(serializers.Serializer):
+    class SnapshotRef(serializers.Serializer):
+        number = serializers.IntegerField()
+        label = serializers.CharField()
+
+    snapshot = SnapshotRef(allow_null=True)
+    count = serializers.IntegerField()
+    events = AuditEventSerializer(many=True)
+    valid = serializers.BooleanField()
+    errors = ProblemSerializer(many=True)
+    files = FileDiffSerializer(many=True)
+
+
 class PendingChangesApi(EnvironmentAPIView):
-    class OutputSerializer(serializers.Serializer):
-        class SnapshotRef(serializers.Serializer):
-            number = serializers.IntegerField()
-            label = serializers.CharField()
-
-        class FileDiff(serializers.Serializer):
-            path = serializers.CharField()
-            status = serializers.CharField()
-            diff = serializers.CharField()
-
-        snapshot = SnapshotRef(allow_null=True)
-        count = serializers.IntegerField()
-        events = AuditEventSerializer(many=True)
-        valid = serializers.BooleanField()
-        errors = serializers.ListField(child=serializers.DictField())
-        files = FileDiff(many=True)
-
-    @extend_schema(responses=OutputSerializer,
+    @extend_schema(responses=PendingChangesSerializer,
                    summary="Changes since the latest ready snapshot, and their diff")
     def get(self, request, application, environment):
         pending = selectors.pending_changes(self.environment())

@@ -27,14 +27,14 @@ class EnvironmentListSerializer(serializers.ModelSerializer):
         return f"/api/v1/environments/{obj.application.name}/{obj.name}"
 
 
-class FileSerializer(serializers.Serializer):
+class EnvironmentFileSerializer(serializers.Serializer):
     path = serializers.CharField()
     content = serializers.CharField(allow_blank=True, trim_whitespace=False)
 
 
 class EnvironmentDetailSerializer(EnvironmentListSerializer):
     templates = serializers.SerializerMethodField()
-    fallback_files = FileSerializer(many=True, source="fallback_file_list")
+    fallback_files = EnvironmentFileSerializer(many=True, source="fallback_file_list")
     role = serializers.CharField()
 
     class Meta(EnvironmentListSerializer.Meta):

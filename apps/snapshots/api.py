@@ -120,16 +120,30 @@ def publication_response(publication: Publication) -> Response:
     return Response(body, status=code, headers={"Location": body["snapshot"]["url"]})
 
 
-class PreviewApi(EnvironmentAPIView):
-    class OutputSerializer(serializers.Serializer):
-        valid = serializers.BooleanField()
-        errors = ProblemSerializer(many=True)
-        checksum = serializers.CharField(allow_null=True)
-        effective_config = serializers.JSONField()
-        files = FileSerializer(many=True)
-        fallback_files = FileSerializer(many=True)
+class PreviewSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    errors = ProblemSerializer(many=True)
+    checksum = serializers.CharField(allow_null=True)
+    effective_config = serializers.JSONField()
+    files = FileSerializer(many=True)
+    fallback_files = FileSerializer(many=True)
 
-    @extend_schema(responses=OutputSerializer, summary="Render the current config; records nothing")
+
+class FileDiffSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    status = serializers.ChoiceField(["added", "removed", "modified"])
+    diff = serializers.CharField()
+
+
+class SnapshotDiffSerializer(serializers.Serializer):
+    snapshot = serializers.IntegerField()
+    against = serializers.IntegerField(allow_null=True)
+    files = FileDiffSerializer(many=True)
+
+
+class PreviewApi(EnvironmentAPIView):
+    @extend_schema(responses=PreviewSerializer,
+                   summary="Render the current config; records nothing")
     def get(self, request, application, environment):
         rendered = selectors.snapshot_preview(self.environment())
         return Response({
@@ -192,23 +206,13 @@ class SnapshotDetailApi(EnvironmentAPIView):
 
 
 class SnapshotDiffApi(EnvironmentAPIView):
-    class OutputSerializer(serializers.Serializer):
-        class FileDiff(serializers.Serializer):
-            path = serializers.CharField()
-            status = serializers.ChoiceField(["added", "removed", "modified"])
-            diff = serializers.CharField()
-
-        snapshot = serializers.IntegerField()
-        against = serializers.IntegerField(allow_null=True)
-        files = FileDiff(many=True)
-
     class QuerySerializer(serializers.Serializer):
         against = serializers.IntegerField(required=False, min_value=1)
 
     @extend_schema(
         parameters=[OpenApiParameter("against", OpenApiTypes.INT, description=(
             "The snapshot number to compare with; defaults to the previous one."))],
-        responses=OutputSerializer,
+        responses=SnapshotDiffSerializer,
     )
     def get(self, request, application, environment, number):
         query = self.QuerySerializer(data=request.query_params)

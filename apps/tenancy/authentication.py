@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from apps.core import tokens
@@ -42,3 +43,13 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """Describes the token for the OpenAPI schema (registered by being defined)."""
+
+    target_class = ApiTokenAuthentication
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "bwu_<key>.<secret>"}
