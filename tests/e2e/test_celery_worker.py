@@ -1,0 +1,174 @@
+"""Publishing through the API with a real Celery worker process rendering the snapshot.
+
+The worker runs `celery -A project worker` on its own queue, against the same
+PostgreSQL test database and Redis broker as this process; nothing runs inline.
+"""
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from apps.snapshots.models import Publication, Snapshot
+from apps.tenancy.models import Role
+from project.celery import app as celery_app
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.redis,
+    pytest.mark.django_db(transaction=True),
+]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+WORKER_READY_TIMEOUT_S = 60
+RENDER_TIMEOUT_S = 30
+TASK = re.escape("apps.snapshots.tasks.publication_render_task")
+
+
+def _test_database_url() -> str:
+    """The URL of the database pytest-django created, for the worker to share."""
+    db = connection.settings_dict
+    user = quote(db["USER"] or "", safe="")
+    password = f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else ""
+    host = db["HOST"] or "127.0.0.1"
+    port = f":{db['PORT']}" if db["PORT"] else ""
+    return f"postgres://{user}{password}@{host}{port}/{db['NAME']}"
+
+
+class Worker:
+    def __init__(self, process: subprocess.Popen, log_path: Path, queue: str):
+        self.process = process
+        self.log_path = log_path
+        self.queue = queue
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(
+                    f"celery worker exited with {self.process.returncode}:\n{self.log()}"
+                )
+            if " ready." in self.log():
+                return
+            time.sleep(0.2)
+        pytest.fail(f"celery worker not ready after {timeout_s} s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=15)
+
+
+@pytest.fixture
+def worker_queue():
+    """Send tasks from this process to a queue of our own, through the broker."""
+    queue = f"bellwether-e2e-{uuid.uuid4().hex[:12]}"
+    conf = celery_app.conf
+    previous = (conf.task_always_eager, conf.task_default_queue)
+    conf.task_always_eager = False
+    conf.task_default_queue = queue
+    yield queue
+    conf.task_always_eager, conf.task_default_queue = previous
+
+
+@pytest.fixture
+def celery_worker(transactional_db, worker_queue, tmp_path):
+    log_path = tmp_path / "worker.log"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "DATABASE_URL": _test_database_url(),
+        "DATABASE_POOL": "0",
+        "REDIS_URL": settings.REDIS_URL,
+        "SECRET_KEY": "e2e-worker-secret",
+        "CELERY_TASK_DEFAULT_QUEUE": worker_queue,
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+        "LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+    command = [
+        sys.executable, "-m", "celery", "-A", "project", "worker",
+        "--pool=solo", "--concurrency=1", "-Q", worker_queue, "-n", f"{worker_queue}@%h",
+        "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, cwd=PROJECT_ROOT, env=env, stdin=subprocess.DEVNULL,
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    worker = Worker(process, log_path, worker_queue)
+    try:
+        worker.wait_until_ready(WORKER_READY_TIMEOUT_S)
+        yield worker
+    finally:
+        worker.stop()
+        # Captured output is shown only when the test fails.
+        print(f"---- celery worker log ({log_path}) ----\n{worker.log()}")
+
+
+def _poll_until_finished(client, url: str, worker: Worker) -> dict:
+    deadline = time.monotonic() + RENDER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        response = client.get(url)
+        assert response.status_code == 200, response.content
+        if response.data["state"] != Publication.State.RENDERING:
+            return response.data
+        assert worker.process.poll() is None, f"worker died:\n{worker.log()}"
+        time.sleep(0.2)
+    pytest.fail(f"publication still rendering after {RENDER_TIMEOUT_S} s:\n{worker.log()}")
+
+
+def test_publish_is_rendered_by_a_celery_worker(
+    celery_worker, environment, member, api_client, caplog
+):
+    caplog.set_level(logging.INFO, logger="apps.snapshots")
+    client = api_client(member(Role.DEPLOYER))
+
+    response = client.post("/api/v1/environments/shop/prod/publish")
+
+    assert response.status_code == 202, response.content
+    assert response.data["state"] == Publication.State.RENDERING
+    assert response.data["snapshot"] is None
+    location = response["Location"]
+    assert location == f"/api/v1/publications/{response.data['id']}"
+
+    body = _poll_until_finished(client, location, celery_worker)
+
+    assert body["state"] == Publication.State.READY, body
+    assert body["deduplicated"] is False
+    assert body["snapshot"]["number"] == 1
+    assert body["snapshot"]["state"] == Snapshot.State.READY
+    snapshot = Snapshot.objects.get(environment=environment, number=1)
+    assert snapshot.state == Snapshot.State.READY
+    assert snapshot.checksum == body["snapshot"]["checksum"]
+    assert [f["path"] for f in snapshot.files] == ["nginx/shop.conf", "shop/app.json"]
+    assert "server_name shop.example.com;" in snapshot.files[0]["content"]
+    assert snapshot.files[1]["content"] == '{"log_level": "info", "workers": 4}\n'
+    environment.refresh_from_db()
+    assert environment.snapshot_counter == 1
+
+    # The worker, not this process, ran the task and stored the snapshot.
+    log = celery_worker.log()
+    received = re.findall(rf"Task {TASK}\[([0-9a-f-]+)\] received", log)
+    succeeded = re.findall(rf"Task {TASK}\[([0-9a-f-]+)\] succeeded in [0-9.]+s: 'ready'", log)
+    assert len(received) == 1 and succeeded == received, log
+    assert f"shop/prod #1 ({snapshot.label}) stored as ready" in log, log
+    here = [r.getMessage() for r in caplog.records if r.name.startswith("apps.snapshots")]
+    assert any(f"publication {body['id']} queued" in m for m in here), here
+    assert not any("stored as" in m for m in here), here
