@@ -9,26 +9,15 @@ SNAPSHOT_ACTIONS = ("snapshot.create", "snapshot.rollback", "snapshot.invalid")
 
 
 def pending_changes(environment: Environment) -> dict:
-    """Audit events since the latest ready snapshot, and the diff of rendering now
-    against it. Delimited by the snapshot's audit id, never by time (seed 000)."""
+    """Audit events the latest ready snapshot does not contain, and the diff of
+    rendering now against it. Delimited by audit id, never by time (seed 000):
+    the snapshot records the newest event when its inputs were captured."""
     latest = latest_ready_snapshot(environment)
     events = AuditEvent.objects.filter(environment=environment).exclude(
         action__in=SNAPSHOT_ACTIONS
     )
-    if latest is not None:
-        boundary = (
-            AuditEvent.objects.filter(
-                environment=environment,
-                action__in=SNAPSHOT_ACTIONS,
-                object_type="snapshots.snapshot",
-                object_id=str(latest.pk),
-            )
-            .order_by("id")
-            .values_list("id", flat=True)
-            .first()
-        )
-        if boundary is not None:
-            events = events.filter(id__gt=boundary)
+    if latest is not None and latest.inputs_audit_id is not None:
+        events = events.filter(id__gt=latest.inputs_audit_id)
     rendered = snapshot_preview(environment)
     return {
         "snapshot": latest,

@@ -17,10 +17,23 @@ from apps.environments.selectors import environment_limits
 from apps.snapshots.services import snapshot_publish
 
 
+class CodeField(forms.CharField):
+    """Text kept exactly as typed, except that browsers' CRLF line ends become LF."""
+
+    def __init__(self, **kwargs):
+        kwargs["strip"] = False
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n")
+
+
 class EnvironmentForm(forms.ModelForm):
     class Meta:
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s", "owners"]
+        field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
                                                    "class": "bw-code"})}
 
@@ -55,6 +68,7 @@ class TemplateForm(EnvironmentFileForm):
     class Meta:
         model = Template
         fields = ["path", "source"]
+        field_classes = {"source": CodeField}
         widgets = {"source": forms.Textarea(attrs={"rows": 12, "cols": 100,
                                                    "class": "bw-code"})}
 
@@ -65,6 +79,7 @@ class FallbackFileForm(EnvironmentFileForm):
     class Meta:
         model = FallbackFile
         fields = ["path", "content"]
+        field_classes = {"content": CodeField}
         widgets = {"content": forms.Textarea(attrs={"rows": 8, "cols": 100,
                                                     "class": "bw-code"})}
 
@@ -87,7 +102,7 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     form = EnvironmentForm
     inlines = [TemplateInline, FallbackFileInline]
     list_display = ["full_name", "tenant", "poll_interval_s", "snapshot_counter", "updated_at"]
-    list_filter = ["application__tenant"]
+    list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["name", "application__name"]
     readonly_fields = ["snapshot_counter", "pending"]
     filter_horizontal = ["owners"]

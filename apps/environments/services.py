@@ -2,13 +2,12 @@
 
 from django.db import transaction
 from jinja2 import TemplateSyntaxError
-from jinja2.sandbox import SandboxedEnvironment
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.environments.models import Environment, FallbackFile, Template
 from apps.environments.selectors import environment_limits
-from apps.snapshots.rendering import path_problem
+from apps.snapshots.rendering import path_collisions, path_problem, template_environment
 from apps.snapshots.yamlconfig import load_config
 from apps.tenancy.models import Application
 
@@ -113,7 +112,7 @@ def check_file(kind: str, path: str, text: str, limits: dict) -> None:
         )
     if kind == "template":
         try:
-            SandboxedEnvironment().parse(text, name=path)
+            template_environment().compile(text, name=path, filename=path)
         except TemplateSyntaxError as exc:
             raise ValidationFailed(
                 f"{path}:{exc.lineno}: {exc.message}",
@@ -130,6 +129,13 @@ def environment_file_put(
     check_file(kind, path, text, environment_limits(environment))
     with transaction.atomic():
         locked = Environment.objects.select_for_update().get(pk=environment.pk)
+        others = model.objects.filter(environment=locked).exclude(path=path)
+        collisions = path_collisions([path, *others.values_list("path", flat=True)])
+        if collisions:
+            parent, child = collisions[0]
+            message = f"{parent} is a file, so {child} cannot be written"
+            raise ValidationFailed(f"{path!r}: {message}", code="invalid_path",
+                                   details=[{"file": path, "message": message}])
         entry = model.objects.filter(environment=locked, path=path).first()
         if entry is not None and getattr(entry, text_field) == text:
             return entry

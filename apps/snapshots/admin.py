@@ -13,7 +13,7 @@ from apps.snapshots.selectors import snapshot_diff
 class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["environment", "number", "label", "state", "short_checksum", "author",
                     "rolled_back_from_number", "created_at"]
-    list_filter = ["state", "environment__application"]
+    list_filter = ["state", ("environment__application", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["environment__application", "author", "rolled_back_from"]
     search_fields = ["label", "checksum", "environment__name", "environment__application__name"]
     fields = ["environment", "number", "label", "state", "checksum", "author", "parent",

@@ -114,7 +114,7 @@ def publication_response(publication: Publication) -> Response:
             f"first: {where + ': ' if where else ''}{first['message']}",
             errors,
         )
-        response.data["publication"] = body
+        response.data["error"]["publication"] = body
         return response
     code = status.HTTP_200_OK if publication.deduplicated else status.HTTP_201_CREATED
     return Response(body, status=code, headers={"Location": body["snapshot"]["url"]})

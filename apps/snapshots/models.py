@@ -29,6 +29,9 @@ class Snapshot(models.Model):
     fallback_files = models.JSONField(default=list)
     checksum = models.CharField(max_length=71)
     report = models.JSONField(default=dict)
+    # The environment's newest audit event when the inputs were captured: the
+    # changes after it are what this snapshot does not contain (pending changes).
+    inputs_audit_id = models.BigIntegerField(null=True, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",
@@ -82,6 +85,7 @@ class Publication(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PUBLISH)
     state = models.CharField(max_length=16, choices=State.choices, default=State.RENDERING)
     source = models.JSONField()
+    inputs_audit_id = models.BigIntegerField(null=True, blank=True)
     rolled_back_from = models.ForeignKey(
         Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )

@@ -12,9 +12,9 @@ import tomllib
 from dataclasses import dataclass, field
 
 import jsonschema
-from jinja2 import FunctionLoader, StrictUndefined, TemplateNotFound
+from jinja2 import FunctionLoader, StrictUndefined, TemplateNotFound, Undefined
 from jinja2 import exceptions as jinja_errors
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from apps.snapshots.problems import Problem
 from apps.snapshots.yamlconfig import load_config, load_yaml
@@ -74,6 +74,19 @@ def path_problem(path: str) -> str | None:
     return None
 
 
+def path_collisions(paths: list[str]) -> list[tuple[str, str]]:
+    """Pairs (a, b) where file a would have to be a directory of file b."""
+    taken = set(paths)
+    collisions = []
+    for path in sorted(taken):
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if parent in taken:
+                collisions.append((parent, path))
+    return collisions
+
+
 _TOML_LINE = re.compile(r"at line (\d+)")
 
 
@@ -117,11 +130,25 @@ def _template_line(exc: BaseException, paths: set[str]) -> tuple[str | None, int
     return found
 
 
-def _render_templates(
-    templates: list[dict], context: dict, limits: dict
-) -> tuple[list[dict], list[Problem]]:
-    sources = {t["path"]: t["source"] for t in templates}
-    env = SandboxedEnvironment(
+def _json_default(value):
+    if isinstance(value, Undefined):
+        str(value)  # StrictUndefined raises UndefinedError, naming the variable
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _tojson(value, indent: int | None = None) -> str:
+    """Plain JSON: Jinja's own tojson escapes <, > and & for HTML, which config
+    files do not want."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=_json_default)
+
+
+def template_environment(
+    sources: dict[str, str] | None = None,
+) -> ImmutableSandboxedEnvironment:
+    """The sandbox every template renders in; `sources` maps path -> template text.
+    Immutable: one template cannot change the config the next one sees."""
+    sources = sources or {}
+    env = ImmutableSandboxedEnvironment(
         loader=FunctionLoader(
             lambda name: (sources[name], name, lambda: True) if name in sources else None
         ),
@@ -129,6 +156,15 @@ def _render_templates(
         autoescape=False,
         keep_trailing_newline=True,
     )
+    env.filters["tojson"] = _tojson
+    return env
+
+
+def _render_templates(
+    templates: list[dict], context: dict, limits: dict
+) -> tuple[list[dict], list[Problem]]:
+    sources = {t["path"]: t["source"] for t in templates}
+    env = template_environment(sources)
     paths = set(sources)
     files, problems = [], []
     for path in sorted(sources):
@@ -225,6 +261,11 @@ def render_source(source: dict) -> Rendered:
                 rendered.problems.append(
                     Problem("file_path", reason, file=entry["path"] or None, key=kind)
                 )
+        for parent, child in path_collisions([e["path"] for e in entries]):
+            rendered.problems.append(
+                Problem("file_path", f"{parent} is a file, so {child} cannot be written",
+                        file=parent, key=kind)
+            )
     if any(p.code == "file_path" for p in rendered.problems):
         return rendered
 

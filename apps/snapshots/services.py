@@ -12,6 +12,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from apps.audit.models import AuditEvent
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
@@ -29,6 +30,17 @@ def _enqueue_render(publication: Publication) -> None:
     publication_render_task.delay_on_commit(str(publication.pk))
 
 
+def _newest_audit_id(environment: Environment) -> int | None:
+    # Called under the environment's row lock, which every writer of its audit
+    # events holds, so no event of this environment can commit with a lower id.
+    return (
+        AuditEvent.objects.filter(environment=environment)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
 def snapshot_publish(*, environment: Environment, actor) -> Publication:
     """Capture the environment's current inputs and queue their render."""
     with transaction.atomic():
@@ -37,6 +49,7 @@ def snapshot_publish(*, environment: Environment, actor) -> Publication:
             environment=locked,
             kind=Publication.Kind.PUBLISH,
             source=render_source_for(locked),
+            inputs_audit_id=_newest_audit_id(locked),
             author=actor if getattr(actor, "is_authenticated", False) else None,
         )
         logger.info("publication %s queued for %s", publication.pk, locked.full_name)
@@ -53,11 +66,12 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
             code="rollback_unavailable",
         )
     with transaction.atomic():
-        Environment.objects.select_for_update().get(pk=snapshot.environment_id)
+        locked = Environment.objects.select_for_update().get(pk=snapshot.environment_id)
         publication = Publication.objects.create(
-            environment_id=snapshot.environment_id,
+            environment=locked,
             kind=Publication.Kind.ROLLBACK,
             source=snapshot.source,
+            inputs_audit_id=_newest_audit_id(locked),
             rolled_back_from=snapshot,
             author=actor if getattr(actor, "is_authenticated", False) else None,
         )
@@ -135,6 +149,7 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
             fallback_files=rendered.fallback_files if rendered.is_valid else [],
             checksum=rendered.checksum if rendered.is_valid else "",
             report=rendered.report(),
+            inputs_audit_id=publication.inputs_audit_id,
             author=publication.author,
             parent=latest,
             rolled_back_from=publication.rolled_back_from,

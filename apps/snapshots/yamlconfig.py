@@ -132,9 +132,8 @@ def load_yaml(
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(p for p in (exc.context, exc.problem) if p) or str(exc)
-        return None, [
-            Problem("yaml_syntax", message, file=file, line=mark.line + 1 if mark else None)
-        ]
+        code = "yaml_too_deep" if isinstance(exc, ConfigTooDeep) else "yaml_syntax"
+        return None, [Problem(code, message, file=file, line=mark.line + 1 if mark else None)]
     except yaml.YAMLError as exc:
         return None, [Problem("yaml_syntax", str(exc), file=file)]
     finally:

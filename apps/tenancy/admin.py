@@ -1,7 +1,6 @@
 """Admin for tenants, memberships, applications and API tokens (saves via services)."""
 
 from django.contrib import admin, messages
-from django.db.models import Q
 
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
 from apps.tenancy import services
@@ -122,7 +121,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         token, secret = services.api_token_create(
             user=user, name=form.cleaned_data["name"],
             expires_at=form.cleaned_data["expires_at"], actor=request.user)
-        obj.pk = token.pk
+        obj.pk, obj.user, obj.key = token.pk, token.user, token.key
         self.message_user(
             request,
             f"Token for {user.get_username()} (shown only once, copy it now): {secret}",
@@ -131,6 +130,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset):
-        for token in queryset.filter(Q(revoked_at__isnull=True)):
+        for token in queryset.filter(revoked_at__isnull=True):
             services.api_token_revoke(token=token, actor=request.user)
         self.message_user(request, "Revoked.")

@@ -1,19 +1,21 @@
 """A stored snapshot is immutable: the database refuses updates of its content.
 
-Only author_id may change (set to NULL when its user is deleted).
+Only author_id may change, and only to NULL (when its user is deleted).
 """
 
 from django.db import migrations
 
 CONTENT_COLUMNS = [
     "environment_id", "number", "label", "state", "source", "effective_config", "files",
-    "fallback_files", "checksum", "report", "parent_id", "rolled_back_from_id", "created_at",
+    "fallback_files", "checksum", "report", "inputs_audit_id", "parent_id",
+    "rolled_back_from_id", "created_at",
 ]
 
 POSTGRES_CREATE = """
 CREATE OR REPLACE FUNCTION snapshots_snapshot_immutable() RETURNS trigger AS $$
 BEGIN
-    IF (to_jsonb(NEW) - 'author_id') IS DISTINCT FROM (to_jsonb(OLD) - 'author_id') THEN
+    IF (to_jsonb(NEW) - 'author_id') IS DISTINCT FROM (to_jsonb(OLD) - 'author_id')
+       OR (NEW.author_id IS DISTINCT FROM OLD.author_id AND NEW.author_id IS NOT NULL) THEN
         RAISE EXCEPTION 'snapshot % of environment % is immutable', OLD.number, OLD.environment_id
             USING ERRCODE = 'integrity_constraint_violation';
     END IF;
@@ -31,6 +33,7 @@ DROP FUNCTION IF EXISTS snapshots_snapshot_immutable();
 SQLITE_CREATE = f"""
 CREATE TRIGGER snapshots_snapshot_immutable BEFORE UPDATE ON snapshots_snapshot
 WHEN {" OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in CONTENT_COLUMNS)}
+    OR (NEW.author_id IS NOT OLD.author_id AND NEW.author_id IS NOT NULL)
 BEGIN
     SELECT RAISE(ABORT, 'snapshot is immutable');
 END;
