@@ -195,10 +195,12 @@ STORAGES = {
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
+# Without `collectstatic` (tests, a first start) pages still render, unhashed.
+WHITENOISE_MANIFEST_STRICT = False
 
 LOGIN_URL = "admin:login"
 
-# Request bodies above this size are refused with 413 by the API parsers.
+# Request bodies above this size are refused with 413 (apps.core.api).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BELLWETHER_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 
 REST_FRAMEWORK = {
@@ -207,7 +209,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["apps.core.parsers.LimitedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

@@ -2,6 +2,7 @@
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
@@ -57,7 +58,8 @@ def exception_handler(exc, context):
         set_rollback()
         return error_response(exc.status, exc.code, exc.message, exc.details)
     if isinstance(exc, RequestDataTooBig):
-        return error_response(413, "too_large", "Request body is too large.")
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(413, "too_large", f"Request body is over {limit} bytes.")
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -40,8 +40,3 @@ class Conflict(ApplicationError):
 class PolicyViolation(ApplicationError):
     status = 400
     code = "policy_violation"
-
-
-class PayloadTooLarge(ApplicationError):
-    status = 413
-    code = "too_large"

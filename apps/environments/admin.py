@@ -45,6 +45,14 @@ class EnvironmentForm(forms.ModelForm):
             raise forms.ValidationError(exc.message) from None
         return config
 
+    def clean_config_schema(self):
+        schema = self.cleaned_data["config_schema"]
+        try:
+            services.check_config_schema(schema)
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message) from None
+        return schema
+
 
 class EnvironmentFileForm(forms.ModelForm):
     kind: str

@@ -1,5 +1,6 @@
 """State changes of environments and their files; each writes its audit event."""
 
+import jsonschema
 from django.db import transaction
 from jinja2 import TemplateSyntaxError
 
@@ -23,6 +24,22 @@ def check_config(config: str, limits: dict) -> None:
             code="config_invalid",
             details=[p.as_dict() for p in problems],
         )
+
+
+def check_config_schema(schema) -> None:
+    """Raise ValidationFailed when `schema` is not a JSON Schema (None means none)."""
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise ValidationFailed("config_schema must be a JSON object or null.")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise ValidationFailed(
+            f"config_schema at {where}: {exc.message}", code="schema_invalid",
+            details=[{"key": f"config_schema/{where}", "message": exc.message}],
+        ) from None
 
 
 def _check_poll_interval(value: int) -> None:
@@ -50,6 +67,7 @@ def environment_create(
     )
     environment.full_clean(exclude=["owners"], validate_unique=False)
     check_config(config, environment_limits(environment))
+    check_config_schema(config_schema)
     _check_poll_interval(poll_interval_s)
     with transaction.atomic():
         if Environment.objects.filter(application=application, name=name).exists():
@@ -73,6 +91,8 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
         raise ValidationFailed(f"Cannot change {', '.join(sorted(unknown))}.")
     if "config" in changes:
         check_config(changes["config"], environment_limits(environment))
+    if "config_schema" in changes:
+        check_config_schema(changes["config_schema"])
     if "poll_interval_s" in changes:
         _check_poll_interval(changes["poll_interval_s"])
     with transaction.atomic():

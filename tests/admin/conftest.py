@@ -1,0 +1,74 @@
+"""Fixtures for the admin tests: staff users by relationship to shop/prod, a logged-in
+client, and published snapshots."""
+
+import pytest
+
+from apps.environments.services import environment_set_owners
+from apps.tenancy.services import membership_set
+from tests.admin.support import publish, publish_with_workers
+
+
+@pytest.fixture(autouse=True)
+def _admin_test_settings(settings, tmp_path):
+    """With DATABASE_URL set, settings pick the manifest storage, which needs
+    collectstatic; admin pages only need {% static %} to resolve. A fast password
+    hasher keeps the many users these tests make cheap."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    settings.STATIC_ROOT = tmp_path
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def staff_member(make_user, tenant, superuser):
+    """staff_member("owner") -> a staff user with that role in shop-team."""
+
+    def make(role: str, username: str | None = None):
+        user = make_user(username or f"staff-{role}", is_staff=True)
+        membership_set(tenant=tenant, user=user, role=role, actor=superuser)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def tenant_owner(staff_member):
+    return staff_member("owner")
+
+
+@pytest.fixture
+def environment_owner(make_user, environment, superuser):
+    """A staff user who owns shop/prod through Environment.owners, with no tenant role."""
+    user = make_user("env-owner", is_staff=True)
+    environment_set_owners(environment=environment, owners=[user], actor=superuser)
+    return user
+
+
+@pytest.fixture
+def staff_outsider(outsider):
+    """The outsider (owner of tenant 'other' and blog/prod), with admin access."""
+    outsider.is_staff = True
+    outsider.save(update_fields=["is_staff"])
+    return outsider
+
+
+@pytest.fixture
+def login(client):
+    """login(user) -> the test client with `user`'s admin session."""
+
+    def as_user(user):
+        client.force_login(user)
+        return client
+
+    return as_user
+
+
+@pytest.fixture
+def snapshots(environment, superuser):
+    """shop/prod with two ready snapshots: #1 (workers 4) and #2 (workers 8)."""
+    first = publish(environment, superuser)
+    second = publish_with_workers(environment, superuser, workers=8)
+    assert (first.number, first.state, second.number, second.state) == (1, "ready", 2, "ready")
+    return first, second

@@ -1,0 +1,98 @@
+"""manage.py load_demo: the demo the admin is shown with, idempotent."""
+
+import html
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from apps.audit.models import AuditEvent
+from apps.environments.models import Environment
+from apps.snapshots.models import Publication, Snapshot
+from apps.tenancy.models import Application, Membership, Tenant
+
+PASSWORD = "demo-pw-7f3a"
+
+
+@pytest.fixture
+def load_demo(db, monkeypatch, django_capture_on_commit_callbacks):
+    """load_demo() -> its output; publications render as the command's work commits."""
+    monkeypatch.setenv("BELLWETHER_DEMO_PASSWORD", PASSWORD)
+
+    def run() -> str:
+        out = io.StringIO()
+        with django_capture_on_commit_callbacks(execute=True):
+            call_command("load_demo", stdout=out)
+        return out.getvalue()
+
+    return run
+
+
+def counts() -> dict:
+    return {model.__name__: model.objects.count() for model in (
+        get_user_model(), Tenant, Membership, Application, Environment, Snapshot,
+        Publication, AuditEvent)}
+
+
+def test_load_demo_creates_shop_staging_and_prod_with_two_ready_snapshots_each(load_demo):
+    load_demo()
+
+    tenant = Tenant.objects.get()
+    assert (tenant.slug, tenant.name) == ("shop-team", "Shop team")
+    application = Application.objects.get()
+    assert (application.name, application.tenant) == ("shop", tenant)
+    environments = Environment.objects.order_by("name")
+    assert [e.full_name for e in environments] == ["shop/prod", "shop/staging"]
+    for environment in environments:
+        snapshots = list(environment.snapshots.order_by("number"))
+        assert [(s.number, s.state) for s in snapshots] == [(1, "ready"), (2, "ready")], [
+            s.report for s in snapshots]
+        assert snapshots[1].parent == snapshots[0]
+        assert snapshots[0].checksum != snapshots[1].checksum
+        assert environment.snapshot_counter == 2
+        assert sorted(f["path"] for f in snapshots[1].files) == [
+            "nginx/sites-enabled/shop.conf", "shop/config.json"]
+        assert [f["path"] for f in snapshots[1].fallback_files] == [
+            "nginx/sites-enabled/shop.conf"]
+    dev = get_user_model().objects.get(username="dev")
+    assert Membership.objects.get(tenant=tenant, user=dev).role == "deployer"
+    assert get_user_model().objects.get(username="admin").is_superuser
+
+
+def test_load_demo_twice_changes_nothing(load_demo):
+    load_demo()
+    before = counts()
+
+    output = load_demo()
+
+    assert counts() == before
+    assert "Environment shop/staging: 2 snapshot(s)" in output
+    assert "Environment shop/prod: 2 snapshot(s)" in output
+
+
+def test_load_demo_prints_credentials_that_work(load_demo, client):
+    output = load_demo()
+
+    assert f"admin / {PASSWORD}" in output
+    assert f"dev   / {PASSWORD}" in output
+    assert "/admin/" in output
+    users = get_user_model().objects
+    assert users.get(username="admin").check_password(PASSWORD)
+    assert users.get(username="dev").check_password(PASSWORD)
+    assert client.login(username="admin", password=PASSWORD)
+    assert client.get("/admin/snapshots/snapshot/").status_code == 200
+
+
+def test_demo_second_snapshot_shows_its_diff_in_the_admin(load_demo, client):
+    load_demo()
+    client.login(username="admin", password=PASSWORD)
+    second = Snapshot.objects.get(environment__name="prod", number=2)
+
+    response = client.get(f"/admin/snapshots/snapshot/{second.pk}/change/")
+
+    assert response.status_code == 200
+    text = html.unescape(response.content.decode())
+    assert "Against #1:" in text
+    assert '-  "workers": 4,' in text
+    assert '+  "workers": 8,' in text

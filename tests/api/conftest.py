@@ -1,0 +1,55 @@
+"""Fixtures for the API tests: an environment with snapshots, clients per role."""
+
+import pytest
+
+from apps.environments.services import environment_file_put
+from apps.snapshots.models import Publication
+from tests.api.support import publish, publish_variant
+
+
+@pytest.fixture
+def fallback_file(environment, superuser):
+    return environment_file_put(environment=environment, kind="fallback",
+                                path="www/index.html", text="<p>maintenance</p>\n",
+                                actor=superuser)
+
+
+@pytest.fixture
+def snapshots(environment, fallback_file, superuser):
+    """shop/prod with two ready snapshots: #1 (workers 4) and #2 (workers 8)."""
+    first = publish(environment, superuser)
+    second = publish_variant(environment, superuser, workers=8)
+    assert (first.number, first.state, second.number, second.state) == (1, "ready", 2, "ready")
+    return first, second
+
+
+@pytest.fixture
+def world(snapshots, outsider):
+    """Everything ROUTES needs to exist: shop/prod with files, snapshots and a
+    publication; blog/prod owned by the outsider."""
+    publication = Publication.objects.get(snapshot=snapshots[1])
+    return {"publication": str(publication.pk)}
+
+
+@pytest.fixture
+def route_url(world):
+    def make(path: str, env: str = "shop/prod") -> str:
+        return path.format(env=env, publication=world["publication"])
+
+    return make
+
+
+@pytest.fixture
+def client_for(api_client, member):
+    """client_for("deployer") -> an API client of a new tenant member with that role."""
+
+    def make(role: str):
+        return api_client(member(role, username=f"{role}-user"))
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """The fixtures create several users per test; the production hasher is slow by design."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
