@@ -2,13 +2,12 @@
 
 import jsonschema
 from django.db import transaction
-from jinja2 import TemplateSyntaxError
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.environments.models import Environment, FallbackFile, Template
 from apps.environments.selectors import environment_limits
-from apps.snapshots.rendering import path_collisions, path_problem, template_environment
+from apps.snapshots.rendering import path_collisions, path_problem, template_syntax_problems
 from apps.snapshots.yamlconfig import load_config
 from apps.tenancy.models import Application
 
@@ -131,14 +130,10 @@ def check_file(kind: str, path: str, text: str, limits: dict) -> None:
             code="file_too_large",
         )
     if kind == "template":
-        try:
-            template_environment().compile(text, name=path, filename=path)
-        except TemplateSyntaxError as exc:
-            raise ValidationFailed(
-                f"{path}:{exc.lineno}: {exc.message}",
-                code="template_syntax",
-                details=[{"file": path, "line": exc.lineno, "message": exc.message}],
-            ) from None
+        problems = template_syntax_problems([{"path": path, "source": text}])
+        if problems:
+            raise ValidationFailed(str(problems[0]), code="template_syntax",
+                                   details=[p.as_dict() for p in problems])
 
 
 def environment_file_put(

@@ -160,6 +160,23 @@ def template_environment(
     return env
 
 
+def _syntax_problem(exc: jinja_errors.TemplateSyntaxError, path: str) -> Problem:
+    return Problem("template_syntax", exc.message or str(exc), file=exc.name or path,
+                   line=exc.lineno)
+
+
+def template_syntax_problems(templates: list[dict]) -> list[Problem]:
+    """Compile each template without rendering it: syntax, unknown filters and tests."""
+    env = template_environment()
+    problems = []
+    for template in templates:
+        try:
+            env.compile(template["source"], name=template["path"], filename=template["path"])
+        except jinja_errors.TemplateSyntaxError as exc:
+            problems.append(_syntax_problem(exc, template["path"]))
+    return problems
+
+
 def _render_templates(
     templates: list[dict], context: dict, limits: dict
 ) -> tuple[list[dict], list[Problem]]:
@@ -171,10 +188,7 @@ def _render_templates(
         try:
             template = env.get_template(path)
         except jinja_errors.TemplateSyntaxError as exc:
-            problems.append(
-                Problem("template_syntax", exc.message or str(exc), file=exc.name or path,
-                        line=exc.lineno)
-            )
+            problems.append(_syntax_problem(exc, path))
             continue
         chunks, size = [], 0
         try:
@@ -190,10 +204,7 @@ def _render_templates(
             )
             continue
         except jinja_errors.TemplateSyntaxError as exc:  # in an included template
-            problems.append(
-                Problem("template_syntax", exc.message or str(exc), file=exc.name or path,
-                        line=exc.lineno)
-            )
+            problems.append(_syntax_problem(exc, path))
             continue
         except TemplateNotFound as exc:
             file, line = _template_line(exc, paths)
@@ -254,22 +265,28 @@ def render_source(source: dict) -> Rendered:
             Problem("too_many_files", f"more than {limits['max_files']} files")
         )
         return rendered
+    bad_paths = set()
     for kind, entries in (("templates", templates), ("fallback_files", fallback)):
         for entry in entries:
             reason = path_problem(entry["path"])
             if reason:
+                bad_paths.add((kind, entry["path"]))
                 rendered.problems.append(
                     Problem("file_path", reason, file=entry["path"] or None, key=kind)
                 )
         for parent, child in path_collisions([e["path"] for e in entries]):
+            bad_paths.add((kind, parent))
             rendered.problems.append(
                 Problem("file_path", f"{parent} is a file, so {child} cannot be written",
                         file=parent, key=kind)
             )
-    if any(p.code == "file_path" for p in rendered.problems):
-        return rendered
+    # Go on with the rest, so one bad path does not hide other problems.
+    templates = [t for t in templates if ("templates", t["path"]) not in bad_paths]
+    fallback = [f for f in fallback if ("fallback_files", f["path"]) not in bad_paths]
 
-    if not problems:  # templates need a parsed config
+    if problems:  # without a parsed config, templates can only be syntax-checked
+        rendered.problems.extend(template_syntax_problems(templates))
+    else:
         files, template_problems = _render_templates(templates, config, limits)
         rendered.files = files
         rendered.problems.extend(template_problems)
@@ -296,4 +313,6 @@ def render_source(source: dict) -> Rendered:
             Problem("snapshot_too_large",
                     f"{total} bytes in all; the limit is {limits['max_snapshot_bytes']}")
         )
+    # An error in an included template surfaces in each template including it.
+    rendered.problems = list(dict.fromkeys(rendered.problems))
     return rendered

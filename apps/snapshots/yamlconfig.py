@@ -32,7 +32,8 @@ class _BoundedLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         self._depth += 1
         try:
-            if self._depth > self.max_depth:
+            # The root is level 0, as in _walk, so both checks agree.
+            if self._depth > self.max_depth + 1:
                 raise ConfigTooDeep(
                     problem=f"nesting deeper than {self.max_depth} levels",
                     problem_mark=self.peek_event().start_mark,

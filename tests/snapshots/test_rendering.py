@@ -80,6 +80,18 @@ def test_nesting_within_the_limit_loads():
     assert config == {"a": [[[[1]]]]}
 
 
+@pytest.mark.parametrize("text", ["[[[1]]]\n", "a: {b: {c: 1}}\n", "a: [[1]]\n"])
+def test_nesting_exactly_at_the_limit_loads(text):
+    config, problems = load_yaml(text, limits={**LIMITS, "max_config_depth": 3})
+    assert problems == []
+
+
+@pytest.mark.parametrize("text", ["[[[[1]]]]\n", "a: {b: {c: {d: 1}}}\n"])
+def test_nesting_one_past_the_limit_is_refused(text):
+    _, [problem] = load_yaml(text, limits={**LIMITS, "max_config_depth": 3})
+    assert problem.code == "yaml_too_deep"
+
+
 def test_a_hundred_thousand_open_brackets_do_not_exhaust_the_stack():
     limits = {**LIMITS, "max_config_bytes": 1_000_000}
     config, [problem] = load_config("[" * 100_000, limits=limits)  # no RecursionError
@@ -485,6 +497,37 @@ def test_every_problem_in_a_source_is_reported():
     assert len(report["errors"]) == 6
     syntax_error = next(e for e in report["errors"] if e["code"] == "template_syntax")
     assert (syntax_error["file"], syntax_error["line"]) == ("b.conf", 1)
+
+
+def test_templates_are_syntax_checked_even_when_the_config_does_not_parse():
+    rendered = render_source(
+        make_source(config="a: [\n", templates={"ok.conf": "{{ a }}\n",
+                                                 "bad.conf": "ok\n{% for %}\n"})
+    )
+    assert {(p.code, p.file, p.line) for p in rendered.problems} == {
+        ("yaml_syntax", "config", 2), ("template_syntax", "bad.conf", 2)
+    }
+
+
+def test_an_unsafe_path_does_not_hide_problems_in_other_files():
+    rendered = render_source(
+        make_source(templates={"/abs": "x", "a.conf": "{{ missing }}\n", "b.conf": "{{ name }}\n"})
+    )
+    assert {(p.code, p.file) for p in rendered.problems} == {
+        ("file_path", "/abs"), ("template_undefined", "a.conf")
+    }
+    assert rendered.files == [{"path": "b.conf", "content": "shop\n"}]
+
+
+def test_an_error_in_a_template_included_twice_is_reported_once():
+    rendered = render_source(
+        make_source(templates={"a.conf": "{% include 'part.inc' %}",
+                               "b.conf": "{% include 'part.inc' %}",
+                               "part.inc": "{{ missing }}"})
+    )
+    assert [(p.code, p.file, p.line) for p in rendered.problems] == [
+        ("template_undefined", "part.inc", 1)
+    ]
 
 
 def test_every_unsafe_path_is_reported():
