@@ -195,8 +195,6 @@ STORAGES = {
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
-# Without `collectstatic` (tests, a first start) pages still render, unhashed.
-WHITENOISE_MANIFEST_STRICT = False
 
 LOGIN_URL = "admin:login"
 

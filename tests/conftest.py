@@ -50,6 +50,18 @@ def pytest_runtest_setup(item):
         pytest.skip(message)
 
 
+@pytest.fixture(autouse=True)
+def _test_settings(settings):
+    """A fast password hasher (fixtures make many users), and static files served
+    unhashed: outside embedded mode settings pick the manifest storage, which
+    needs `collectstatic` (a deploy step), while pages only need {% static %}."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _tasks_inline():
     """Tasks run inline in tests unless a test starts a real worker."""

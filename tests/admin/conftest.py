@@ -8,19 +8,6 @@ from apps.tenancy.services import membership_set
 from tests.admin.support import publish, publish_with_workers
 
 
-@pytest.fixture(autouse=True)
-def _admin_test_settings(settings, tmp_path):
-    """With DATABASE_URL set, settings pick the manifest storage, which needs
-    collectstatic; admin pages only need {% static %} to resolve. A fast password
-    hasher keeps the many users these tests make cheap."""
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
-    settings.STATIC_ROOT = tmp_path
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def staff_member(make_user, tenant, superuser):
     """staff_member("owner") -> a staff user with that role in shop-team."""

@@ -47,9 +47,3 @@ def client_for(api_client, member):
         return api_client(member(role, username=f"{role}-user"))
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """The fixtures create several users per test; the production hasher is slow by design."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -11,11 +11,6 @@ from rest_framework.test import APIClient
 from apps.tenancy.models import ApiToken
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def alice(member, environment):
     return member("viewer", username="alice")
