@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "apps.environments",
     "apps.snapshots",
     "apps.audit",
+    "apps.fleet",
 ]
 
 MIDDLEWARE = [
@@ -167,6 +168,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.snapshots.tasks.publication_reconcile_task",
         "schedule": 60.0,
     },
+    "flush-heartbeats": {
+        "task": "apps.fleet.tasks.heartbeats_flush_task",
+        "schedule": 30.0,
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -232,6 +237,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SnapshotStateEnum": "apps.snapshots.models.Snapshot.State",
         "PublicationStateEnum": "apps.snapshots.models.Publication.State",
+        "AgentModeEnum": "apps.fleet.models.Agent.Mode",
+        "DeploymentStateEnum": "apps.fleet.models.Deployment.State",
     },
 }
 

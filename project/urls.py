@@ -6,6 +6,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.audit import api as audit_api
 from apps.environments import api as environments_api
+from apps.fleet import agent_api
+from apps.fleet import api as fleet_api
 from apps.snapshots import api as snapshots_api
 
 ENV = "environments/<slug:application>/<slug:environment>"
@@ -29,6 +31,25 @@ api_v1 = [
          name="snapshot-rollback"),
     path("publications/<uuid:publication_id>", snapshots_api.PublicationDetailApi.as_view(),
          name="publication-detail"),
+    # Fleet (operators)
+    path(f"{ENV}/agents", fleet_api.AgentListApi.as_view(), name="agent-list"),
+    path(f"{ENV}/enrollment-tokens", fleet_api.EnrollmentTokenApi.as_view(),
+         name="enrollment-token-create"),
+    path(f"{SNAP}/activate", fleet_api.SnapshotActivateApi.as_view(), name="snapshot-activate"),
+    path(f"{SNAP}/deploy", fleet_api.SnapshotDeployApi.as_view(), name="snapshot-deploy"),
+    path("agents/<int:agent_id>", fleet_api.AgentDetailApi.as_view(), name="agent-detail"),
+    path("agents/<int:agent_id>/deployments", fleet_api.AgentDeploymentListApi.as_view(),
+         name="agent-deployments"),
+    path("agents/<int:agent_id>/token/rotate", fleet_api.AgentTokenRotateApi.as_view(),
+         name="agent-token-rotate"),
+    path("agents/<int:agent_id>/token/revoke", fleet_api.AgentTokenRevokeApi.as_view(),
+         name="agent-token-revoke"),
+    # The agent protocol
+    path("agent/enroll", agent_api.EnrollApi.as_view(), name="agent-enroll"),
+    path("agent/desired", agent_api.desired_view, name="agent-desired"),
+    path("agent/snapshots/<int:number>/bundle", agent_api.BundleApi.as_view(),
+         name="agent-bundle"),
+    path("agent/reports", agent_api.ReportApi.as_view(), name="agent-reports"),
 ]
 
 urlpatterns = [

@@ -28,11 +28,11 @@ class AuditListApi(EnvironmentAPIView, ListAPIView):
 
 
 class PendingChangesSerializer(serializers.Serializer):
-    class SnapshotRef(serializers.Serializer):
+    class PendingSnapshotSerializer(serializers.Serializer):
         number = serializers.IntegerField()
         label = serializers.CharField()
 
-    snapshot = SnapshotRef(allow_null=True)
+    snapshot = PendingSnapshotSerializer(allow_null=True)
     count = serializers.IntegerField()
     events = AuditEventSerializer(many=True)
     valid = serializers.BooleanField()

@@ -5,7 +5,13 @@ from apps.environments.models import Environment
 from apps.snapshots.diff import diff_files
 from apps.snapshots.selectors import latest_ready_snapshot, snapshot_preview
 
-SNAPSHOT_ACTIONS = ("snapshot.create", "snapshot.rollback", "snapshot.invalid")
+# The changes a snapshot is rendered from; others (owners, agents, activation)
+# do not wait for a rollout.
+INPUT_ACTIONS = (
+    "environment.create", "environment.update",
+    "template.create", "template.update", "template.delete",
+    "fallback.create", "fallback.update", "fallback.delete",
+)
 
 
 def pending_changes(environment: Environment) -> dict:
@@ -13,9 +19,7 @@ def pending_changes(environment: Environment) -> dict:
     rendering now against it. Delimited by audit id, never by time (seed 000):
     the snapshot records the newest event when its inputs were captured."""
     latest = latest_ready_snapshot(environment)
-    events = AuditEvent.objects.filter(environment=environment).exclude(
-        action__in=SNAPSHOT_ACTIONS
-    )
+    events = AuditEvent.objects.filter(environment=environment, action__in=INPUT_ACTIONS)
     if latest is not None and latest.inputs_audit_id is not None:
         events = events.filter(id__gt=latest.inputs_audit_id)
     rendered = snapshot_preview(environment)

@@ -65,7 +65,7 @@ class EnvironmentListApi(ListAPIView):
 
 
 class EnvironmentDetailApi(EnvironmentAPIView):
-    class UpdateSerializer(serializers.Serializer):
+    class EnvironmentUpdateSerializer(serializers.Serializer):
         config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
         config_schema = serializers.JSONField(required=False, allow_null=True)
         poll_interval_s = serializers.IntegerField(required=False, min_value=5, max_value=3600)
@@ -79,10 +79,10 @@ class EnvironmentDetailApi(EnvironmentAPIView):
     def get(self, request, application, environment):
         return Response(_detail(self.environment(), request.user))
 
-    @extend_schema(request=UpdateSerializer, responses=EnvironmentDetailSerializer)
+    @extend_schema(request=EnvironmentUpdateSerializer, responses=EnvironmentDetailSerializer)
     def patch(self, request, application, environment):
         env = self.environment(Role.OWNER)
-        data = self.UpdateSerializer(data=request.data)
+        data = self.EnvironmentUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         env = services.environment_update(environment=env, actor=request.user,
                                           **data.validated_data)

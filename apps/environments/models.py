@@ -44,6 +44,14 @@ class Environment(models.Model):
     poll_interval_s = models.PositiveIntegerField(
         default=30, help_text="How often agents poll for their desired snapshot, in seconds."
     )
+    active_snapshot = models.ForeignKey(
+        "snapshots.Snapshot", null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+", help_text="What auto_pull agents follow.",
+    )
+    require_activation = models.BooleanField(
+        default=False,
+        help_text="Publishing stores a snapshot without activating it; activate explicitly.",
+    )
     owners = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="owned_environments"
     )

@@ -11,7 +11,7 @@ from apps.snapshots.rendering import path_collisions, path_problem, template_syn
 from apps.snapshots.yamlconfig import load_config
 from apps.tenancy.models import Application
 
-EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s")
+EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "require_activation")
 
 
 def check_config(config: str, limits: dict) -> None:

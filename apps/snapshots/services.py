@@ -6,6 +6,7 @@ then allocates the next number under the lock again. Identical content to the
 latest ready snapshot allocates nothing and returns that snapshot.
 """
 
+import json
 import logging
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ from apps.audit.models import AuditEvent
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
+from apps.fleet.services import environment_activate
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.problems import Problem
 from apps.snapshots.rendering import Rendered, render_source
@@ -98,6 +100,17 @@ def publication_fail(*, publication_id: str, reason: str) -> Publication:
     )
 
 
+def _bundle(number: int, label: str, rendered: Rendered) -> bytes:
+    """What an agent downloads, serialised once (DESIGN.md: bundles are immutable)."""
+    return json.dumps({
+        "number": number,
+        "label": label,
+        "checksum": rendered.checksum,
+        "files": rendered.files,
+        "fallback_files": rendered.fallback_files,
+    }, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def _label(environment: Environment, today) -> str:
     prefix = f"{today:%Y%m%d}-"
     taken = Snapshot.objects.filter(environment=environment, label__startswith=prefix).count()
@@ -138,16 +151,18 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
         environment.snapshot_counter += 1
         environment.save(update_fields=["snapshot_counter"])
         state = Snapshot.State.READY if rendered.is_valid else Snapshot.State.INVALID
+        number, label = environment.snapshot_counter, _label(environment, now.date())
         snapshot = Snapshot.objects.create(
             environment=environment,
-            number=environment.snapshot_counter,
-            label=_label(environment, now.date()),
+            number=number,
+            label=label,
             state=state,
             source=publication.source,
             effective_config=rendered.effective_config,
             files=rendered.files if rendered.is_valid else [],
             fallback_files=rendered.fallback_files if rendered.is_valid else [],
             checksum=rendered.checksum if rendered.is_valid else "",
+            bundle=_bundle(number, label, rendered) if rendered.is_valid else b"",
             report=rendered.report(),
             inputs_audit_id=publication.inputs_audit_id,
             author=publication.author,
@@ -175,6 +190,10 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
             summary=f"{summary} of {environment.full_name}",
             data={"number": snapshot.number, "checksum": snapshot.checksum},
         )
+        if rendered.is_valid and (
+            publication.kind == Publication.Kind.ROLLBACK or not environment.require_activation
+        ):
+            environment_activate(environment=environment, snapshot=snapshot)
     logger.info(
         "%s #%s (%s) stored as %s", environment.full_name, snapshot.number, snapshot.label, state
     )

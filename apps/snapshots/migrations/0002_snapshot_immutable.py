@@ -7,7 +7,7 @@ from django.db import migrations
 
 CONTENT_COLUMNS = [
     "environment_id", "number", "label", "state", "source", "effective_config", "files",
-    "fallback_files", "checksum", "report", "inputs_audit_id", "parent_id",
+    "fallback_files", "checksum", "bundle", "report", "inputs_audit_id", "parent_id",
     "rolled_back_from_id", "created_at",
 ]
 

@@ -1,0 +1,156 @@
+"""The agent protocol (DESIGN.md): enroll, desired (ETag polling), bundle, reports.
+
+GET desired is the hot path: `desired_etag` answers 304 from the cache before any
+view machinery or SQL runs; on a miss the view computes the answer from the
+database and caches its ETag.
+"""
+
+from django.http import HttpResponse
+from django.utils.cache import get_conditional_response
+from django.views.decorators.http import condition
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core import tokens
+from apps.core.errors import NotFound
+from apps.fleet import cache, selectors, services
+from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
+from apps.fleet.models import Agent
+from apps.snapshots.models import Snapshot
+
+
+def desired_etag(request) -> str | None:
+    """The agent's current ETag from the cache (and its heartbeat), or None on a miss."""
+    parsed = presented_agent_token(request)
+    if parsed is None:
+        return None
+    key, secret = parsed
+    state = cache.poll_state(key)
+    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        return None
+    cache.record_heartbeat(state["agent_id"])
+    return state["etag"]
+
+
+class AgentAPIView(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @property
+    def agent(self):
+        return self.request.auth
+
+
+class EnrollApi(APIView):
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    class EnrollRequestSerializer(serializers.Serializer):
+        enrollment_token = serializers.CharField(max_length=200)
+        name = serializers.CharField(max_length=64)
+        labels = serializers.DictField(child=serializers.CharField(allow_blank=True),
+                                       required=False, default=dict)
+
+    class EnrollResponseSerializer(serializers.Serializer):
+        agent_id = serializers.IntegerField()
+        token = serializers.CharField()
+        environment = serializers.CharField()
+
+    @extend_schema(request=EnrollRequestSerializer, responses={201: EnrollResponseSerializer},
+                   summary="Exchange an enrollment token for the agent's own token")
+    def post(self, request):
+        data = self.EnrollRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent, token = services.agent_enroll(**data.validated_data)
+        return Response(
+            {"agent_id": agent.pk, "token": token, "environment": agent.environment.full_name},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class DesiredSerializer(serializers.Serializer):
+    class DesiredSnapshotSerializer(serializers.Serializer):
+        number = serializers.IntegerField()
+        label = serializers.CharField()
+        checksum = serializers.CharField()
+        bundle_url = serializers.CharField()
+
+    snapshot = DesiredSnapshotSerializer(allow_null=True)
+    deployment_id = serializers.UUIDField(allow_null=True)
+    mode = serializers.ChoiceField(Agent.Mode.choices)
+    poll_interval_s = serializers.IntegerField()
+
+
+class DesiredApi(AgentAPIView):
+    @extend_schema(responses={200: DesiredSerializer, 304: OpenApiResponse(
+        description="Not modified (If-None-Match matched)")},
+        summary="The agent's desired snapshot (send If-None-Match)")
+    def get(self, request):
+        agent = self.agent
+        body, etag = selectors.desired_state_for(agent)
+        cache.store_poll_state(token_key=agent.token_key, token_hash=agent.token_hash,
+                               agent_id=agent.pk, etag=etag)
+        cache.record_heartbeat(agent.pk)
+        return Response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
+
+
+# The 304 is decided by Django's own conditional-request handling (RFC 9110:
+# lists, "*", weak comparison for If-None-Match, HEAD) before DRF runs.
+desired_view = condition(etag_func=desired_etag)(DesiredApi.as_view())
+
+
+class BundleApi(AgentAPIView):
+    @extend_schema(responses={200: OpenApiResponse(description=(
+        "{number, label, checksum, files: [{path, content}], fallback_files: [...]}; "
+        "ETag is the checksum"))}, summary="A snapshot's files (immutable)")
+    def get(self, request, number):
+        snapshot = (
+            Snapshot.objects.filter(environment_id=self.agent.environment_id, number=number,
+                                    state=Snapshot.State.READY)
+            .only("checksum", "bundle")
+            .first()
+        )
+        if snapshot is None:
+            raise NotFound(f"No snapshot {number} for this agent.")
+        etag = f'"{snapshot.checksum}"'
+        not_modified = get_conditional_response(request, etag=etag)
+        if not_modified is not None:
+            return not_modified
+        response = HttpResponse(bytes(snapshot.bundle), content_type="application/json")
+        response["ETag"] = etag
+        response["Cache-Control"] = "private, max-age=31536000, immutable"
+        return response
+
+
+class ReportApi(AgentAPIView):
+    class ReportRequestSerializer(serializers.Serializer):
+        deployment_id = serializers.UUIDField(allow_null=True, required=False, default=None)
+        snapshot = serializers.IntegerField(min_value=1)
+        checksum = serializers.CharField(max_length=71)
+        status = serializers.ChoiceField(["succeeded", "warning", "failed"])
+        message = serializers.CharField(max_length=4000, allow_blank=True, required=False,
+                                        default="", trim_whitespace=False)
+
+    class ReportResponseSerializer(serializers.Serializer):
+        deployment_id = serializers.UUIDField()
+        state = serializers.CharField()
+        duplicate = serializers.BooleanField()
+
+    @extend_schema(request=ReportRequestSerializer, responses={201: ReportResponseSerializer,
+                                                       200: ReportResponseSerializer},
+                   summary="Report the result of applying a snapshot")
+    def post(self, request):
+        data = self.ReportRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        deployment, created = services.report_record(
+            agent=self.agent, deployment_id=v["deployment_id"], number=v["snapshot"],
+            checksum=v["checksum"], status=v["status"], message=v["message"])
+        return Response(
+            {"deployment_id": str(deployment.pk), "state": deployment.state,
+             "duplicate": not created},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )

@@ -1,0 +1,185 @@
+"""Operator API for the fleet: agents and their status, modes, tokens, enrollment
+tokens, activation and push deployments."""
+
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+
+from apps.core.errors import NotFound
+from apps.core.views import EnvironmentAPIView
+from apps.environments.models import Environment
+from apps.environments.selectors import environment_get
+from apps.fleet import selectors, services
+from apps.fleet.models import Agent, Deployment
+from apps.snapshots.selectors import snapshot_get
+from apps.tenancy.models import Role
+
+
+class AgentSerializer(serializers.ModelSerializer):
+    environment = serializers.CharField(source="environment.full_name")
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Agent
+        fields = ["id", "name", "environment", "labels", "enabled", "mode", "generation",
+                  "created_at", "status"]
+
+    def get_status(self, agent) -> dict:
+        seen = self.context["last_seen"].get(agent.pk)
+        return selectors.agent_status(agent, seen)
+
+
+def _agent_body(agent: Agent) -> dict:
+    return AgentSerializer(agent, context={"last_seen": selectors.last_seen([agent])}).data
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    agent = serializers.IntegerField(source="agent_id")
+    snapshot = serializers.IntegerField(source="snapshot.number")
+
+    class Meta:
+        model = Deployment
+        fields = ["id", "agent", "snapshot", "kind", "state", "message", "created_at",
+                  "reported_at"]
+
+
+class AgentListApi(EnvironmentAPIView, ListAPIView):
+    serializer_class = AgentSerializer
+
+    def get_queryset(self):
+        return selectors.agents_with_desired(
+            Agent.objects.filter(environment=self.environment())).order_by("name")
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        page = getattr(self, "_page", None)
+        context["last_seen"] = selectors.last_seen(page or [])
+        return context
+
+    def paginate_queryset(self, queryset):
+        self._page = super().paginate_queryset(queryset)
+        return self._page
+
+
+class _AgentApi(EnvironmentAPIView):
+    def agent_for(self, required: Role) -> Agent:
+        agent = selectors.agents_with_desired(Agent.objects.filter(
+            pk=self.kwargs["agent_id"],
+            environment__in=Environment.objects.visible_to(self.request.user),
+        )).first()
+        if agent is None:
+            raise NotFound("Agent not found.")
+        environment_get(user=self.request.user, application=agent.environment.application.name,
+                        name=agent.environment.name, required=required)
+        return agent
+
+
+class AgentDetailApi(_AgentApi):
+    class AgentUpdateSerializer(serializers.Serializer):
+        mode = serializers.ChoiceField(Agent.Mode.choices, required=False)
+        enabled = serializers.BooleanField(required=False)
+        labels = serializers.DictField(child=serializers.CharField(allow_blank=True),
+                                       required=False)
+
+    @extend_schema(responses=AgentSerializer)
+    def get(self, request, agent_id):
+        return Response(_agent_body(self.agent_for(Role.VIEWER)))
+
+    @extend_schema(request=AgentUpdateSerializer, responses=AgentSerializer,
+                   summary="Switch mode (auto_pull | manual), enable or disable, set labels")
+    def patch(self, request, agent_id):
+        agent = self.agent_for(Role.DEPLOYER)
+        data = self.AgentUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.agent_update(agent=agent, actor=request.user, **data.validated_data)
+        return Response(_agent_body(self.agent_for(Role.VIEWER)))
+
+
+class AgentTokenRotateApi(_AgentApi):
+    class AgentTokenSerializer(serializers.Serializer):
+        token = serializers.CharField()
+
+    @extend_schema(request=None, responses=AgentTokenSerializer,
+                   summary="Replace the agent's token (shown only here)")
+    def post(self, request, agent_id):
+        token = services.agent_token_rotate(agent=self.agent_for(Role.OWNER), actor=request.user)
+        return Response({"token": token})
+
+
+class AgentTokenRevokeApi(_AgentApi):
+    @extend_schema(request=None, responses=AgentSerializer, summary="Revoke the agent's token")
+    def post(self, request, agent_id):
+        agent = services.agent_token_revoke(agent=self.agent_for(Role.OWNER),
+                                            actor=request.user)
+        return Response(_agent_body(agent))
+
+
+class AgentDeploymentListApi(_AgentApi, ListAPIView):
+    serializer_class = DeploymentSerializer
+
+    def get_queryset(self):
+        return Deployment.objects.filter(agent=self.agent_for(Role.VIEWER)).select_related(
+            "snapshot").only("id", "agent_id", "snapshot__number", "kind", "state", "message",
+                             "created_at", "reported_at").order_by("-created_at")
+
+
+class EnrollmentTokenApi(EnvironmentAPIView):
+    class EnrollmentTokenRequestSerializer(serializers.Serializer):
+        uses = serializers.IntegerField(min_value=1, max_value=100_000, default=1)
+        expires_in_s = serializers.IntegerField(min_value=60, max_value=365 * 86400,
+                                                default=86400)
+        name = serializers.CharField(max_length=100, required=False, default="")
+
+    class EnrollmentTokenSerializer(serializers.Serializer):
+        key = serializers.CharField()
+        token = serializers.CharField()
+        uses = serializers.IntegerField()
+        expires_at = serializers.DateTimeField()
+
+    @extend_schema(request=EnrollmentTokenRequestSerializer,
+                   responses={201: EnrollmentTokenSerializer},
+                   summary="Create an enrollment token (the secret is shown only here)")
+    def post(self, request, application, environment):
+        env = self.environment(Role.OWNER)
+        data = self.EnrollmentTokenRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        token, secret = services.enrollment_token_create(
+            environment=env, max_uses=v["uses"], name=v["name"], actor=request.user,
+            expires_at=timezone.now() + timedelta(seconds=v["expires_in_s"]))
+        return Response({"key": token.key, "token": secret, "uses": token.max_uses,
+                         "expires_at": token.expires_at}, status=status.HTTP_201_CREATED)
+
+
+class SnapshotActivateApi(EnvironmentAPIView):
+    @extend_schema(request=None, responses={200: None},
+                   summary="Make a ready snapshot the one auto_pull agents follow")
+    def post(self, request, application, environment, number):
+        snapshot = snapshot_get(environment=self.environment(Role.DEPLOYER), number=number)
+        services.snapshot_activate(snapshot=snapshot, actor=request.user)
+        return Response({"active": snapshot.number})
+
+
+class SnapshotDeployApi(EnvironmentAPIView):
+    class DeployRequestSerializer(serializers.Serializer):
+        agents = serializers.ListField(child=serializers.IntegerField(min_value=1),
+                                       required=False, default=list, max_length=10_000)
+
+    @extend_schema(request=DeployRequestSerializer,
+                   responses={201: DeploymentSerializer(many=True)},
+                   summary="Push a snapshot now to the listed agents (empty: all enabled)")
+    def post(self, request, application, environment, number):
+        snapshot = snapshot_get(environment=self.environment(Role.DEPLOYER), number=number)
+        data = self.DeployRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        deployments = services.snapshot_deploy(snapshot=snapshot,
+                                               agent_ids=data.validated_data["agents"],
+                                               actor=request.user)
+        for deployment in deployments:
+            deployment.snapshot = snapshot
+        return Response(DeploymentSerializer(deployments, many=True).data,
+                        status=status.HTTP_201_CREATED)

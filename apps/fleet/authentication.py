@@ -1,0 +1,67 @@
+"""Agents authenticate with their own token: `Authorization: Bearer bwa_<key>.<secret>`.
+
+Enrollment tokens (bwe_) and user tokens (bwu_) are refused here.
+"""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+
+from apps.core import tokens
+from apps.fleet.models import Agent
+from apps.fleet.services import AGENT_TOKEN_PREFIX
+
+
+class AgentPrincipal:
+    """The request.user of an agent's request."""
+
+    is_authenticated = True
+    is_active = True
+    is_anonymous = False
+    is_superuser = False
+    is_staff = False
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+        self.pk = None
+
+    def __str__(self) -> str:
+        return f"agent {self.agent.name}"
+
+
+def presented_agent_token(request) -> tuple[str, str] | None:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return tokens.parse(presented.strip(), AGENT_TOKEN_PREFIX)
+
+
+class AgentTokenAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request):
+        parsed = presented_agent_token(request)
+        if parsed is None:
+            raise exceptions.AuthenticationFailed("An agent token is required.")
+        key, secret = parsed
+        agent = (
+            Agent.objects.select_related(
+                "environment__application", "environment__active_snapshot", "target_snapshot"
+            )
+            .filter(token_key=key)
+            .first()
+        )
+        if agent is None or not tokens.secret_matches(secret, agent.token_hash):
+            raise exceptions.AuthenticationFailed("Unknown agent token.")
+        if agent.token_revoked_at is not None:
+            raise exceptions.AuthenticationFailed("This agent token has been revoked.")
+        return AgentPrincipal(agent), agent
+
+    def authenticate_header(self, request):
+        return "Bearer"
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    target_class = AgentTokenAuthentication
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "bwa_<key>.<secret>"}

@@ -1,0 +1,73 @@
+"""What the agent poll path keeps in the cache: per token, the agent's current ETag;
+per agent, its last heartbeat. The database stays the source of truth: a miss or
+an outage of the cache falls back to it, and cache errors never fail a request."""
+
+import logging
+import time
+
+from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
+
+# Bounds how long a poll state written just after a concurrent change can linger
+# (the change deletes the entry on commit; a racing poll may write it back).
+POLL_STATE_TTL = 300
+HEARTBEAT_TTL = 24 * 3600
+
+
+def _poll_key(token_key: str) -> str:
+    return f"fleet:poll:{token_key}"
+
+
+def _seen_key(agent_id: int) -> str:
+    return f"fleet:seen:{agent_id}"
+
+
+def poll_state(token_key: str) -> dict | None:
+    try:
+        return cache.get(_poll_key(token_key))
+    except Exception:
+        logger.warning("cache unavailable; answering polls from the database", exc_info=True)
+        return None
+
+
+def store_poll_state(*, token_key: str, token_hash: str, agent_id: int, etag: str) -> None:
+    state = {"agent_id": agent_id, "token_hash": token_hash, "etag": etag}
+    try:
+        cache.set(_poll_key(token_key), state, timeout=POLL_STATE_TTL)
+    except Exception:
+        logger.warning("cache unavailable; poll state not stored", exc_info=True)
+
+
+def forget_poll_states(token_keys) -> None:
+    keys = [_poll_key(k) for k in token_keys]
+    if not keys:
+        return
+    try:
+        cache.delete_many(keys)
+    except Exception:
+        # Entries expire within POLL_STATE_TTL; until then agents keep polling
+        # with their old ETag, which still answers from the cache.
+        logger.error("cache unavailable; %d poll states not invalidated", len(keys),
+                     exc_info=True)
+
+
+def record_heartbeat(agent_id: int) -> None:
+    try:
+        cache.set(_seen_key(agent_id), time.time(), timeout=HEARTBEAT_TTL)
+    except Exception:
+        logger.warning("cache unavailable; heartbeat of agent %s not recorded", agent_id,
+                       exc_info=True)
+
+
+def heartbeats(agent_ids) -> dict[int, float]:
+    """agent id -> unix time of its last poll, for those the cache knows."""
+    ids = list(agent_ids)
+    if not ids:
+        return {}
+    try:
+        found = cache.get_many([_seen_key(i) for i in ids])
+    except Exception:
+        logger.warning("cache unavailable; heartbeats unknown", exc_info=True)
+        return {}
+    return {i: found[_seen_key(i)] for i in ids if _seen_key(i) in found}

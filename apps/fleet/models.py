@@ -1,0 +1,132 @@
+"""Agents, the tokens that enroll them, and deployments of snapshots onto them."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.environments.models import Environment
+from apps.snapshots.models import Snapshot
+
+
+class EnrollmentToken(models.Model):
+    """Exchanged once per agent for its own token; scoped to one environment."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="enrollment_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    key = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    max_uses = models.PositiveIntegerField(default=1)
+    uses = models.PositiveIntegerField(default=0, editable=False)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(uses__lte=models.F("max_uses")),
+                                   name="enrollment_token_uses_within_max"),
+            models.CheckConstraint(condition=Q(max_uses__gte=1),
+                                   name="enrollment_token_max_uses_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} for {self.environment}"
+
+
+class Agent(models.Model):
+    class Mode(models.TextChoices):
+        AUTO_PULL = "auto_pull", "Auto pull (follow the active snapshot)"
+        MANUAL = "manual", "Manual (follow pushes only)"
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="agents")
+    name = models.CharField(max_length=100)
+    labels = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.AUTO_PULL)
+    target_snapshot = models.ForeignKey(
+        Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="What a manual agent follows: the snapshot last pushed to it.",
+    )
+    # Bumped on every change of the agent's desired state (CAS for operators).
+    generation = models.PositiveBigIntegerField(default=1)
+    token_key = models.CharField(max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, editable=False)
+    token_revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # What the agent applied, only ever from its reports.
+    applied_number = models.PositiveIntegerField(null=True, blank=True)
+    applied_checksum = models.CharField(max_length=71, blank=True)
+    last_status = models.CharField(max_length=16, blank=True)
+    last_message = models.TextField(blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    blocked_number = models.PositiveIntegerField(null=True, blank=True)
+    blocked_checksum = models.CharField(max_length=71, blank=True)
+    # Flushed from the cache in batches; polls do not write the database.
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["environment", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "name"], name="agent_unique_name"),
+            models.CheckConstraint(condition=Q(mode__in=["auto_pull", "manual"]),
+                                   name="agent_mode_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.environment})"
+
+
+class Deployment(models.Model):
+    """One push (announced to the agent by id) or one pulled apply (from its report)."""
+
+    class Kind(models.TextChoices):
+        PUSH = "push", "Push"
+        PULL = "pull", "Pull"
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        WARNING = "warning", "Warning"
+        FAILED = "failed", "Failed"
+        SUPERSEDED = "superseded", "Superseded"
+
+    REPORTED_STATES = (State.SUCCEEDED, State.WARNING, State.FAILED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="deployments")
+    snapshot = models.ForeignKey(Snapshot, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    message = models.TextField(blank=True)
+    reported_checksum = models.CharField(max_length=71, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["agent", "state"], name="deployment_agent_state_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["pending", "succeeded", "warning", "failed",
+                                       "superseded"]),
+                name="deployment_state_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.snapshot.number} to {self.agent.name}: {self.state}"

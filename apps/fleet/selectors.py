@@ -1,0 +1,107 @@
+"""Reads about agents: desired state resolution, the poll answer, status."""
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
+
+from apps.fleet import cache
+from apps.fleet.models import Agent, Deployment
+from apps.snapshots.models import Snapshot
+
+OFFLINE_AFTER_POLL_INTERVALS = 3
+
+
+def desired_snapshot_for(agent: Agent) -> Snapshot | None:
+    """Its pin if any, else the manual target, else the environment's active snapshot."""
+    if agent.mode == Agent.Mode.MANUAL:
+        return agent.target_snapshot
+    return agent.environment.active_snapshot
+
+
+def announced_deployment_for(agent: Agent, snapshot: Snapshot | None) -> Deployment | None:
+    """The pending push of `snapshot` the agent should apply as a push."""
+    if snapshot is None:
+        return None
+    return (
+        Deployment.objects.filter(agent=agent, kind=Deployment.Kind.PUSH,
+                                  state=Deployment.State.PENDING, snapshot=snapshot)
+        .order_by("-created_at")
+        .only("id")
+        .first()
+    )
+
+
+def bundle_url(agent: Agent, snapshot: Snapshot) -> str:
+    return f"/api/v1/agent/snapshots/{snapshot.number}/bundle"
+
+
+def desired_state_for(agent: Agent) -> tuple[dict, str]:
+    """The body of GET /api/v1/agent/desired and its strong ETag."""
+    snapshot = desired_snapshot_for(agent)
+    deployment = announced_deployment_for(agent, snapshot)
+    body = {
+        "snapshot": None if snapshot is None else {
+            "number": snapshot.number,
+            "label": snapshot.label,
+            "checksum": snapshot.checksum,
+            "bundle_url": bundle_url(agent, snapshot),
+        },
+        "deployment_id": str(deployment.pk) if deployment else None,
+        "mode": agent.mode,
+        "poll_interval_s": agent.environment.poll_interval_s,
+    }
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return body, f'"{digest[:40]}"'
+
+
+def agents_with_desired(queryset):
+    return queryset.select_related(
+        "environment__application", "environment__active_snapshot", "target_snapshot"
+    )
+
+
+def last_seen(agents) -> dict[int, datetime | None]:
+    """agent id -> last poll time: the cache's heartbeat, else the flushed column."""
+    beats = cache.heartbeats(a.pk for a in agents)
+    seen = {}
+    for agent in agents:
+        beat = beats.get(agent.pk)
+        from_cache = datetime.fromtimestamp(beat, tz=UTC) if beat else None
+        candidates = [t for t in (from_cache, agent.last_seen_at) if t is not None]
+        seen[agent.pk] = max(candidates) if candidates else None
+    return seen
+
+
+def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
+    """What operators see of an agent."""
+    desired = desired_snapshot_for(agent)
+    interval = timedelta(seconds=agent.environment.poll_interval_s)
+    online = seen_at is not None and timezone.now() - seen_at <= (
+        OFFLINE_AFTER_POLL_INTERVALS * interval
+    )
+    if agent.applied_number is None:
+        sync = "never_applied"
+    elif desired is not None and (agent.applied_number, agent.applied_checksum) == (
+        desired.number, desired.checksum
+    ):
+        sync = "in_sync"
+    elif agent.last_status == "failed":
+        sync = "failed"
+    else:
+        sync = "behind"
+    return {
+        "last_seen_at": seen_at,
+        "online": online,
+        "desired": None if desired is None else {"number": desired.number,
+                                                 "checksum": desired.checksum},
+        "applied": None if agent.applied_number is None else {
+            "number": agent.applied_number, "checksum": agent.applied_checksum},
+        "sync": sync,
+        "last_status": agent.last_status or None,
+        "last_message": agent.last_message,
+        "last_report_at": agent.last_report_at,
+        "blocked": None if agent.blocked_number is None else {
+            "number": agent.blocked_number, "checksum": agent.blocked_checksum},
+    }
