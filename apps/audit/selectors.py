@@ -1,8 +1,11 @@
 """Reads of the audit log, including what is waiting to roll out."""
 
+from django.db.models import Max
+
 from apps.audit.models import AuditEvent
 from apps.environments.models import Environment
 from apps.snapshots.diff import diff_files
+from apps.snapshots.models import Publication
 from apps.snapshots.selectors import latest_ready_snapshot, snapshot_preview
 
 # The changes a snapshot is rendered from; others (owners, agents, activation)
@@ -16,12 +19,16 @@ INPUT_ACTIONS = (
 
 def pending_changes(environment: Environment) -> dict:
     """Audit events the latest ready snapshot does not contain, and the diff of
-    rendering now against it. Delimited by audit id, never by time (seed 000):
-    the snapshot records the newest event when its inputs were captured."""
+    rendering now against it. Delimited by audit id, never by time (seed 000): the
+    newest request that produced or matched that snapshot (a deduplicated publish
+    confirms the snapshot holds everything up to its own request)."""
     latest = latest_ready_snapshot(environment)
     events = AuditEvent.objects.filter(environment=environment, action__in=INPUT_ACTIONS)
-    if latest is not None and latest.inputs_audit_id is not None:
-        events = events.filter(id__gt=latest.inputs_audit_id)
+    if latest is not None:
+        boundary = Publication.objects.filter(
+            snapshot=latest, state=Publication.State.READY
+        ).aggregate(newest=Max("inputs_audit_id"))["newest"]
+        events = events.filter(id__gt=boundary or latest.inputs_audit_id or 0)
     rendered = snapshot_preview(environment)
     return {
         "snapshot": latest,

@@ -87,7 +87,9 @@ class PublicationSerializer(serializers.ModelSerializer):
                 "checksum": s.checksum, "url": snapshot_url(obj.environment, s.number)}
 
     def get_errors(self, obj) -> list[dict]:
-        return obj.snapshot.report.get("errors", []) if obj.snapshot else []
+        if obj.state != Publication.State.INVALID:
+            return []
+        return obj.snapshot.report.get("errors", [])
 
     def get_url(self, obj) -> str:
         return f"/api/v1/publications/{obj.pk}"
@@ -95,7 +97,8 @@ class PublicationSerializer(serializers.ModelSerializer):
 
 def publication_response(publication: Publication) -> Response:
     """202 while rendering; 201 for a new snapshot, 200 for an identical existing one;
-    400 naming every problem when the render was invalid."""
+    400 naming every problem when the render was invalid; 409 when a later request
+    finished first."""
     publication = Publication.objects.select_related("environment__application", "snapshot").get(
         pk=publication.pk
     )
@@ -103,6 +106,14 @@ def publication_response(publication: Publication) -> Response:
     if publication.state == Publication.State.RENDERING:
         return Response(body, status=status.HTTP_202_ACCEPTED,
                         headers={"Location": body["url"]})
+    if publication.state == Publication.State.SUPERSEDED:
+        response = error_response(
+            409, "superseded",
+            f"A later request finished first as #{publication.snapshot.number}; this "
+            "one's inputs are older and were not stored.",
+        )
+        response.data["error"]["publication"] = body
+        return response
     if publication.state == Publication.State.INVALID:
         errors = body["errors"]
         first = errors[0] if errors else {"message": "invalid"}

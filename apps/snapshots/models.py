@@ -79,6 +79,8 @@ class Publication(models.Model):
         RENDERING = "rendering", "Rendering"
         READY = "ready", "Ready"
         INVALID = "invalid", "Invalid"
+        # A publication requested later finished first: this one's inputs are older.
+        SUPERSEDED = "superseded", "Superseded"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     environment = models.ForeignKey(
@@ -87,6 +89,8 @@ class Publication(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PUBLISH)
     state = models.CharField(max_length=16, choices=State.choices, default=State.RENDERING)
     source = models.JSONField()
+    # The audit event of this request: orders publications by when their inputs
+    # were captured, and delimits pending changes.
     inputs_audit_id = models.BigIntegerField(null=True, blank=True)
     rolled_back_from = models.ForeignKey(
         Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"

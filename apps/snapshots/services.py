@@ -13,7 +13,6 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from apps.audit.models import AuditEvent
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
@@ -32,31 +31,41 @@ def _enqueue_render(publication: Publication) -> None:
     publication_render_task.delay_on_commit(str(publication.pk))
 
 
-def _newest_audit_id(environment: Environment) -> int | None:
-    # Called under the environment's row lock, which every writer of its audit
-    # events holds, so no event of this environment can commit with a lower id.
-    return (
-        AuditEvent.objects.filter(environment=environment)
-        .order_by("-id")
-        .values_list("id", flat=True)
-        .first()
+def _request(*, environment: Environment, actor, kind: str, source: dict,
+             rolled_back_from: Snapshot | None = None) -> Publication:
+    """Record a publish or rollback request and queue its render. The request's
+    audit event id orders it among other requests (the environment is locked)."""
+    is_user = getattr(actor, "is_authenticated", False)
+    publication = Publication(
+        environment=environment, kind=kind, source=source,
+        rolled_back_from=rolled_back_from, author=actor if is_user else None,
     )
+    what = (f"a rollback to #{rolled_back_from.number}" if rolled_back_from
+            else "a publish")
+    event = audit_record(
+        actor=actor, action="publication.create", obj=publication, environment=environment,
+        tenant=environment.application.tenant,
+        summary=f"Requested {what} of {environment.full_name}", data={"kind": kind},
+    )
+    publication.inputs_audit_id = event.pk
+    publication.save()
+    logger.info("publication %s (%s) queued for %s", publication.pk, kind,
+                environment.full_name)
+    _enqueue_render(publication)
+    return publication
+
+
+def _locked_environment(environment_id: int) -> Environment:
+    return (Environment.objects.select_for_update(of=("self",))
+            .select_related("application__tenant").get(pk=environment_id))
 
 
 def snapshot_publish(*, environment: Environment, actor) -> Publication:
     """Capture the environment's current inputs and queue their render."""
     with transaction.atomic():
-        locked = Environment.objects.select_for_update().get(pk=environment.pk)
-        publication = Publication.objects.create(
-            environment=locked,
-            kind=Publication.Kind.PUBLISH,
-            source=render_source_for(locked),
-            inputs_audit_id=_newest_audit_id(locked),
-            author=actor if getattr(actor, "is_authenticated", False) else None,
-        )
-        logger.info("publication %s queued for %s", publication.pk, locked.full_name)
-        _enqueue_render(publication)
-    return publication
+        locked = _locked_environment(environment.pk)
+        return _request(environment=locked, actor=actor, kind=Publication.Kind.PUBLISH,
+                        source=render_source_for(locked))
 
 
 def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
@@ -68,18 +77,9 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
             code="rollback_unavailable",
         )
     with transaction.atomic():
-        locked = Environment.objects.select_for_update().get(pk=snapshot.environment_id)
-        publication = Publication.objects.create(
-            environment=locked,
-            kind=Publication.Kind.ROLLBACK,
-            source=snapshot.source,
-            inputs_audit_id=_newest_audit_id(locked),
-            rolled_back_from=snapshot,
-            author=actor if getattr(actor, "is_authenticated", False) else None,
-        )
-        logger.info("rollback to #%s queued as publication %s", snapshot.number, publication.pk)
-        _enqueue_render(publication)
-    return publication
+        locked = _locked_environment(snapshot.environment_id)
+        return _request(environment=locked, actor=actor, kind=Publication.Kind.ROLLBACK,
+                        source=snapshot.source, rolled_back_from=snapshot)
 
 
 def publication_render(*, publication_id: str) -> Publication:
@@ -87,9 +87,15 @@ def publication_render(*, publication_id: str) -> Publication:
     publication = Publication.objects.get(pk=publication_id)
     if publication.state != Publication.State.RENDERING:
         return publication
-    return publication_finish(
-        publication_id=publication_id, rendered=render_source(publication.source)
-    )
+    try:
+        rendered = render_source(publication.source)
+    except Exception as exc:
+        # A bug must not leave the publication rendering forever.
+        logger.exception("rendering publication %s failed", publication_id)
+        rendered = Rendered(effective_config={}, problems=[
+            Problem("render_failed", f"internal error while rendering ({type(exc).__name__})")
+        ])
+    return publication_finish(publication_id=publication_id, rendered=rendered)
 
 
 def publication_fail(*, publication_id: str, reason: str) -> Publication:
@@ -118,18 +124,30 @@ def _label(environment: Environment, today) -> str:
 
 
 def publication_finish(*, publication_id: str, rendered: Rendered) -> Publication:
+    environment_id = Publication.objects.values_list("environment_id", flat=True).get(
+        pk=publication_id)
     with transaction.atomic():
         # Environment first, then publication: the lock order every writer uses.
-        environment = (
-            Environment.objects.select_for_update()
-            .select_related("application__tenant")
-            .get(publications__pk=publication_id)
-        )
+        environment = _locked_environment(environment_id)
         publication = Publication.objects.select_for_update().get(pk=publication_id)
         if publication.state != Publication.State.RENDERING:
             return publication
         latest = latest_ready_snapshot(environment)
         now = timezone.now()
+        newest = (Snapshot.objects.filter(environment=environment).order_by("-number")
+                  .only("pk", "number", "inputs_audit_id").first())
+        if newest is not None and (newest.inputs_audit_id or 0) > (
+            publication.inputs_audit_id or 0
+        ):
+            # Requested before the newest snapshot's request but finished after
+            # it: storing it would silently bring older inputs back.
+            publication.state = Publication.State.SUPERSEDED
+            publication.snapshot = newest
+            publication.finished_at = now
+            publication.save(update_fields=["state", "snapshot", "finished_at"])
+            logger.info("publication %s superseded by %s #%s", publication.pk,
+                        environment.full_name, newest.number)
+            return publication
         if (
             rendered.is_valid
             and publication.kind == Publication.Kind.PUBLISH

@@ -87,9 +87,10 @@ def test_audit_lists_the_environments_events_newest_first(environment, superuser
 
     assert response.status_code == 200
     body = response.json()
-    assert body["count"] == 4
+    assert body["count"] == 5
     assert [e["action"] for e in body["results"]] == [
-        "snapshot.create", "template.create", "template.create", "environment.create"
+        "snapshot.create", "publication.create", "template.create", "template.create",
+        "environment.create",
     ]
     newest = body["results"][0]
     assert newest["actor"] == "root"

@@ -471,3 +471,59 @@ def test_pending_changes_report_an_invalid_current_config(environment, superuser
     assert error in {(e["code"], e.get("file"), e.get("line")) for e in pending["errors"]}
     assert pending["files"] == []
     assert [e.action for e in pending["events"]] == ["environment.update"]
+
+
+def test_a_publication_finishing_after_a_later_request_is_superseded(environment, superuser):
+    environment_update(environment=environment, actor=superuser, config=config_with(11))
+    older = snapshot_publish(environment=environment, actor=superuser)
+    environment_update(environment=environment, actor=superuser, config=config_with(12))
+    newer = snapshot_publish(environment=environment, actor=superuser)
+
+    newer = publication_render(publication_id=str(newer.pk))
+    older = publication_render(publication_id=str(older.pk))
+
+    assert (newer.state, newer.snapshot.number) == ("ready", 1)
+    assert older.state == "superseded"
+    assert older.snapshot == newer.snapshot
+    assert counter(environment) == 1
+    assert '"workers": 12' in Snapshot.objects.get().files[1]["content"]
+
+
+def test_an_unexpected_render_error_finishes_the_publication_as_invalid(environment, superuser):
+    publication = snapshot_publish(environment=environment, actor=superuser)
+    # A source the renderer cannot even read: a bug, not a user error.
+    Publication.objects.filter(pk=publication.pk).update(source={"limits": {}})
+
+    publication = publication_render(publication_id=str(publication.pk))
+
+    assert publication.state == "invalid"
+    assert publication.snapshot.report["errors"][0]["code"] == "render_failed"
+
+
+def test_a_deduplicated_publish_clears_pending_changes(environment, superuser):
+    publish(environment, superuser)
+    original = fresh(environment).config
+    environment_update(environment=environment, actor=superuser, config=config_with(99))
+    environment_update(environment=environment, actor=superuser, config=original)
+    assert len(pending_changes(environment)["events"]) == 2
+
+    assert publish(environment, superuser).deduplicated
+
+    pending = pending_changes(environment)
+    assert pending["events"] == []
+    assert pending["files"] == []
+
+
+def test_every_publish_request_is_audited_even_when_deduplicated(environment, superuser):
+    first = publish(environment, superuser)
+    second = publish(environment, superuser)
+
+    requests = AuditEvent.objects.filter(environment=environment, action="publication.create")
+    assert {e.object_id for e in requests} == {str(first.pk), str(second.pk)}
+    assert second.inputs_audit_id == max(e.pk for e in requests)
+
+
+def config_with(workers: int) -> str:
+    from tests.conftest import CONFIG
+
+    return CONFIG.replace("workers: 4", f"workers: {workers}")
