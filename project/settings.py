@@ -250,6 +250,7 @@ BELLWETHER_LIMITS = {
     "max_file_bytes": env_int("BELLWETHER_MAX_FILE_BYTES", 1024 * 1024),
     "max_snapshot_bytes": env_int("BELLWETHER_MAX_SNAPSHOT_BYTES", 8 * 1024 * 1024),
     "max_files": env_int("BELLWETHER_MAX_FILES", 500),
+    "max_template_iterations": env_int("BELLWETHER_MAX_TEMPLATE_ITERATIONS", 1_000_000),
 }
 
 LOGGING = {

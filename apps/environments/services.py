@@ -1,13 +1,19 @@
 """State changes of environments and their files; each writes its audit event."""
 
-import jsonschema
+import json
+
 from django.db import transaction
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.environments.models import Environment, FallbackFile, Template
 from apps.environments.selectors import environment_limits
-from apps.snapshots.rendering import path_collisions, path_problem, template_syntax_problems
+from apps.snapshots.rendering import (
+    path_collisions,
+    path_problem,
+    schema_problems,
+    template_syntax_problems,
+)
 from apps.snapshots.yamlconfig import load_config
 from apps.tenancy.models import Application
 
@@ -31,14 +37,14 @@ def check_config_schema(schema) -> None:
         return
     if not isinstance(schema, dict):
         raise ValidationFailed("config_schema must be a JSON object or null.")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise ValidationFailed(
-            f"config_schema at {where}: {exc.message}", code="schema_invalid",
-            details=[{"key": f"config_schema/{where}", "message": exc.message}],
-        ) from None
+    if "\\u0000" in json.dumps(schema):
+        raise ValidationFailed("config_schema must not contain NUL characters.",
+                               code="schema_invalid")
+    # A trial validation also resolves the schema's $refs (nothing is fetched).
+    problems = [p for p in schema_problems(schema, {}) if p.code == "schema_invalid"]
+    if problems:
+        raise ValidationFailed(f"config_schema: {problems[0].message}", code="schema_invalid",
+                               details=[p.as_dict() for p in problems])
 
 
 def _check_poll_interval(value: int) -> None:

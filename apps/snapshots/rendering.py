@@ -12,14 +12,17 @@ import tomllib
 from dataclasses import dataclass, field
 
 import jsonschema
-from jinja2 import FunctionLoader, StrictUndefined, TemplateNotFound, Undefined
+from jinja2 import TemplateNotFound
 from jinja2 import exceptions as jinja_errors
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jsonschema_specifications import REGISTRY as BUNDLED_SCHEMAS
+from referencing.exceptions import Unresolvable
 
 from apps.snapshots.problems import Problem
+from apps.snapshots.sandbox import template_environment
 from apps.snapshots.yamlconfig import load_config, load_yaml
 
 SOURCE_FORMAT = 1
+DEFAULT_TEMPLATE_ITERATIONS = 1_000_000
 
 
 @dataclass
@@ -91,7 +94,10 @@ _TOML_LINE = re.compile(r"at line (\d+)")
 
 
 def file_problems(path: str, content: str, *, limits: dict) -> list[Problem]:
-    """Checks by extension: .json, .yaml/.yml and .toml files must parse."""
+    """Checks by extension: .json, .yaml/.yml and .toml files must parse. No file may
+    hold NUL: it is text, and PostgreSQL cannot store NUL in text."""
+    if "\x00" in content:
+        return [Problem("file_binary", "contains a NUL character", file=path)]
     lower = path.lower()
     if lower.endswith(".json"):
         try:
@@ -130,34 +136,27 @@ def _template_line(exc: BaseException, paths: set[str]) -> tuple[str | None, int
     return found
 
 
-def _json_default(value):
-    if isinstance(value, Undefined):
-        str(value)  # StrictUndefined raises UndefinedError, naming the variable
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _tojson(value, indent: int | None = None) -> str:
-    """Plain JSON: Jinja's own tojson escapes <, > and & for HTML, which config
-    files do not want."""
-    return json.dumps(value, indent=indent, ensure_ascii=False, default=_json_default)
-
-
-def template_environment(
-    sources: dict[str, str] | None = None,
-) -> ImmutableSandboxedEnvironment:
-    """The sandbox every template renders in; `sources` maps path -> template text.
-    Immutable: one template cannot change the config the next one sees."""
-    sources = sources or {}
-    env = ImmutableSandboxedEnvironment(
-        loader=FunctionLoader(
-            lambda name: (sources[name], name, lambda: True) if name in sources else None
-        ),
-        undefined=StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-    )
-    env.filters["tojson"] = _tojson
-    return env
+def schema_problems(schema: dict, config: dict) -> list[Problem]:
+    """Validate `config` against a JSON Schema. `$ref`s resolve only within the
+    schema and the bundled metaschemas: nothing is fetched, so validation never
+    depends on (or reaches) another server."""
+    try:
+        validator_cls = jsonschema.validators.validator_for(schema)
+        validator_cls.check_schema(schema)
+        validator = validator_cls(schema, registry=BUNDLED_SCHEMAS)
+        errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.path)))
+    except jsonschema.SchemaError as exc:
+        return [Problem("schema_invalid", exc.message, key="config_schema")]
+    except Unresolvable as exc:
+        return [Problem("schema_invalid", f"unresolvable $ref: {exc}", key="config_schema")]
+    except RecursionError:
+        return [Problem("schema_invalid", "the schema refers to itself without end",
+                        key="config_schema")]
+    return [
+        Problem("config_schema", error.message, file="config",
+                key=".".join(str(p) for p in error.absolute_path) or None)
+        for error in errors
+    ]
 
 
 def _syntax_problem(exc: jinja_errors.TemplateSyntaxError, path: str) -> Problem:
@@ -167,7 +166,7 @@ def _syntax_problem(exc: jinja_errors.TemplateSyntaxError, path: str) -> Problem
 
 def template_syntax_problems(templates: list[dict]) -> list[Problem]:
     """Compile each template without rendering it: syntax, unknown filters and tests."""
-    env = template_environment()
+    env = template_environment({}, iteration_budget=0)
     problems = []
     for template in templates:
         try:
@@ -181,7 +180,9 @@ def _render_templates(
     templates: list[dict], context: dict, limits: dict
 ) -> tuple[list[dict], list[Problem]]:
     sources = {t["path"]: t["source"] for t in templates}
-    env = template_environment(sources)
+    # Sources stored before this limit existed render with the default.
+    budget = limits.get("max_template_iterations", DEFAULT_TEMPLATE_ITERATIONS)
+    env = template_environment(sources, iteration_budget=budget)
     paths = set(sources)
     files, problems = [], []
     for path in sorted(sources):
@@ -236,28 +237,8 @@ def render_source(source: dict) -> Rendered:
     config, problems = load_config(source["config"], limits=limits)
     rendered = Rendered(effective_config=config, problems=list(problems))
 
-    schema = source.get("config_schema")
-    if schema is not None and not problems:
-        try:
-            validator_cls = jsonschema.validators.validator_for(schema)
-            validator_cls.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            rendered.problems.append(
-                Problem("schema_invalid", exc.message, key="config_schema")
-            )
-        else:
-            errors = sorted(
-                validator_cls(schema).iter_errors(config), key=lambda e: list(map(str, e.path))
-            )
-            for error in errors:
-                rendered.problems.append(
-                    Problem(
-                        "config_schema",
-                        error.message,
-                        file="config",
-                        key=".".join(str(p) for p in error.absolute_path) or None,
-                    )
-                )
+    if source.get("config_schema") is not None and not problems:
+        rendered.problems.extend(schema_problems(source["config_schema"], config))
 
     templates, fallback = source["templates"], source["fallback_files"]
     if len(templates) > limits["max_files"] or len(fallback) > limits["max_files"]:

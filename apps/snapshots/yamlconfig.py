@@ -97,6 +97,11 @@ def _walk(value, *, max_depth: int, max_nodes: int, file: str | None) -> list[Pr
         elif isinstance(item, list):
             for index, child in enumerate(item):
                 stack.append((child, f"{path}[{index}]", depth + 1))
+        elif isinstance(item, str) and "\x00" in item:
+            problems.append(
+                Problem("yaml_value_type", "NUL characters are not allowed", file=file,
+                        key=path or None)
+            )
         elif isinstance(item, float) and not math.isfinite(item):
             problems.append(
                 Problem("yaml_value_type", "NaN and infinity are not allowed", file=file, key=path)
@@ -137,6 +142,9 @@ def load_yaml(
         return None, [Problem(code, message, file=file, line=mark.line + 1 if mark else None)]
     except yaml.YAMLError as exc:
         return None, [Problem("yaml_syntax", str(exc), file=file)]
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        # An explicit tag whose value does not convert, e.g. `!!int abc`.
+        return None, [Problem("yaml_syntax", f"a value cannot be converted: {exc}", file=file)]
     finally:
         loader.dispose()
     problems = _walk(
