@@ -1,10 +1,11 @@
 """URL configuration: admin, the REST API under /api/v1/, its schema and docs."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.audit import api as audit_api
+from apps.core.handlers import not_found_api
 from apps.environments import api as environments_api
 from apps.fleet import agent_api
 from apps.fleet import api as fleet_api
@@ -57,6 +58,9 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # Unknown API paths answer with the JSON envelope in every mode (handler404
+    # only applies with DEBUG off).
+    re_path(r"^api/", not_found_api),
 ]
 
 handler404 = "apps.core.handlers.not_found"

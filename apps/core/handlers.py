@@ -8,12 +8,16 @@ def _is_api(request) -> bool:
     return request.path.startswith("/api/")
 
 
+def not_found_api(request, *args, **kwargs):
+    return JsonResponse(
+        {"error": {"code": "not_found", "message": f"No route for {request.path}."}},
+        status=404,
+    )
+
+
 def not_found(request, exception):
     if _is_api(request):
-        return JsonResponse(
-            {"error": {"code": "not_found", "message": f"No route for {request.path}."}},
-            status=404,
-        )
+        return not_found_api(request)
     return defaults.page_not_found(request, exception)
 
 

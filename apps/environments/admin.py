@@ -14,6 +14,7 @@ from apps.core.errors import ApplicationError
 from apps.environments import services
 from apps.environments.models import Environment, FallbackFile, Template
 from apps.environments.selectors import environment_limits
+from apps.snapshots.rendering import path_collisions
 from apps.snapshots.services import snapshot_publish
 
 
@@ -32,7 +33,8 @@ class CodeField(forms.CharField):
 class EnvironmentForm(forms.ModelForm):
     class Meta:
         model = Environment
-        fields = ["application", "name", "config", "config_schema", "poll_interval_s", "owners"]
+        fields = ["application", "name", "config", "config_schema", "poll_interval_s",
+                  "require_activation", "owners"]
         field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
                                                    "class": "bw-code"})}
@@ -70,6 +72,19 @@ class EnvironmentFileForm(forms.ModelForm):
         return cleaned
 
 
+class EnvironmentFileFormSet(forms.BaseInlineFormSet):
+    """Refuses, with a form error, paths where one file would be another's directory."""
+
+    def clean(self):
+        super().clean()
+        paths = [f.cleaned_data["path"] for f in self.forms
+                 if f.cleaned_data.get("path") and not f.cleaned_data.get("DELETE")]
+        collisions = path_collisions(paths)
+        if collisions:
+            parent, child = collisions[0]
+            raise forms.ValidationError(f"{parent} is a file, so {child} cannot be written.")
+
+
 class TemplateForm(EnvironmentFileForm):
     kind, text_field = "template", "source"
 
@@ -95,12 +110,14 @@ class FallbackFileForm(EnvironmentFileForm):
 class TemplateInline(OwnedInlineMixin, admin.StackedInline):
     model = Template
     form = TemplateForm
+    formset = EnvironmentFileFormSet
     extra = 0
 
 
 class FallbackFileInline(OwnedInlineMixin, admin.StackedInline):
     model = FallbackFile
     form = FallbackFileForm
+    formset = EnvironmentFileFormSet
     extra = 0
     verbose_name = "safe fallback file"
 

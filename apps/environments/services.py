@@ -8,6 +8,7 @@ from apps.audit.services import audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.environments.models import Environment, FallbackFile, Template
 from apps.environments.selectors import environment_limits
+from apps.fleet.services import environment_polls_changed
 from apps.snapshots.rendering import (
     path_collisions,
     path_problem,
@@ -108,6 +109,8 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
         for field in changed:
             setattr(locked, field, changes[field])
         locked.save(update_fields=[*changed, "updated_at"])
+        if "poll_interval_s" in changed:
+            environment_polls_changed(locked)
         audit_record(
             actor=actor,
             action="environment.update",

@@ -94,6 +94,11 @@ class DesiredApi(AgentAPIView):
         cache.store_poll_state(token_key=agent.token_key, token_hash=agent.token_hash,
                                agent_id=agent.pk, etag=etag)
         cache.record_heartbeat(agent.pk)
+        # Reached on a cache miss (or outage): the same conditional answer, from the DB.
+        not_modified = get_conditional_response(request, etag=etag)
+        if not_modified is not None:
+            not_modified["Cache-Control"] = "no-cache"
+            return not_modified
         return Response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
 

@@ -38,6 +38,13 @@ def _forget_on_commit(agents_or_keys) -> None:
         transaction.on_commit(lambda: cache.forget_poll_states(keys))
 
 
+def environment_polls_changed(environment: Environment) -> None:
+    """The poll answer of every agent of `environment` changed (e.g. its interval):
+    drop their cached ETags on commit."""
+    _forget_on_commit(Agent.objects.filter(environment=environment)
+                      .values_list("token_key", flat=True))
+
+
 def _bump(agent_ids) -> None:
     Agent.objects.filter(pk__in=agent_ids).update(generation=F("generation") + 1)
 

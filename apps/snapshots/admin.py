@@ -1,6 +1,7 @@
 """Snapshots in the admin: read-only, with their files, report and diff."""
 
 from django.contrib import admin
+from django.db.models import F
 from django.utils.html import format_html, format_html_join
 
 from apps.core.admin import ReadOnlyAdminMixin, render_diff
@@ -14,7 +15,7 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["environment", "number", "label", "state", "short_checksum", "author",
                     "rolled_back_from_number", "created_at"]
     list_filter = ["state", ("environment__application", admin.RelatedOnlyFieldListFilter)]
-    list_select_related = ["environment__application", "author", "rolled_back_from"]
+    list_select_related = ["environment__application", "author"]
     search_fields = ["label", "checksum", "environment__name", "environment__application__name"]
     fields = ["environment", "number", "label", "state", "checksum", "author", "parent",
               "rolled_back_from", "created_at", "problems", "diff", "file_list"]
@@ -23,7 +24,8 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def get_queryset(self, request):
         return Snapshot.objects.filter(
             environment__in=Environment.objects.owned_by(request.user)
-        ).defer("source", "effective_config", "files", "fallback_files")
+        ).annotate(rolled_back_number=F("rolled_back_from__number")).defer(
+            "source", "effective_config", "files", "fallback_files", "bundle")
 
     @admin.display(description="checksum")
     def short_checksum(self, obj):
@@ -31,7 +33,7 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="rolled back from")
     def rolled_back_from_number(self, obj):
-        return obj.rolled_back_from.number if obj.rolled_back_from else "-"
+        return obj.rolled_back_number or "-"
 
     @admin.display(description="Problems")
     def problems(self, obj):
@@ -42,8 +44,10 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             (" ".join(str(e[k]) for k in ("file", "line", "key") if k in e) + ": "
              + e["message"],) for e in errors)))
 
-    @admin.display(description="Diff against the previous snapshot")
+    @admin.display(description="Diff against the previous ready snapshot")
     def diff(self, obj):
+        if not obj.is_ready:
+            return "Invalid snapshots have no files."
         result = snapshot_diff(snapshot=obj)
         if result["against"] is None:
             return format_html("<p>First snapshot of {}.</p>{}", obj.environment,

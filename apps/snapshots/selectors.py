@@ -1,6 +1,6 @@
 """Reads about snapshots: the source to render, preview, lookups and diffs."""
 
-from apps.core.errors import NotFound, ValidationFailed
+from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_limits
 from apps.snapshots.diff import diff_files
@@ -49,11 +49,15 @@ def snapshot_get(*, environment: Environment, number: int) -> Snapshot:
 
 
 def snapshot_diff(*, snapshot: Snapshot, against: int | None = None) -> dict:
-    """Per-file diff of `snapshot` against another of its environment (default: n-1)."""
+    """Per-file diff of `snapshot` against another of its environment (default: the
+    previous ready one). Invalid snapshots have no files, so they cannot be compared."""
+    if not snapshot.is_ready:
+        raise Conflict(f"Snapshot {snapshot.number} is invalid and has no files to compare.",
+                       code="snapshot_invalid")
     if against is None:
         base = (
             Snapshot.objects.filter(environment_id=snapshot.environment_id,
-                                    number__lt=snapshot.number)
+                                    number__lt=snapshot.number, state=Snapshot.State.READY)
             .order_by("-number")
             .first()
         )
@@ -61,6 +65,9 @@ def snapshot_diff(*, snapshot: Snapshot, against: int | None = None) -> dict:
         if against < 1:
             raise ValidationFailed("against must be a snapshot number (1 or more).")
         base = snapshot_get(environment=snapshot.environment, number=against)
+        if not base.is_ready:
+            raise Conflict(f"Snapshot {against} is invalid and has no files to compare.",
+                           code="snapshot_invalid")
     return {
         "snapshot": snapshot.number,
         "against": base.number if base else None,

@@ -1,16 +1,42 @@
 """Admin for tenants, memberships, applications and API tokens (saves via services)."""
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
 from apps.tenancy import services
 from apps.tenancy.models import ApiToken, Application, Membership, Tenant
 
 
+class MembershipForm(forms.ModelForm):
+    """Members are named by username: tenant owners may add people without being
+    able to browse every user of the installation."""
+
+    username = forms.CharField(max_length=150)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["username"] = self.instance.user.get_username()
+
+    def clean_username(self):
+        username = self.cleaned_data["username"]
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            raise forms.ValidationError(f"No active user named {username!r}.")
+        self.cleaned_data["user"] = user
+        return username
+
+
 class MembershipInline(OwnedInlineMixin, admin.TabularInline):
     model = Membership
+    form = MembershipForm
     extra = 0
-    autocomplete_fields = ["user"]
 
 
 def _owned_tenants(user):
@@ -47,11 +73,10 @@ class TenantAdmin(OwnedAdminMixin, admin.ModelAdmin):
             data = member_form.cleaned_data
             if not data:
                 continue
-            if data.get("DELETE"):
-                if member_form.instance.pk:
-                    services.membership_remove(membership=member_form.instance,
-                                               actor=request.user)
-            elif member_form.has_changed():
+            existing = member_form.instance if member_form.instance.pk else None
+            if existing and (data.get("DELETE") or existing.user != data["user"]):
+                services.membership_remove(membership=existing, actor=request.user)
+            if not data.get("DELETE") and member_form.has_changed():
                 services.membership_set(tenant=tenant, user=data["user"], role=data["role"],
                                         actor=request.user)
 
@@ -59,7 +84,7 @@ class TenantAdmin(OwnedAdminMixin, admin.ModelAdmin):
 @admin.register(Application)
 class ApplicationAdmin(OwnedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "tenant", "created_at"]
-    list_filter = ["tenant"]
+    list_filter = [("tenant", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["name"]
 
     def get_queryset(self, request):

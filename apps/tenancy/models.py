@@ -17,29 +17,14 @@ class Role(models.TextChoices):
     DEPLOYER = "deployer", "Deployer"
     OWNER = "owner", "Owner"
 
-    @property
-    def rank(self) -> int:
-        return ROLE_RANK[self.value]
-
 
 ROLE_RANK = {Role.VIEWER: 1, Role.DEPLOYER: 2, Role.OWNER: 3}
-
-
-class TenantQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "TenantQuerySet":
-        if not user.is_authenticated or not user.is_active:
-            return self.none()
-        if user.is_superuser:
-            return self
-        return self.filter(memberships__user=user).distinct()
 
 
 class Tenant(models.Model):
     name = models.CharField(max_length=200, unique=True)
     slug = models.SlugField(max_length=64, unique=True, validators=[slug_validator])
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["slug"]
@@ -69,24 +54,11 @@ class Membership(models.Model):
         return f"{self.user} is {self.role} of {self.tenant}"
 
 
-class ApplicationQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "ApplicationQuerySet":
-        if not user.is_authenticated or not user.is_active:
-            return self.none()
-        if user.is_superuser:
-            return self
-        return self.filter(
-            Q(tenant__memberships__user=user) | Q(environments__owners=user)
-        ).distinct()
-
-
 class Application(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="applications")
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = ApplicationQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

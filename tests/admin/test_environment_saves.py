@@ -247,3 +247,18 @@ def test_environment_owner_saves_through_the_same_services(
     updates = [e for e in new_events(since) if e.action == "environment.update"]
     assert [e.actor for e in updates] == [environment_owner]
     assert not [e for e in new_events(since) if e.action == "environment.owners"]
+
+
+def test_a_template_path_that_is_a_directory_of_another_is_a_form_error(
+        owner_client, environment):
+    since = last_event_id()
+    rows = template_rows(environment) + [{"path": "nginx", "source": "x\n"}]
+
+    response = post_change(owner_client, environment,
+                           environment_form(environment, templates=rows))
+
+    assert response.status_code == 200
+    formset = response.context["inline_admin_formsets"][0].formset
+    assert "nginx is a file, so nginx/shop.conf cannot be written" in formset.non_form_errors()[0]
+    assert not Template.objects.filter(path="nginx").exists()
+    assert new_events(since) == []

@@ -23,7 +23,7 @@ def tenant_form(tenant, rows: list[dict]) -> dict:
         prefix = f"memberships-{index}"
         data[f"{prefix}-id"] = str(row.get("id") or "")
         data[f"{prefix}-tenant"] = str(tenant.pk)
-        data[f"{prefix}-user"] = str(row["user"].pk)
+        data[f"{prefix}-username"] = row["user"].get_username()
         data[f"{prefix}-role"] = row["role"]
         if row.get("DELETE"):
             data[f"{prefix}-DELETE"] = "on"
@@ -88,3 +88,31 @@ def test_tenant_deployer_cannot_open_or_change_the_tenant(
     assert response.status_code == 302
     assert not Membership.objects.filter(user=intruder).exists()
     assert not AuditEvent.objects.filter(action="membership.set", data__user="intruder").exists()
+
+
+def test_a_tenant_owner_adds_a_member_by_username_without_a_user_list(
+        login, tenant_owner, tenant, make_user):
+    make_user("erin")
+    client = login(tenant_owner)
+
+    page = client.get(change_url(TENANTS, tenant.pk))
+    assert b"erin" not in page.content  # no list of every user on the page
+    response = client.post(change_url(TENANTS, tenant.pk), tenant_form(
+        tenant, membership_rows(tenant) + [{"user": make_user("frank"), "role": "viewer"}]))
+
+    assert response.status_code == 302
+    assert tenant.memberships.filter(user__username="frank", role="viewer").exists()
+
+
+def test_an_unknown_username_is_a_form_error(login, tenant_owner, tenant):
+    client = login(tenant_owner)
+    data = tenant_form(tenant, membership_rows(tenant))
+    index = int(data["memberships-TOTAL_FORMS"])
+    data.update({"memberships-TOTAL_FORMS": str(index + 1),
+                 f"memberships-{index}-username": "nobody",
+                 f"memberships-{index}-role": "viewer"})
+
+    response = client.post(change_url(TENANTS, tenant.pk), data)
+
+    assert response.status_code == 200
+    assert b"No active user named" in response.content
