@@ -111,6 +111,20 @@ class Command(BaseCommand):
         "published snapshot each, an admin and a deployer. Safe to run repeatedly."
     )
 
+    def _create_environment(self, application, name, admin):
+        environment = environment_create(
+            application=application, name=name, config=config_for(name, workers=4),
+            config_schema=SCHEMA, poll_interval_s=10 if name == "staging" else 30,
+            actor=admin)
+        for path, text in (("nginx/sites-enabled/shop.conf", NGINX_SITE),
+                           ("shop/config.json", APP_CONFIG)):
+            environment_file_put(environment=environment, kind="template", path=path,
+                                 text=text, actor=admin)
+        environment_file_put(environment=environment, kind="fallback",
+                             path="nginx/sites-enabled/shop.conf", text=FALLBACK_SITE,
+                             actor=admin)
+        return environment
+
     def handle(self, *args, **options):
         password = os.environ.get("BELLWETHER_DEMO_PASSWORD", "bellwether-demo")
         users = get_user_model().objects
@@ -133,17 +147,8 @@ class Command(BaseCommand):
         for name in ("staging", "prod"):
             environment = Environment.objects.filter(application=application, name=name).first()
             if environment is None:
-                environment = environment_create(
-                    application=application, name=name, config=config_for(name, workers=4),
-                    config_schema=SCHEMA, poll_interval_s=10 if name == "staging" else 30,
-                    actor=admin)
-                for path, text in (("nginx/sites-enabled/shop.conf", NGINX_SITE),
-                                   ("shop/config.json", APP_CONFIG)):
-                    environment_file_put(environment=environment, kind="template", path=path,
-                                         text=text, actor=admin)
-                environment_file_put(environment=environment, kind="fallback",
-                                     path="nginx/sites-enabled/shop.conf", text=FALLBACK_SITE,
-                                     actor=admin)
+                with transaction.atomic():  # all of its files, or nothing
+                    environment = self._create_environment(application, name, admin)
             if environment.snapshot_counter == 0:
                 snapshot_publish(environment=environment, actor=admin)
                 # A second release, so the admin has a diff to show.
