@@ -97,7 +97,8 @@ app:
   database:
     host: db.{name}.internal
     name: shop
-    password: "env:SHOP_DB_PASSWORD"   # a reference; the agent resolves it locally
+    # A secret placeholder: the agent fills it in from its own environment.
+    password: "${{secret:env:SHOP_DB_PASSWORD}}"
   features:
     new_checkout: {"true" if name == "staging" else "false"}
     recommendations: true

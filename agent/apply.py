@@ -1,0 +1,197 @@
+"""Applying a snapshot bundle on this host (seed 001's policy).
+
+verify checksum -> refuse a lower number -> resolve secrets -> back up -> write
+atomically -> remove stale files -> validate -> reload (start if not running).
+On failure: restore the backup and reload (warning); with nothing to restore,
+write the safe fallback (warning), else failed. The server never sends
+commands: validate, reload and start are configured on this host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+from agent import files as fs
+from agent.state import State
+
+logger = logging.getLogger("agent.apply")
+
+SUCCEEDED, WARNING, FAILED = "succeeded", "warning", "failed"
+SECRET_PLACEHOLDER = re.compile(r"\$\{secret:(env|file):([^}]+)\}")
+
+
+@dataclass
+class Outcome:
+    status: str
+    message: str
+
+
+@dataclass
+class Commands:
+    validate: str | None = None
+    reload: str | None = None
+    start: str | None = None
+    timeout_s: float = 120.0
+
+
+class SecretError(Exception):
+    pass
+
+
+def content_checksum(entries) -> str:
+    """The server's checksum: sha256 over a JSON array of [path, content] sorted by path."""
+    canonical = json.dumps(
+        [[f["path"], f["content"]] for f in sorted(entries, key=lambda f: f["path"])],
+        ensure_ascii=False, separators=(",", ":"),
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def resolve_secrets(entries, environ) -> list:
+    """Replace `${secret:env:NAME}` and `${secret:file:/path}` placeholders. Every
+    unresolvable reference is reported together, before anything is written."""
+    missing = []
+
+    def value_of(match):
+        kind, reference = match.group(1), match.group(2)
+        if kind == "env":
+            if reference in environ:
+                return environ[reference]
+        else:
+            try:
+                with open(reference, encoding="utf-8") as handle:
+                    return handle.read().rstrip("\n")
+            except OSError:
+                pass
+        missing.append(f"{kind}:{reference}")
+        return match.group(0)
+
+    resolved = [{"path": f["path"], "content": SECRET_PLACEHOLDER.sub(value_of, f["content"])}
+                for f in entries]
+    if missing:
+        raise SecretError("unresolvable secret reference(s): " + ", ".join(sorted(set(missing))))
+    return resolved
+
+
+class Applier:
+    def __init__(self, *, target_dir: str, state_dir: str, commands: Commands, save,
+                 environ=None):
+        self.target_dir = target_dir
+        self.backup_dir = os.path.join(state_dir, "backup")
+        self.commands = commands
+        self.save = save  # persists the State
+        self.environ = os.environ if environ is None else environ
+
+    # --- commands ---------------------------------------------------------------
+
+    def _run(self, name: str, command: str | None, number) -> tuple:
+        if not command:
+            return True, ""
+        env = dict(self.environ, BELLWETHER_TARGET_DIR=self.target_dir,
+                   BELLWETHER_SNAPSHOT=str(number or ""))
+        try:
+            result = subprocess.run(command, shell=True, cwd=self.target_dir, env=env,
+                                    capture_output=True, text=True,
+                                    timeout=self.commands.timeout_s)
+        except subprocess.TimeoutExpired:
+            return False, f"{name} timed out after {self.commands.timeout_s:.0f}s"
+        if result.returncode != 0:
+            output = (result.stderr or result.stdout).strip().splitlines()
+            detail = f": {output[-1]}" if output else ""
+            return False, f"{name} exited {result.returncode}{detail}"
+        return True, ""
+
+    def _reload(self, number) -> tuple:
+        ok, why = self._run("reload", self.commands.reload, number)
+        if not ok and self.commands.start:
+            logger.info("reload failed (%s); starting instead", why)
+            return self._run("start", self.commands.start, number)
+        return ok, why
+
+    def _activate(self, number) -> tuple:
+        ok, why = self._run("validate", self.commands.validate, number)
+        return self._reload(number) if ok else (ok, why)
+
+    # --- apply ------------------------------------------------------------------
+
+    def apply(self, bundle: dict, state: State) -> Outcome:
+        number, checksum = bundle["number"], bundle["checksum"]
+        if content_checksum(bundle["files"]) != checksum:
+            return Outcome(FAILED, f"#{number}: the bundle's files do not match its checksum")
+        if state.active_number is not None and number < state.active_number:
+            return Outcome(FAILED, f"refusing #{number}: lower than the active "
+                                   f"#{state.active_number}")
+        try:
+            entries = resolve_secrets(bundle["files"], self.environ)
+            for entry in entries + bundle.get("fallback_files", []):
+                fs.inside(self.target_dir, entry["path"])
+        except (SecretError, ValueError) as exc:
+            return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
+
+        new_paths = [e["path"] for e in entries]
+        manifest = fs.backup(self.target_dir, new_paths + state.managed_files, self.backup_dir)
+        state.in_progress = {"number": number, "checksum": checksum, "manifest": manifest}
+        self.save(state)
+
+        for entry in entries:
+            fs.write_atomic(fs.inside(self.target_dir, entry["path"]),
+                            entry["content"].encode("utf-8"))
+        for stale in set(state.managed_files) - set(new_paths):
+            fs.remove_file(fs.inside(self.target_dir, stale))
+        ok, why = self._activate(number)
+        if ok:
+            state.active_number, state.active_checksum = number, checksum
+            state.active_label = bundle.get("label")
+            state.managed_files = sorted(new_paths)
+            state.in_progress = None
+            self.save(state)
+            return Outcome(SUCCEEDED, f"applied #{number} ({len(entries)} file(s))")
+        logger.warning("#%s failed: %s; restoring", number, why)
+        return self._recover(bundle, state, why)
+
+    def _recover(self, bundle: dict, state: State, why: str) -> Outcome:
+        number = bundle["number"]
+        fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
+        state.in_progress = None
+        self.save(state)
+        if state.active_number is not None:
+            ok, reload_why = self._reload(state.active_number)
+            if ok:
+                return Outcome(WARNING, f"#{number} failed ({why}); restored "
+                                        f"#{state.active_number}")
+            return Outcome(FAILED, f"#{number} failed ({why}); restored #{state.active_number} "
+                                   f"but {reload_why}")
+        fallback = bundle.get("fallback_files") or []
+        if not fallback:
+            return Outcome(FAILED, f"#{number} failed ({why}); nothing to restore and no "
+                                   "fallback")
+        for entry in fallback:
+            fs.write_atomic(fs.inside(self.target_dir, entry["path"]),
+                            entry["content"].encode("utf-8"))
+        state.managed_files = sorted(e["path"] for e in fallback)
+        self.save(state)
+        ok, fallback_why = self._activate(number)
+        if ok:
+            return Outcome(WARNING, f"#{number} failed ({why}); wrote the safe fallback")
+        return Outcome(FAILED, f"#{number} failed ({why}); the safe fallback failed too "
+                               f"({fallback_why})")
+
+    def recover_interrupted(self, state: State) -> str | None:
+        """After a crash mid-apply: put the old files back, so the host never runs a
+        mix of old and new files; the next cycle applies the snapshot again."""
+        removed = fs.remove_temp_files(self.target_dir) if os.path.isdir(self.target_dir) else 0
+        if state.in_progress is None:
+            return f"removed {removed} leftover temp file(s)" if removed else None
+        number = state.in_progress["number"]
+        fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
+        state.in_progress = None
+        self.save(state)
+        if state.active_number is not None:
+            self._reload(state.active_number)
+        return f"an apply of #{number} was interrupted; restored the previous files"

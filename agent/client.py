@@ -1,0 +1,90 @@
+"""The agent protocol over HTTP (urllib): enroll, desired, bundle, reports."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+
+from agent import __version__
+
+USER_AGENT = f"bellwether-agent/{__version__}"
+
+
+class ProtocolError(Exception):
+    """The server answered, but not as the protocol says (or with an error)."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"HTTP {status} {code}: {message}")
+        self.status = status
+        self.code = code
+
+
+class Unauthorized(ProtocolError):
+    pass
+
+
+class Unreachable(Exception):
+    """No answer: connection refused, timeout, DNS, TLS."""
+
+
+class Client:
+    def __init__(self, server: str, *, token: str | None = None,
+                 ca_bundle: str | None = None, timeout: float = 30.0):
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
+
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 headers: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        request.add_header("User-Agent", USER_AGENT)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout,
+                                        context=self.context) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 304:
+                return 304, dict(exc.headers), b""
+            raw = exc.read()
+            try:
+                error = json.loads(raw)["error"]
+                code, message = error["code"], error["message"]
+            except (ValueError, KeyError, TypeError):
+                code, message = "http_error", raw[:200].decode("utf-8", "replace")
+            cls = Unauthorized if exc.code == 401 else ProtocolError
+            raise cls(exc.code, code, message) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise Unreachable(f"{self.server}: {getattr(exc, 'reason', exc)}") from None
+
+    def enroll(self, enrollment_token: str, name: str, labels: dict) -> dict:
+        _, _, body = self._request("POST", "/api/v1/agent/enroll", {
+            "enrollment_token": enrollment_token, "name": name, "labels": labels})
+        return json.loads(body)
+
+    def desired(self, etag: str | None):
+        """(status, etag, body): status 304 means unchanged since `etag`."""
+        headers = {"If-None-Match": etag} if etag else {}
+        status, response_headers, body = self._request("GET", "/api/v1/agent/desired",
+                                                       headers=headers)
+        if status == 304:
+            return 304, etag, None
+        return status, response_headers.get("ETag"), json.loads(body)
+
+    def bundle(self, url: str) -> dict:
+        _, _, body = self._request("GET", url)
+        return json.loads(body)
+
+    def report(self, report: dict) -> dict:
+        _, _, body = self._request("POST", "/api/v1/agent/reports", report)
+        return json.loads(body)

@@ -1,0 +1,95 @@
+"""Atomic file writes and the backup/restore of a target directory's files."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+
+TEMP_MARKER = ".bellwether-tmp-"
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write `data` to `path` so that readers see the old or the new file, never a
+    mix: a temp file in the same directory, fsync, rename, fsync the directory."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}{secrets.token_hex(4)}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+    _fsync_directory(directory)
+
+
+def remove_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _fsync_directory(os.path.dirname(path) or ".")
+
+
+def remove_temp_files(root: str) -> int:
+    """Delete temp files an interrupted write left under `root`."""
+    removed = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if TEMP_MARKER in name:
+                os.unlink(os.path.join(directory, name))
+                removed += 1
+    return removed
+
+
+def inside(root: str, relative: str) -> str:
+    """The absolute path of `relative` under `root`, refusing escapes."""
+    root = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(root, relative))
+    if os.path.commonpath([root, path]) != root or path == root:
+        raise ValueError(f"path {relative!r} leaves the target directory")
+    return path
+
+
+def backup(target_dir: str, relative_paths, backup_dir: str) -> dict:
+    """Copy the current version of each path (those that exist) to `backup_dir`.
+    Returns the manifest: which paths existed before."""
+    if os.path.isdir(backup_dir):
+        shutil.rmtree(backup_dir)
+    os.makedirs(backup_dir)
+    existed = []
+    for relative in sorted(set(relative_paths)):
+        source = inside(target_dir, relative)
+        if os.path.isfile(source):
+            destination = os.path.join(backup_dir, relative)
+            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            shutil.copy2(source, destination)
+            existed.append(relative)
+    _fsync_directory(backup_dir)
+    return {"existed": existed, "paths": sorted(set(relative_paths))}
+
+
+def restore(target_dir: str, manifest: dict, backup_dir: str) -> None:
+    """Put every path of the manifest back as it was: old content, or absent."""
+    existed = set(manifest["existed"])
+    for relative in manifest["paths"]:
+        path = inside(target_dir, relative)
+        if relative in existed:
+            with open(os.path.join(backup_dir, relative), "rb") as handle:
+                write_atomic(path, handle.read())
+        else:
+            remove_file(path)

@@ -1,0 +1,145 @@
+"""The poll loop: conditional GET, apply what changed, report, back off on errors."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from agent.apply import FAILED, SUCCEEDED, Applier, Outcome
+from agent.client import Client, ProtocolError, Unauthorized, Unreachable
+from agent.state import State
+
+logger = logging.getLogger("agent")
+
+EXIT_OK, EXIT_APPLY_FAILED, EXIT_CONFIG, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
+DEFAULT_INTERVAL = 30.0
+MAX_BACKOFF = 300.0
+
+
+class Agent:
+    def __init__(self, *, client: Client, applier: Applier, state: State, save,
+                 poll_interval: float | None = None, sleep=time.sleep, rng=random.random):
+        self.client = client
+        self.applier = applier
+        self.state = state
+        self.save = save
+        self.poll_interval = poll_interval
+        self.server_interval = DEFAULT_INTERVAL
+        self.sleep = sleep
+        self.rng = rng
+
+    # --- reports ----------------------------------------------------------------
+
+    def _send(self, report: dict) -> None:
+        """Send `report`, keeping it in the state until the server has it."""
+        self.state.unsent_report = report
+        self.save(self.state)
+        try:
+            answer = self.client.report(report)
+        except ProtocolError as exc:
+            if exc.status >= 500 or exc.status == 429 or isinstance(exc, Unauthorized):
+                raise
+            # The server will never accept this one (e.g. 409): keep going without it.
+            logger.error("report for #%s refused: %s", report["snapshot"], exc)
+        else:
+            logger.info("reported #%s %s%s", report["snapshot"], report["status"],
+                        " (already known)" if answer.get("duplicate") else "")
+        self.state.unsent_report = None
+        self.save(self.state)
+
+    def flush_unsent(self) -> None:
+        if self.state.unsent_report is not None:
+            logger.info("sending the report kept from before")
+            self._send(self.state.unsent_report)
+
+    # --- one cycle --------------------------------------------------------------
+
+    def cycle(self) -> Outcome | None:
+        """Poll once and act. Returns the apply outcome, or None if nothing was applied."""
+        self.flush_unsent()
+        status, etag, desired = self.client.desired(self.state.etag)
+        if status == 304:
+            logger.debug("desired state unchanged")
+            return None
+        self.server_interval = float(desired.get("poll_interval_s") or DEFAULT_INTERVAL)
+        outcome = self._handle(desired)
+        self.state.etag = etag  # only once handled: a crash before this polls afresh
+        self.save(self.state)
+        return outcome
+
+    def _handle(self, desired: dict) -> Outcome | None:
+        snapshot, deployment_id = desired.get("snapshot"), desired.get("deployment_id")
+        if snapshot is None:
+            logger.info("no snapshot desired yet")
+            return None
+        number, checksum = snapshot["number"], snapshot["checksum"]
+        state = self.state
+        if state.blocked and not state.is_blocked(number, checksum):
+            logger.info("desired snapshot changed; unblocking #%s", state.blocked["number"])
+            state.blocked = None
+        if deployment_id and deployment_id in state.processed_deployments:
+            logger.info("push %s was already applied; sending its report again", deployment_id)
+            self._send(state.processed_deployments[deployment_id])
+            return None
+        if not deployment_id and (number, checksum) == (state.active_number,
+                                                         state.active_checksum):
+            logger.debug("in sync at #%s", number)
+            return None
+        if state.is_blocked(number, checksum):
+            logger.info("#%s is blocked after a failure; waiting for a new snapshot", number)
+            return None
+
+        logger.info("applying #%s (%s)%s", number, snapshot.get("label"),
+                    f" for push {deployment_id}" if deployment_id else "")
+        bundle = self.client.bundle(snapshot["bundle_url"])
+        if (bundle.get("number"), bundle.get("checksum")) != (number, checksum):
+            outcome = Outcome(FAILED, f"#{number}: the bundle is not the announced snapshot")
+        else:
+            outcome = self.applier.apply(bundle, state)
+        log = logger.info if outcome.status == SUCCEEDED else logger.error
+        log("#%s %s: %s", number, outcome.status, outcome.message)
+        if outcome.status != SUCCEEDED:
+            state.blocked = {"number": number, "checksum": checksum}
+        report = {"deployment_id": deployment_id, "snapshot": number, "checksum": checksum,
+                  "status": outcome.status, "message": outcome.message[:4000]}
+        if deployment_id:
+            state.processed_deployments[deployment_id] = report
+        self._send(report)
+        return outcome
+
+    # --- the loop ---------------------------------------------------------------
+
+    def _interval(self) -> float:
+        base = self.poll_interval or self.server_interval
+        return base * (0.9 + 0.2 * self.rng())
+
+    def run(self) -> int:
+        failures = 0
+        while True:
+            try:
+                self.cycle()
+                failures = 0
+                delay = self._interval()
+            except Unauthorized as exc:
+                logger.error("the server refused this agent's token: %s", exc)
+                return EXIT_UNAUTHORIZED
+            except (Unreachable, ProtocolError) as exc:
+                failures += 1
+                delay = min(MAX_BACKOFF, 2.0 ** failures) * (0.5 + 0.5 * self.rng())
+                logger.warning("server unavailable (%s); keeping the current config, "
+                               "retrying in %.0fs", exc, delay)
+            self.sleep(delay)
+
+    def run_once(self) -> int:
+        try:
+            outcome = self.cycle()
+        except Unauthorized as exc:
+            logger.error("the server refused this agent's token: %s", exc)
+            return EXIT_UNAUTHORIZED
+        except (Unreachable, ProtocolError) as exc:
+            logger.error("server unavailable: %s", exc)
+            return EXIT_UNREACHABLE
+        if outcome is not None and outcome.status != SUCCEEDED:
+            return EXIT_APPLY_FAILED
+        return EXIT_OK
