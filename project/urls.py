@@ -5,7 +5,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.audit import api as audit_api
-from apps.core.handlers import not_found_api
+from apps.core.handlers import healthz, not_found_api
 from apps.environments import api as environments_api
 from apps.fleet import agent_api
 from apps.fleet import api as fleet_api
@@ -54,6 +54,7 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -56,7 +56,8 @@ def _flatten(detail, prefix: str = "") -> list[dict]:
 def exception_handler(exc, context):
     if isinstance(exc, ApplicationError):
         set_rollback()
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return error_response(exc.status, exc.code, exc.message, exc.details, headers)
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return error_response(413, "too_large", f"Request body is over {limit} bytes.")

@@ -1,11 +1,16 @@
 """Django-level error handlers: API paths answer with the JSON error envelope."""
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views import defaults
 
 
 def _is_api(request) -> bool:
     return request.path.startswith("/api/")
+
+
+def healthz(request):
+    """Liveness for load balancers: the process answers HTTP. Touches nothing else."""
+    return HttpResponse("ok\n", content_type="text/plain")
 
 
 def not_found_api(request, *args, **kwargs):

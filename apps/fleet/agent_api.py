@@ -97,7 +97,7 @@ class DesiredApi(AgentAPIView):
         # Reached on a cache miss (or outage): the same conditional answer, from the DB.
         not_modified = get_conditional_response(request, etag=etag)
         if not_modified is not None:
-            not_modified["Cache-Control"] = "no-cache"
+            not_modified["ETag"], not_modified["Cache-Control"] = etag, "no-cache"
             return not_modified
         return Response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
@@ -123,6 +123,7 @@ class BundleApi(AgentAPIView):
         etag = f'"{snapshot.checksum}"'
         not_modified = get_conditional_response(request, etag=etag)
         if not_modified is not None:
+            not_modified["ETag"] = etag
             return not_modified
         response = HttpResponse(bytes(snapshot.bundle), content_type="application/json")
         response["ETag"] = etag

@@ -3,6 +3,7 @@ per agent, its last heartbeat. The database stays the source of truth: a miss or
 an outage of the cache falls back to it, and cache errors never fail a request."""
 
 import logging
+import threading
 import time
 
 from django.core.cache import cache
@@ -52,16 +53,45 @@ def forget_poll_states(token_keys) -> None:
                      exc_info=True)
 
 
+class _HeartbeatBuffer:
+    """Heartbeats of this process, written to the cache in one batch at most every
+    FLUSH_S seconds: a poll then costs one cache read, not a read and a write."""
+
+    FLUSH_S = 5.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pending: dict[int, float] = {}
+        self._flushed_at = 0.0
+
+    def record(self, agent_id: int) -> None:
+        now = time.time()
+        with self._lock:
+            self._pending[agent_id] = now
+            if now - self._flushed_at < self.FLUSH_S:
+                return
+            batch, self._pending, self._flushed_at = self._pending, {}, now
+        try:
+            cache.set_many({_seen_key(i): t for i, t in batch.items()}, timeout=HEARTBEAT_TTL)
+        except Exception:
+            logger.warning("cache unavailable; %d heartbeat(s) not recorded", len(batch),
+                           exc_info=True)
+
+    def pending(self) -> dict[int, float]:
+        with self._lock:
+            return dict(self._pending)
+
+
+_heartbeats = _HeartbeatBuffer()
+
+
 def record_heartbeat(agent_id: int) -> None:
-    try:
-        cache.set(_seen_key(agent_id), time.time(), timeout=HEARTBEAT_TTL)
-    except Exception:
-        logger.warning("cache unavailable; heartbeat of agent %s not recorded", agent_id,
-                       exc_info=True)
+    _heartbeats.record(agent_id)
 
 
 def heartbeats(agent_ids) -> dict[int, float]:
-    """agent id -> unix time of its last poll, for those the cache knows."""
+    """agent id -> unix time of its last poll, for those the cache (or this
+    process's unflushed buffer) knows."""
     ids = list(agent_ids)
     if not ids:
         return {}
@@ -69,5 +99,11 @@ def heartbeats(agent_ids) -> dict[int, float]:
         found = cache.get_many([_seen_key(i) for i in ids])
     except Exception:
         logger.warning("cache unavailable; heartbeats unknown", exc_info=True)
-        return {}
-    return {i: found[_seen_key(i)] for i in ids if _seen_key(i) in found}
+        found = {}
+    pending = _heartbeats.pending()
+    seen = {}
+    for i in ids:
+        times = [t for t in (found.get(_seen_key(i)), pending.get(i)) if t is not None]
+        if times:
+            seen[i] = max(times)
+    return seen

@@ -7,7 +7,7 @@ drops its cached poll state so its next poll sees the change.
 import logging
 from datetime import UTC, datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -113,7 +113,7 @@ def agent_enroll(*, enrollment_token: str, name: str, labels: dict) -> tuple[Age
     key, secret = parsed
     issued = tokens.issue(AGENT_TOKEN_PREFIX)
     with transaction.atomic():
-        token = (EnrollmentToken.objects.select_for_update()
+        token = (EnrollmentToken.objects.select_for_update(of=("self",))
                  .select_related("environment__application__tenant").filter(key=key).first())
         if (
             token is None
@@ -129,10 +129,15 @@ def agent_enroll(*, enrollment_token: str, name: str, labels: dict) -> tuple[Age
                            code="name_taken")
         token.uses += 1
         token.save(update_fields=["uses"])
-        agent = Agent.objects.create(
-            environment=environment, name=name, labels=labels,
-            token_key=issued.key, token_hash=issued.secret_hash,
-        )
+        try:
+            with transaction.atomic():  # a concurrent enrollment may take the name first
+                agent = Agent.objects.create(
+                    environment=environment, name=name, labels=labels,
+                    token_key=issued.key, token_hash=issued.secret_hash,
+                )
+        except IntegrityError:
+            raise Conflict(f"An agent named {name} already exists in {environment.full_name}.",
+                           code="name_taken") from None
         audit_record(actor=None, action="agent.enroll", obj=agent, environment=environment,
                      tenant=environment.application.tenant,
                      summary=f"Agent {name} enrolled in {environment.full_name} with "
@@ -192,7 +197,7 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
     if "labels" in changes:
         _check_labels(changes["labels"])
     with transaction.atomic():
-        locked = (Agent.objects.select_for_update()
+        locked = (Agent.objects.select_for_update(of=("self",))
                   .select_related("environment__active_snapshot").get(pk=agent.pk))
         changed = [f for f, v in changes.items() if getattr(locked, f) != v]
         if not changed:
@@ -235,7 +240,7 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
 def snapshot_activate(*, snapshot: Snapshot, actor) -> Snapshot:
     """Activate a ready snapshot explicitly (environments that require it)."""
     with transaction.atomic():
-        environment = (Environment.objects.select_for_update()
+        environment = (Environment.objects.select_for_update(of=("self",))
                        .select_related("active_snapshot", "application__tenant")
                        .get(pk=snapshot.environment_id))
         if not snapshot.is_ready:
@@ -261,7 +266,7 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
     """Push `snapshot` now: a pending deployment per agent (all enabled ones when
     `agent_ids` is empty); manual agents are targeted at it."""
     with transaction.atomic():
-        environment = (Environment.objects.select_for_update()
+        environment = (Environment.objects.select_for_update(of=("self",))
                        .select_related("active_snapshot", "application__tenant")
                        .get(pk=snapshot.environment_id))
         if not snapshot.is_ready:
@@ -363,8 +368,10 @@ def report_record(
         fields = ["last_status", "last_message", "last_report_at"]
         locked.last_status, locked.last_message, locked.last_report_at = status, message, now
         if status == Deployment.State.SUCCEEDED:
-            locked.applied_number, locked.applied_checksum = number, checksum
-            fields += ["applied_number", "applied_checksum"]
+            # A late report of an older success must not move the applied snapshot back.
+            if locked.applied_number is None or number >= locked.applied_number:
+                locked.applied_number, locked.applied_checksum = number, checksum
+                fields += ["applied_number", "applied_checksum"]
             if (locked.blocked_number, locked.blocked_checksum) == (number, checksum):
                 locked.blocked_number, locked.blocked_checksum = None, ""
                 fields += ["blocked_number", "blocked_checksum"]

@@ -40,3 +40,9 @@ async def test_redis_url_backs_the_channel_layer():
     await layer.group_send(group, {"type": "snapshot.event", "number": 7})
     assert await layer.receive(channel) == {"type": "snapshot.event", "number": 7}
     await layer.group_discard(group, channel)
+
+
+def test_healthz_answers_without_touching_the_database(db, client, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        response = client.get("/healthz")
+    assert (response.status_code, response.content) == (200, b"ok\n")

@@ -8,6 +8,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from apps.environments.models import Environment
 from apps.fleet import services
 from apps.fleet.models import Agent, EnrollmentToken
 from apps.snapshots.models import Snapshot
@@ -70,6 +71,12 @@ def first(environment, superuser) -> Snapshot:
     snapshot = publish(environment, superuser)
     assert (snapshot.number, snapshot.state) == (1, "ready")
     return snapshot
+
+
+@pytest.fixture
+def blog(outsider):
+    """blog/prod: another tenant's environment (the outsider owns it)."""
+    return Environment.objects.get(application__name="blog", name="prod")
 
 
 @pytest.fixture

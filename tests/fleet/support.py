@@ -1,10 +1,14 @@
 """Helpers shared by the fleet tests: URLs, agent clients, polling."""
 
+from django.db import connection
 from rest_framework.test import APIClient
 
 from tests.api.support import assert_error, publish, publish_variant
 
 __all__ = ["assert_error", "publish", "publish_variant"]
+
+ON_POSTGRES = connection.vendor == "postgresql"
+
 
 ENV = "/api/v1/environments/shop/prod"
 AGENTS = f"{ENV}/agents"

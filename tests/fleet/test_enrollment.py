@@ -152,10 +152,7 @@ def test_taken_name_is_a_409_and_costs_no_use(enrollment_token):
     assert Agent.objects.filter(name="web-1").count() == 1
 
 
-def test_the_same_name_in_another_environment_is_free(enrollment_token, outsider):
-    from apps.environments.models import Environment
-
-    blog = Environment.objects.get(application__name="blog", name="prod")
+def test_the_same_name_in_another_environment_is_free(enrollment_token, blog):
     _, shop_secret = enrollment_token()
     _, blog_secret = enrollment_token(env=blog)
 

@@ -1,0 +1,125 @@
+"""GET /api/v1/agent/snapshots/<n>/bundle: a snapshot's stored bytes, ETag = checksum."""
+
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from apps.environments.services import environment_file_put, environment_update
+from apps.snapshots.models import Snapshot
+from apps.snapshots.rendering import content_checksum
+from apps.snapshots.services import publication_fail, snapshot_publish
+from tests.fleet.support import assert_error, bundle_url, publish, publish_variant
+
+
+@pytest.fixture
+def with_fallback(environment, superuser):
+    environment_file_put(environment=environment, kind="fallback", path="www/index.html",
+                         text="<p>maintenance</p>\n", actor=superuser)
+    return publish(environment, superuser)
+
+
+def test_bundle_is_the_stored_json_with_the_checksum_as_etag(enroll, with_fallback):
+    snapshot = with_fallback
+
+    response = enroll().client.get(bundle_url(1))
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/json")
+    assert response["ETag"] == f'"{snapshot.checksum}"'
+    assert response.content == bytes(snapshot.bundle)
+    body = json.loads(response.content)
+    assert set(body) == {"number", "label", "checksum", "files", "fallback_files"}
+    assert (body["number"], body["label"], body["checksum"]) == (
+        1, snapshot.label, snapshot.checksum)
+    assert [f["path"] for f in body["files"]] == ["nginx/shop.conf", "shop/app.json"]
+    assert body["fallback_files"] == [{"path": "www/index.html",
+                                       "content": "<p>maintenance</p>\n"}]
+
+
+def test_bundle_checksum_is_the_content_checksum_of_its_files(enroll, with_fallback):
+    body = enroll().client.get(bundle_url(1)).json()
+
+    assert body["checksum"] == content_checksum(body["files"])
+    assert body["files"] == Snapshot.objects.get(number=1).files
+
+
+@pytest.mark.parametrize("header", ["exact", "weak", "list", "star"])
+def test_bundle_with_matching_if_none_match_is_304(header, enroll, first):
+    etag = f'"{first.checksum}"'
+    value = {"exact": etag, "weak": f"W/{etag}", "list": f'"x", {etag}', "star": "*"}[header]
+
+    response = enroll().client.get(bundle_url(1), HTTP_IF_NONE_MATCH=value)
+
+    assert response.status_code == 304
+    assert response.content == b""
+
+
+def test_bundle_304_repeats_the_etag(enroll, first):
+    etag = f'"{first.checksum}"'
+
+    response = enroll().client.get(bundle_url(1), HTTP_IF_NONE_MATCH=etag)
+
+    assert response.status_code == 304
+    assert response.get("ETag") == etag
+
+
+def test_bundle_with_an_old_etag_is_200(enroll, first, environment, superuser):
+    publish_variant(environment, superuser, workers=8)
+
+    response = enroll().client.get(bundle_url(2), HTTP_IF_NONE_MATCH=f'"{first.checksum}"')
+
+    assert response.status_code == 200
+    assert response.json()["number"] == 2
+
+
+def test_older_snapshots_stay_downloadable(enroll, first, environment, superuser):
+    publish_variant(environment, superuser, workers=8)
+
+    response = enroll().client.get(bundle_url(1))
+
+    assert response.status_code == 200
+    assert response.json()["checksum"] == first.checksum
+
+
+def _publish_blog_variant(blog, superuser) -> Snapshot:
+    environment_update(environment=blog, config="a: 2\n", actor=superuser)
+    snapshot = publish(blog, superuser)
+    assert snapshot.number == 2
+    return snapshot
+
+
+def test_another_environments_snapshot_is_404(enroll, first, blog, superuser):
+    environment_file_put(environment=blog, kind="template", path="blog.conf",
+                         text="a = {{ a }}\n", actor=superuser)
+    publish(blog, superuser)
+    blog_second = _publish_blog_variant(blog, superuser)
+    agent = enroll()
+
+    foreign = agent.client.get(bundle_url(blog_second.number))
+    own = agent.client.get(bundle_url(1))
+
+    assert_error(foreign, 404, "not_found")
+    assert own.json()["checksum"] == first.checksum != blog_second.checksum
+
+
+def test_invalid_snapshot_is_404(enroll, first, environment, superuser):
+    publication = snapshot_publish(environment=environment, actor=superuser)
+    invalid = publication_fail(publication_id=str(publication.pk), reason="test").snapshot
+    assert (invalid.number, invalid.state) == (2, "invalid")
+
+    response = enroll().client.get(bundle_url(2))
+
+    assert_error(response, 404, "not_found")
+
+
+def test_unknown_snapshot_number_is_404(enroll, first):
+    assert_error(enroll().client.get(bundle_url(99)), 404, "not_found")
+
+
+def test_bundle_needs_an_agent_token(first, api_client, superuser):
+    anonymous = APIClient().get(bundle_url(1))
+    user = api_client(superuser).get(bundle_url(1))
+
+    assert_error(anonymous, 401)
+    assert_error(user, 401)

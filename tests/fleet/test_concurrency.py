@@ -1,0 +1,96 @@
+"""Enrollment and reports under concurrency, on PostgreSQL with real row locks.
+
+Threads are released together by a barrier so the checks in the services race.
+"""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.core.errors import ApplicationError
+from apps.fleet import services
+from apps.fleet.models import Agent, Deployment, EnrollmentToken
+from tests.fleet.support import publish
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+THREADS = 6  # with the test's own connection, under the default pool size (10)
+TIMEOUT_S = 60
+
+
+def _race(calls) -> list:
+    """Run every call in its own thread at the same moment; each returns its result
+    or the ApplicationError (or other exception) it raised."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        try:
+            barrier.wait(timeout=TIMEOUT_S)
+            return call()
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test checks
+            return exc
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls, timeout=TIMEOUT_S))
+
+
+def _token(environment, superuser, uses: int) -> str:
+    _, secret = services.enrollment_token_create(
+        environment=environment, max_uses=uses, actor=superuser,
+        expires_at=timezone.now() + timedelta(hours=1))
+    return secret
+
+
+def test_concurrent_enrollments_never_exceed_max_uses(environment, superuser):
+    secret = _token(environment, superuser, uses=3)
+
+    outcomes = _race([
+        (lambda i=i: services.agent_enroll(enrollment_token=secret, name=f"web-{i}",
+                                           labels={}))
+        for i in range(THREADS)
+    ])
+
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert all(isinstance(o, ApplicationError) and o.status == 401 for o in refused), refused
+    assert len(refused) == THREADS - 3
+    assert Agent.objects.count() == 3
+    assert EnrollmentToken.objects.get().uses == 3
+
+
+def test_concurrent_enrollments_of_one_name_with_different_tokens_are_409_not_500(
+    environment, superuser
+):
+    secrets = [_token(environment, superuser, uses=1) for _ in range(THREADS)]
+
+    outcomes = _race([
+        (lambda s=s: services.agent_enroll(enrollment_token=s, name="web-1", labels={}))
+        for s in secrets
+    ])
+
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(refused) == THREADS - 1
+    assert all(isinstance(o, ApplicationError) and o.status == 409 for o in refused), refused
+    assert Agent.objects.filter(name="web-1").count() == 1
+
+
+def test_concurrent_identical_pull_reports_record_one_deployment(environment, superuser):
+    snapshot = publish(environment, superuser)
+    agent, _ = services.agent_enroll(enrollment_token=_token(environment, superuser, 1),
+                                     name="web-1", labels={})
+
+    outcomes = _race([
+        (lambda: services.report_record(agent=agent, deployment_id=None,
+                                        number=snapshot.number, checksum=snapshot.checksum,
+                                        status="succeeded", message="ok"))
+        for _ in range(THREADS)
+    ])
+
+    assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
+    assert sorted(created for _, created in outcomes) == [False] * (THREADS - 1) + [True]
+    assert Deployment.objects.filter(agent=agent).count() == 1

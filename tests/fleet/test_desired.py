@@ -1,0 +1,482 @@
+"""GET /api/v1/agent/desired: the poll answer, its ETag, the cached 304 path, heartbeats."""
+
+import re
+import time
+import uuid
+from datetime import datetime, timedelta
+
+import pytest
+from django.core.cache import cache as django_cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext, override_settings
+from django.utils import timezone
+
+from apps.environments.services import environment_update
+from apps.fleet import cache as fleet_cache
+from apps.fleet import services
+from apps.fleet.models import Agent
+from tests.fleet.support import (
+    AGENTS,
+    agent_url,
+    assert_error,
+    bearer,
+    deploy_url,
+    poll,
+    publish_variant,
+)
+
+CACHE_DOWN = {"default": {
+    "BACKEND": "django.core.cache.backends.redis.RedisCache",
+    "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens here: every cache call fails
+}}
+
+
+def _warm(client) -> str:
+    """First poll: computed from the database; caches the agent's ETag."""
+    response = poll(client)
+    assert response.status_code == 200
+    return response["ETag"]
+
+
+def _agent_status(client, agent):
+    return client.get(agent_url(agent.pk)).json()["status"]
+
+
+# -- the answer ---------------------------------------------------------------------------
+
+
+def test_desired_without_any_snapshot_is_null(enroll, environment):
+    response = poll(enroll().client)
+
+    assert response.status_code == 200
+    assert response.json() == {"snapshot": None, "deployment_id": None, "mode": "auto_pull",
+                               "poll_interval_s": 30}
+
+
+def test_desired_names_the_active_snapshot_with_a_strong_etag(enroll, first):
+    response = poll(enroll().client)
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "snapshot": {"number": 1, "label": first.label, "checksum": first.checksum,
+                     "bundle_url": "/api/v1/agent/snapshots/1/bundle"},
+        "deployment_id": None,
+        "mode": "auto_pull",
+        "poll_interval_s": 30,
+    }
+    assert re.fullmatch(r'"[^"]+"', response["ETag"]), response["ETag"]
+    assert response["Cache-Control"] == "no-cache"
+
+
+def test_same_desired_state_gives_the_same_etag(enroll, first):
+    agent = enroll()
+
+    assert poll(agent.client)["ETag"] == poll(agent.client)["ETag"]
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Token abc", "Bearer bwa_0123456789ab.x",
+                                    "Bearer bwu_0123456789ab.user-prefix"])
+def test_desired_without_a_valid_agent_token_is_401(header, enroll, first):
+    enroll()
+    client = bearer("x")
+    client.credentials(**({"HTTP_AUTHORIZATION": header} if header else {}))
+
+    response = poll(client)
+
+    assert_error(response, 401)
+
+
+def test_user_token_cannot_poll(api_client, superuser, first):
+    response = poll(api_client(superuser))
+
+    assert_error(response, 401)
+
+
+def test_wrong_secret_for_a_cached_key_is_401(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+    key = agent.token.partition(".")[0]
+
+    response = poll(bearer(f"{key}.not-the-secret"), etag)
+
+    assert_error(response, 401, "authentication_failed")
+
+
+# -- conditional requests -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["exact", "list", "star", "weak"])
+def test_matching_if_none_match_is_304(form, enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+    header = {"exact": etag, "list": f'"nope", {etag}, "other"', "star": "*",
+              "weak": f"W/{etag}"}[form]
+
+    response = poll(agent.client, header)
+
+    assert response.status_code == 304
+    assert response.content == b""
+    assert response["ETag"] == etag
+
+
+@pytest.mark.parametrize("header", ['"nope"', 'W/"nope"', '"a", "b"'])
+def test_other_if_none_match_is_200_with_the_body(header, enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    response = poll(agent.client, header)
+
+    assert response.status_code == 200
+    assert response["ETag"] == etag
+    assert response.json()["snapshot"]["number"] == 1
+
+
+def test_head_behaves_like_get(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    matching = poll(agent.client, etag, method="head")
+    other = poll(agent.client, '"nope"', method="head")
+    unconditional = poll(agent.client, method="head")
+
+    assert matching.status_code == 304
+    assert (other.status_code, other["ETag"]) == (200, etag)
+    assert (unconditional.status_code, unconditional["ETag"]) == (200, etag)
+
+
+def test_304_from_a_warm_cache_runs_no_sql(enroll, first, django_assert_num_queries):
+    agent = enroll()
+    client = agent.client
+    etag = _warm(client)
+
+    with django_assert_num_queries(0):
+        response = poll(client, etag)
+        head = poll(client, etag, method="head")
+
+    assert (response.status_code, head.status_code) == (304, 304)
+
+
+def test_matching_etag_is_304_when_the_cache_entry_is_gone(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+    django_cache.clear()  # expired, evicted or just invalidated
+
+    response = poll(agent.client, etag)
+    star = poll(agent.client, "*")
+
+    assert (response.status_code, star.status_code) == (304, 304)
+    assert response.content == b""
+
+
+def test_304_decided_from_the_database_repeats_the_etag(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+    django_cache.clear()
+
+    response = poll(agent.client, etag)
+
+    assert response.status_code == 304
+    assert response.get("ETag") == etag  # RFC 9110 15.4.5: a 304 carries the ETag
+
+
+# -- what changes the ETag ---------------------------------------------------------------
+
+
+def test_new_publish_changes_the_etag_of_auto_pull_agents(
+    enroll, first, superuser, environment, django_capture_on_commit_callbacks
+):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    response = poll(agent.client, etag)
+
+    assert response.status_code == 200
+    assert response["ETag"] != etag
+    assert response.json()["snapshot"]["number"] == 2
+
+
+def test_push_changes_the_etag_and_announces_the_deployment(
+    enroll, first, client_for, django_capture_on_commit_callbacks
+):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        pushed = client_for("deployer").post(deploy_url(1), {"agents": [agent.agent.pk]},
+                                             format="json")
+    response = poll(agent.client, etag)
+
+    assert pushed.status_code == 201
+    assert response.status_code == 200
+    assert response["ETag"] != etag
+    assert response.json()["deployment_id"] == pushed.json()[0]["id"]
+    assert response.json()["snapshot"]["number"] == 1
+
+
+def test_mode_switch_changes_the_etag_and_keeps_the_snapshot(
+    enroll, first, client_for, django_capture_on_commit_callbacks
+):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        patched = client_for("deployer").patch(agent_url(agent.agent.pk), {"mode": "manual"},
+                                               format="json")
+    response = poll(agent.client, etag)
+
+    assert patched.status_code == 200
+    assert response.status_code == 200
+    assert response["ETag"] != etag
+    assert response.json()["mode"] == "manual"
+    assert response.json()["snapshot"]["number"] == 1
+
+
+def test_changes_of_other_agents_keep_the_304(
+    enroll, first, client_for, django_capture_on_commit_callbacks
+):
+    watched, other = enroll("web-1"), enroll("web-2")
+    etag = _warm(watched.client)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        client_for("deployer").patch(agent_url(other.agent.pk), {"mode": "manual"},
+                                     format="json")
+    response = poll(watched.client, etag)
+
+    assert response.status_code == 304
+
+
+def test_label_change_keeps_the_etag_and_generation(enroll, first, client_for,
+                                                    django_capture_on_commit_callbacks):
+    agent = enroll()
+    etag = _warm(agent.client)
+    generation = agent.fresh().generation
+
+    with django_capture_on_commit_callbacks(execute=True):
+        patched = client_for("deployer").patch(agent_url(agent.agent.pk),
+                                               {"labels": {"zone": "b"}}, format="json")
+
+    assert patched.json()["labels"] == {"zone": "b"}
+    assert poll(agent.client, etag).status_code == 304
+    assert agent.fresh().generation == generation
+
+
+def test_poll_interval_change_changes_the_etag(enroll, first, environment, superuser,
+                                               django_capture_on_commit_callbacks):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        environment_update(environment=environment, poll_interval_s=60, actor=superuser)
+    response = poll(agent.client, etag)
+
+    assert response.status_code == 200
+    assert response.json()["poll_interval_s"] == 60
+
+
+def test_rotated_token_is_refused_and_the_new_one_polls(
+    enroll, first, api_client, superuser, django_capture_on_commit_callbacks
+):
+    agent = enroll()
+    etag = _warm(agent.client)
+    body = poll(agent.client).json()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        rotated = api_client(superuser).post(agent_url(agent.agent.pk, "/token/rotate"))
+    old = poll(agent.client, etag)
+    new = poll(bearer(rotated.json()["token"]))
+
+    assert rotated.status_code == 200
+    assert_error(old, 401, "authentication_failed")
+    assert (new.status_code, new.json(), new["ETag"]) == (200, body, etag)
+
+
+def test_revoked_token_is_refused_on_its_next_poll_even_from_a_warm_cache(
+    enroll, first, api_client, superuser, django_capture_on_commit_callbacks
+):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        revoked = api_client(superuser).post(agent_url(agent.agent.pk, "/token/revoke"))
+    cached = poll(agent.client, etag)
+    plain = poll(agent.client)
+
+    assert revoked.status_code == 200
+    assert_error(cached, 401, "authentication_failed")
+    assert_error(plain, 401, "authentication_failed")
+
+
+def test_revoked_token_is_refused_when_nothing_was_cached(enroll, first, superuser):
+    agent = enroll()
+    services.agent_token_revoke(agent=agent.agent, actor=superuser)
+
+    assert_error(poll(agent.client), 401, "authentication_failed")
+
+
+# -- resolution ---------------------------------------------------------------------------
+
+
+def test_auto_pull_agent_follows_the_active_snapshot(enroll, first, environment, superuser):
+    agent = enroll()
+    second = publish_variant(environment, superuser, workers=8)
+
+    body = poll(agent.client).json()
+
+    assert body["snapshot"]["number"] == second.number == 2
+    assert body["snapshot"]["checksum"] == second.checksum
+
+
+def test_manual_agent_stays_on_its_target_until_pushed(enroll, first, environment, superuser,
+                                                       client_for):
+    agent = enroll(mode="manual")
+    publish_variant(environment, superuser, workers=8)
+
+    before = poll(agent.client).json()
+    client_for("deployer").post(deploy_url(2), {"agents": [agent.agent.pk]}, format="json")
+    after = poll(agent.client).json()
+
+    assert (before["snapshot"]["number"], before["deployment_id"]) == (1, None)
+    assert after["snapshot"]["number"] == 2
+    assert after["deployment_id"] is not None
+    assert agent.fresh().target_snapshot.number == 2
+
+
+def test_switching_to_manual_keeps_the_current_snapshot(enroll, first, client_for):
+    agent = enroll()
+
+    patched = client_for("deployer").patch(agent_url(agent.agent.pk), {"mode": "manual"},
+                                           format="json")
+
+    assert patched.status_code == 200
+    assert patched.json()["mode"] == "manual"
+    assert patched.json()["status"]["desired"] == {"number": 1, "checksum": first.checksum}
+    assert poll(agent.client).json()["snapshot"]["number"] == 1
+    assert agent.fresh().target_snapshot_id == first.pk
+
+
+# -- heartbeat ----------------------------------------------------------------------------
+
+
+def test_poll_records_a_heartbeat_without_writing_the_database(enroll, first, client_for):
+    agent = enroll()
+    viewer = client_for("viewer")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert poll(agent.client).status_code == 200
+    status = _agent_status(viewer, agent.agent)
+
+    writes = [q["sql"] for q in queries
+              if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert writes == []
+    assert agent.fresh().last_seen_at is None
+    assert status["online"] is True
+    seen = datetime.fromisoformat(status["last_seen_at"].replace("Z", "+00:00"))
+    assert timezone.now() - seen < timedelta(seconds=30)
+
+
+def test_304_poll_records_a_heartbeat(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+    django_cache.set(fleet_cache._seen_key(agent.agent.pk), time.time() - 3600)
+
+    assert poll(agent.client, etag).status_code == 304
+
+    beat = fleet_cache.heartbeats([agent.agent.pk])[agent.agent.pk]
+    assert time.time() - beat < 30
+
+
+def test_heartbeats_flush_copies_last_seen_to_the_database(enroll, first):
+    polled, silent = enroll("web-1"), enroll("web-2")
+    poll(polled.client)
+
+    flushed = services.heartbeats_flush()
+    again = services.heartbeats_flush()
+
+    assert (flushed, again) == (1, 0)
+    assert silent.fresh().last_seen_at is None
+    seen = polled.fresh().last_seen_at
+    assert seen is not None and timezone.now() - seen < timedelta(seconds=30)
+
+
+def test_heartbeats_flush_never_moves_last_seen_back(enroll, first):
+    agent = enroll()
+    later = timezone.now() + timedelta(hours=1)
+    Agent.objects.filter(pk=agent.agent.pk).update(last_seen_at=later)
+    poll(agent.client)
+
+    assert services.heartbeats_flush() == 0
+    assert agent.fresh().last_seen_at == later
+
+
+# -- the cache down -----------------------------------------------------------------------
+
+
+def test_polling_works_from_the_database_when_the_cache_is_down(enroll, first):
+    agent = enroll()
+
+    with override_settings(CACHES=CACHE_DOWN):
+        response = poll(agent.client)
+        other = poll(agent.client, '"nope"')
+
+    assert response.status_code == 200
+    assert response.json()["snapshot"]["number"] == 1
+    assert (other.status_code, other["ETag"]) == (200, response["ETag"])
+
+
+def test_revoked_token_is_refused_when_the_cache_is_down(enroll, first, superuser):
+    agent = enroll()
+    services.agent_token_revoke(agent=agent.agent, actor=superuser)
+
+    with override_settings(CACHES=CACHE_DOWN):
+        response = poll(agent.client)
+
+    assert_error(response, 401, "authentication_failed")
+
+
+def test_changes_commit_when_the_cache_is_down(enroll, first, superuser,
+                                               django_capture_on_commit_callbacks):
+    agent = enroll()
+
+    with override_settings(CACHES=CACHE_DOWN):
+        with django_capture_on_commit_callbacks(execute=True):
+            deployments = services.snapshot_deploy(snapshot=first,
+                                                   agent_ids=[agent.agent.pk], actor=superuser)
+        response = poll(agent.client)
+
+    assert response.json()["deployment_id"] == str(deployments[0].pk)
+
+
+def test_matching_etag_is_304_when_the_cache_is_down(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    with override_settings(CACHES=CACHE_DOWN):
+        response = poll(agent.client, etag)
+        star = poll(agent.client, "*")
+
+    assert (response.status_code, star.status_code) == (304, 304)
+
+
+def test_heartbeat_before_the_outage_still_counts(enroll, first, client_for):
+    agent = enroll()
+    poll(agent.client)
+    services.heartbeats_flush()
+
+    with override_settings(CACHES=CACHE_DOWN):
+        status = client_for("viewer").get(AGENTS).json()["results"][0]["status"]
+
+    assert status["online"] is True
+    assert status["last_seen_at"] is not None
+
+
+def test_unknown_agent_token_key_is_not_confused_with_a_cached_one(enroll, first):
+    agent = enroll()
+    _warm(agent.client)
+    secret = agent.token.partition(".")[2]
+
+    response = poll(bearer(f"bwa_{uuid.uuid4().hex[:12]}.{secret}"))
+
+    assert_error(response, 401)
+    assert poll(agent.client).status_code == 200
