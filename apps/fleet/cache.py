@@ -6,9 +6,29 @@ import logging
 import threading
 import time
 
-from django.core.cache import cache
+from django.core.cache import caches
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 logger = logging.getLogger(__name__)
+
+_shared = None
+
+
+def _cache():
+    """One cache client per process. Django's `cache` is per async context, so
+    under ASGI every request would build a new Redis connection pool."""
+    global _shared
+    if _shared is None:
+        _shared = caches.create_connection("default")
+    return _shared
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting, **kwargs):
+    global _shared
+    if setting == "CACHES":
+        _shared = None
 
 # Bounds how long a poll state written just after a concurrent change can linger
 # (the change deletes the entry on commit; a racing poll may write it back).
@@ -26,7 +46,7 @@ def _seen_key(agent_id: int) -> str:
 
 def poll_state(token_key: str) -> dict | None:
     try:
-        return cache.get(_poll_key(token_key))
+        return _cache().get(_poll_key(token_key))
     except Exception:
         logger.warning("cache unavailable; answering polls from the database", exc_info=True)
         return None
@@ -35,7 +55,7 @@ def poll_state(token_key: str) -> dict | None:
 def store_poll_state(*, token_key: str, token_hash: str, agent_id: int, etag: str) -> None:
     state = {"agent_id": agent_id, "token_hash": token_hash, "etag": etag}
     try:
-        cache.set(_poll_key(token_key), state, timeout=POLL_STATE_TTL)
+        _cache().set(_poll_key(token_key), state, timeout=POLL_STATE_TTL)
     except Exception:
         logger.warning("cache unavailable; poll state not stored", exc_info=True)
 
@@ -45,7 +65,7 @@ def forget_poll_states(token_keys) -> None:
     if not keys:
         return
     try:
-        cache.delete_many(keys)
+        _cache().delete_many(keys)
     except Exception:
         # Entries expire within POLL_STATE_TTL; until then agents keep polling
         # with their old ETag, which still answers from the cache.
@@ -72,7 +92,7 @@ class _HeartbeatBuffer:
                 return
             batch, self._pending, self._flushed_at = self._pending, {}, now
         try:
-            cache.set_many({_seen_key(i): t for i, t in batch.items()}, timeout=HEARTBEAT_TTL)
+            _cache().set_many({_seen_key(i): t for i, t in batch.items()}, timeout=HEARTBEAT_TTL)
         except Exception:
             logger.warning("cache unavailable; %d heartbeat(s) not recorded", len(batch),
                            exc_info=True)
@@ -96,7 +116,7 @@ def heartbeats(agent_ids) -> dict[int, float]:
     if not ids:
         return {}
     try:
-        found = cache.get_many([_seen_key(i) for i in ids])
+        found = _cache().get_many([_seen_key(i) for i in ids])
     except Exception:
         logger.warning("cache unavailable; heartbeats unknown", exc_info=True)
         found = {}

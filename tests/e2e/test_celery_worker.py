@@ -170,5 +170,5 @@ def test_publish_is_rendered_by_a_celery_worker(
     assert len(received) == 1 and succeeded == received, log
     assert f"shop/prod #1 ({snapshot.label}) stored as ready" in log, log
     here = [r.getMessage() for r in caplog.records if r.name.startswith("apps.snapshots")]
-    assert any(f"publication {body['id']} queued" in m for m in here), here
+    assert any(f"publication {body['id']} (publish) queued" in m for m in here), here
     assert not any("stored as" in m for m in here), here
