@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -95,16 +96,20 @@ class Applier:
             return True, ""
         env = dict(self.environ, BELLWETHER_TARGET_DIR=self.target_dir,
                    BELLWETHER_SNAPSHOT=str(number or ""))
+        # Its own process group, so a timeout kills the command and its children.
+        process = subprocess.Popen(command, shell=True, cwd=self.target_dir, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
         try:
-            result = subprocess.run(command, shell=True, cwd=self.target_dir, env=env,
-                                    capture_output=True, text=True,
-                                    timeout=self.commands.timeout_s)
+            stdout, stderr = process.communicate(timeout=self.commands.timeout_s)
         except subprocess.TimeoutExpired:
-            return False, f"{name} timed out after {self.commands.timeout_s:.0f}s"
-        if result.returncode != 0:
-            output = (result.stderr or result.stdout).strip().splitlines()
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return False, f"{name} timed out after {self.commands.timeout_s:g}s"
+        if process.returncode != 0:
+            output = (stderr or stdout).strip().splitlines()
             detail = f": {output[-1]}" if output else ""
-            return False, f"{name} exited {result.returncode}{detail}"
+            return False, f"{name} exited {process.returncode}{detail}"
         return True, ""
 
     def _reload(self, number) -> tuple:
@@ -139,11 +144,17 @@ class Applier:
         state.in_progress = {"number": number, "checksum": checksum, "manifest": manifest}
         self.save(state)
 
-        for entry in entries:
-            fs.write_atomic(fs.inside(self.target_dir, entry["path"]),
-                            entry["content"].encode("utf-8"))
-        for stale in set(state.managed_files) - set(new_paths):
-            fs.remove_file(fs.inside(self.target_dir, stale))
+        try:
+            # Stale files first: a new file may take the place of an old directory.
+            for stale in sorted(set(state.managed_files) - set(new_paths)):
+                fs.remove_file(fs.inside(self.target_dir, stale), self.target_dir)
+            with_secrets = {f["path"] for f in bundle["files"]
+                            if SECRET_PLACEHOLDER.search(f["content"])}
+            for entry in entries:
+                self._write(entry, secret=entry["path"] in with_secrets)
+        except OSError as exc:
+            logger.warning("#%s: writing failed: %s; restoring", number, exc)
+            return self._recover(bundle, state, f"writing failed: {exc}")
         ok, why = self._activate(number)
         if ok:
             state.active_number, state.active_checksum = number, checksum
@@ -154,6 +165,16 @@ class Applier:
             return Outcome(SUCCEEDED, f"applied #{number} ({len(entries)} file(s))")
         logger.warning("#%s failed: %s; restoring", number, why)
         return self._recover(bundle, state, why)
+
+    def _write(self, entry: dict, *, secret: bool = False) -> None:
+        """Write one file, keeping the mode of the file it replaces; new files holding
+        resolved secrets are readable by their owner only."""
+        path = fs.inside(self.target_dir, entry["path"])
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except (FileNotFoundError, NotADirectoryError):
+            mode = 0o600 if secret else 0o644
+        fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)
 
     def _recover(self, bundle: dict, state: State, why: str) -> Outcome:
         number = bundle["number"]
@@ -171,9 +192,12 @@ class Applier:
         if not fallback:
             return Outcome(FAILED, f"#{number} failed ({why}); nothing to restore and no "
                                    "fallback")
-        for entry in fallback:
-            fs.write_atomic(fs.inside(self.target_dir, entry["path"]),
-                            entry["content"].encode("utf-8"))
+        try:
+            for entry in fallback:
+                self._write(entry)
+        except OSError as exc:
+            return Outcome(FAILED, f"#{number} failed ({why}); writing the safe fallback "
+                                   f"failed too ({exc})")
         state.managed_files = sorted(e["path"] for e in fallback)
         self.save(state)
         ok, fallback_why = self._activate(number)

@@ -52,10 +52,10 @@ class Client:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout,
                                         context=self.context) as response:
-                return response.status, dict(response.headers), response.read()
+                return response.status, response.headers, response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 304:
-                return 304, dict(exc.headers), b""
+                return 304, exc.headers, b""
             raw = exc.read()
             try:
                 error = json.loads(raw)["error"]
@@ -67,10 +67,18 @@ class Client:
         except (urllib.error.URLError, OSError) as exc:
             raise Unreachable(f"{self.server}: {getattr(exc, 'reason', exc)}") from None
 
+    @staticmethod
+    def _json(status: int, body: bytes) -> dict:
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise ProtocolError(status, "bad_response",
+                                f"not JSON: {body[:80].decode('utf-8', 'replace')!r}") from None
+
     def enroll(self, enrollment_token: str, name: str, labels: dict) -> dict:
-        _, _, body = self._request("POST", "/api/v1/agent/enroll", {
+        status, _, body = self._request("POST", "/api/v1/agent/enroll", {
             "enrollment_token": enrollment_token, "name": name, "labels": labels})
-        return json.loads(body)
+        return self._json(status, body)
 
     def desired(self, etag: str | None):
         """(status, etag, body): status 304 means unchanged since `etag`."""
@@ -79,12 +87,13 @@ class Client:
                                                        headers=headers)
         if status == 304:
             return 304, etag, None
-        return status, response_headers.get("ETag"), json.loads(body)
+        # response_headers is an HTTPMessage: header names match case-insensitively.
+        return status, response_headers.get("ETag"), self._json(status, body)
 
     def bundle(self, url: str) -> dict:
-        _, _, body = self._request("GET", url)
-        return json.loads(body)
+        status, _, body = self._request("GET", url)
+        return self._json(status, body)
 
     def report(self, report: dict) -> dict:
-        _, _, body = self._request("POST", "/api/v1/agent/reports", report)
-        return json.loads(body)
+        status, _, body = self._request("POST", "/api/v1/agent/reports", report)
+        return self._json(status, body)

@@ -133,6 +133,10 @@ def load(argv=None, environ=None) -> Config:
                 values.pop(number, None)
     except ValueError as exc:
         raise ConfigError(f"not a number: {exc}") from None
+    level = str(values.get("log_level", "INFO")).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {level!r}")
+    values["log_level"] = level
     if values.get("poll_interval") is not None and values["poll_interval"] < 1:
         raise ConfigError("--poll-interval must be at least 1 second")
     return Config(once=args.once, **values)

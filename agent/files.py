@@ -25,6 +25,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
+        os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -37,12 +38,19 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     _fsync_directory(directory)
 
 
-def remove_file(path: str) -> None:
+def remove_file(path: str, root: str | None = None) -> None:
+    """Remove `path`, then the directories above it (up to `root`) left empty, so a
+    later snapshot may put a file where a directory was."""
     try:
         os.unlink(path)
-    except FileNotFoundError:
-        return
-    _fsync_directory(os.path.dirname(path) or ".")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return  # absent, or a directory that is not one of our files
+    directory = os.path.dirname(path)
+    while (root is not None and os.path.realpath(directory) != os.path.realpath(root)
+           and not os.listdir(directory)):
+        os.rmdir(directory)
+        directory = os.path.dirname(directory)
+    _fsync_directory(directory)
 
 
 def remove_temp_files(root: str) -> int:
@@ -84,12 +92,14 @@ def backup(target_dir: str, relative_paths, backup_dir: str) -> dict:
 
 
 def restore(target_dir: str, manifest: dict, backup_dir: str) -> None:
-    """Put every path of the manifest back as it was: old content, or absent."""
+    """Put every path of the manifest back as it was: old content and mode, or absent.
+    New files go first, so an old file can return where a new directory was."""
     existed = set(manifest["existed"])
     for relative in manifest["paths"]:
+        if relative not in existed:
+            remove_file(inside(target_dir, relative), target_dir)
+    for relative in manifest["existed"]:
         path = inside(target_dir, relative)
-        if relative in existed:
-            with open(os.path.join(backup_dir, relative), "rb") as handle:
-                write_atomic(path, handle.read())
-        else:
-            remove_file(path)
+        saved = os.path.join(backup_dir, relative)
+        with open(saved, "rb") as handle:
+            write_atomic(path, handle.read(), mode=os.stat(saved).st_mode & 0o7777)

@@ -25,7 +25,6 @@ class Agent:
         self.state = state
         self.save = save
         self.poll_interval = poll_interval
-        self.server_interval = DEFAULT_INTERVAL
         self.sleep = sleep
         self.rng = rng
 
@@ -62,7 +61,7 @@ class Agent:
         if status == 304:
             logger.debug("desired state unchanged")
             return None
-        self.server_interval = float(desired.get("poll_interval_s") or DEFAULT_INTERVAL)
+        self.state.poll_interval_s = float(desired.get("poll_interval_s") or DEFAULT_INTERVAL)
         outcome = self._handle(desired)
         self.state.etag = etag  # only once handled: a crash before this polls afresh
         self.save(self.state)
@@ -86,9 +85,10 @@ class Agent:
                                                          state.active_checksum):
             logger.debug("in sync at #%s", number)
             return None
-        if state.is_blocked(number, checksum):
+        if state.is_blocked(number, checksum) and not deployment_id:
             logger.info("#%s is blocked after a failure; waiting for a new snapshot", number)
             return None
+        # A new push of a blocked snapshot is an operator's explicit retry.
 
         logger.info("applying #%s (%s)%s", number, snapshot.get("label"),
                     f" for push {deployment_id}" if deployment_id else "")
@@ -111,7 +111,7 @@ class Agent:
     # --- the loop ---------------------------------------------------------------
 
     def _interval(self) -> float:
-        base = self.poll_interval or self.server_interval
+        base = self.poll_interval or self.state.poll_interval_s or DEFAULT_INTERVAL
         return base * (0.9 + 0.2 * self.rng())
 
     def run(self) -> int:

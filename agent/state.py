@@ -27,6 +27,8 @@ class State:
     # Set while an apply is writing files; found on start-up after a crash.
     in_progress: dict | None = None
     token: str | None = None
+    # The server's poll interval, kept so a restart answered 304 keeps its pace.
+    poll_interval_s: float | None = None
 
     @classmethod
     def load(cls, path: str) -> State:
@@ -42,7 +44,8 @@ class State:
         if len(self.processed_deployments) > MAX_REMEMBERED_DEPLOYMENTS:
             newest = list(self.processed_deployments.items())[-MAX_REMEMBERED_DEPLOYMENTS:]
             self.processed_deployments = dict(newest)
-        text = json.dumps(asdict(self), indent=2, sort_keys=True)
+        # Not sorted: processed_deployments keeps its order, oldest first.
+        text = json.dumps(asdict(self), indent=2)
         write_atomic(path, text.encode("utf-8"), mode=0o600)
 
     def is_blocked(self, number: int, checksum: str) -> bool:

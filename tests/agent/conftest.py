@@ -1,0 +1,74 @@
+"""Fixtures for the agent's unit tests: a target and a state directory in tmp_path,
+an Applier on them with real commands, and a local protocol server."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent.apply import Applier, Commands
+from agent.client import Client
+from agent.runner import Agent
+from agent.state import State, state_path
+from tests.agent.support import ProtocolServer
+
+
+@dataclass
+class Host:
+    """One host the agent manages: its target directory and its state on disk."""
+
+    tmp_path: Path
+    target: Path
+    state_dir: Path
+
+    @property
+    def state_file(self) -> str:
+        return state_path(str(self.state_dir))
+
+    def load_state(self) -> State:
+        return State.load(self.state_file)
+
+    def save(self, state: State) -> None:
+        state.save(self.state_file)
+
+    @property
+    def backup(self) -> Path:
+        return self.state_dir / "backup"
+
+    def applier(self, *, validate=None, reload=None, start=None, timeout_s=30.0,
+                environ=None) -> Applier:
+        return Applier(
+            target_dir=str(self.target), state_dir=str(self.state_dir), save=self.save,
+            commands=Commands(validate=validate, reload=reload, start=start,
+                              timeout_s=timeout_s),
+            environ=dict(os.environ) if environ is None else environ,
+        )
+
+    def agent(self, server_url: str, *, token: str = ProtocolServer.TOKEN, sleep=None,
+              rng=lambda: 0.5, poll_interval=None, **commands) -> Agent:
+        """An Agent as `python -m agent` builds it, with its State loaded from disk."""
+
+        def no_sleep(seconds):
+            raise AssertionError(f"unexpected sleep({seconds})")
+
+        return Agent(client=Client(server_url, token=token, timeout=5),
+                     applier=self.applier(**commands), state=self.load_state(),
+                     save=self.save, poll_interval=poll_interval,
+                     sleep=sleep or no_sleep, rng=rng)
+
+
+@pytest.fixture
+def host(tmp_path) -> Host:
+    target = tmp_path / "target"
+    target.mkdir()
+    return Host(tmp_path=tmp_path, target=target, state_dir=tmp_path / "state")
+
+
+@pytest.fixture
+def server():
+    running = ProtocolServer().start()
+    yield running
+    running.stop()

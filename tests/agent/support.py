@@ -1,0 +1,314 @@
+"""Helpers for the agent's unit tests: bundles with right (or wrong) checksums, a
+look at a directory tree, small shell scripts as commands, a crash in a real
+process, and a local HTTP server that speaks the agent protocol."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import agent
+from agent.apply import content_checksum
+from agent.files import TEMP_MARKER
+
+REPO_ROOT = str(Path(agent.__file__).resolve().parent.parent)
+
+
+# --- bundles and trees ------------------------------------------------------------
+
+
+def entries(files: dict) -> list:
+    return [{"path": path, "content": content} for path, content in files.items()]
+
+
+def make_bundle(number: int, files: dict, *, fallback: dict | None = None,
+                checksum: str | None = None, label: str | None = None) -> dict:
+    listed = entries(files)
+    bundle = {
+        "number": number,
+        "label": label or f"20250101-{number:03d}",
+        "checksum": checksum or content_checksum(listed),
+        "files": listed,
+    }
+    if fallback is not None:
+        bundle["fallback_files"] = entries(fallback)
+    return bundle
+
+
+def tree(root) -> dict:
+    """{relative path: bytes} of every file under `root`."""
+    root = Path(root)
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def text_tree(root) -> dict:
+    return {path: data.decode("utf-8") for path, data in tree(root).items()}
+
+
+def temp_files(*roots) -> list:
+    found = []
+    for root in roots:
+        for directory, _, names in os.walk(root):
+            found += [os.path.join(directory, n) for n in names if TEMP_MARKER in n]
+    return found
+
+
+# --- commands ----------------------------------------------------------------------
+
+
+def script(tmp_path, name: str, body: str) -> str:
+    """A shell script in tmp_path (outside the target directory); returns the command."""
+    path = Path(tmp_path) / "scripts" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    return f"sh {shlex.quote(str(path))}"
+
+
+def counting(tmp_path, name: str, *, exit_code: int = 0) -> tuple:
+    """A command that appends its BELLWETHER_SNAPSHOT to a log; returns (command, log)."""
+    log = Path(tmp_path) / f"{name}.log"
+    command = script(tmp_path, f"{name}.sh",
+                     f'echo "$BELLWETHER_SNAPSHOT" >> {shlex.quote(str(log))}\n'
+                     f"exit {exit_code}\n")
+    return command, log
+
+
+def runs(log: Path) -> list:
+    return log.read_text().split() if log.exists() else []
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def agent_env(**extra) -> dict:
+    """The environment for `python -m agent`: no BELLWETHER_* from the outside."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BELLWETHER_")}
+    env["PYTHONPATH"] = REPO_ROOT
+    env.update(extra)
+    return env
+
+
+# --- a crash in a real process ---------------------------------------------------------
+
+APPLY_IN_A_PROCESS = """
+import json, sys
+from agent.apply import Applier, Commands
+from agent.state import State, state_path
+target, state_dir, bundle_file, validate, reload = sys.argv[1:6]
+path = state_path(state_dir)
+state = State.load(path)
+applier = Applier(target_dir=target, state_dir=state_dir,
+                  commands=Commands(validate=validate, reload=reload or None),
+                  save=lambda s: s.save(path))
+with open(bundle_file) as handle:
+    bundle = json.load(handle)
+print(applier.apply(bundle, state).status)
+"""
+
+
+def apply_in_a_process(tmp_path, target, state_dir, bundle: dict, *, validate: str,
+                       reload: str = "") -> subprocess.CompletedProcess:
+    bundle_file = Path(tmp_path) / f"bundle-{bundle['number']}.json"
+    bundle_file.write_text(json.dumps(bundle))
+    return subprocess.run(
+        [sys.executable, "-c", APPLY_IN_A_PROCESS, str(target), str(state_dir),
+         str(bundle_file), validate, reload],
+        cwd=REPO_ROOT, env=agent_env(), capture_output=True, text=True, timeout=30,
+    )
+
+
+# --- a local server speaking the agent protocol ------------------------------------------
+
+
+class ProtocolServer:
+    """The server side of DESIGN.md's agent protocol, in a thread on 127.0.0.1.
+
+    Tests set `desired` (or call `publish`/`push`), read what agents sent from
+    `reports` (every POST body, accepted or not) and `requests`, and inject
+    answers with `fail(route, status)` (`"drop"` closes the connection unanswered).
+    """
+
+    TOKEN = "bwa_test.secret"
+    ENROLLMENT_TOKEN = "bwe_test"
+
+    def __init__(self):
+        self.token = self.TOKEN
+        self.desired = {"snapshot": None, "deployment_id": None, "mode": "auto_pull",
+                        "poll_interval_s": 10}
+        self.bundles: dict[int, dict] = {}
+        self.reports: list[dict] = []  # every report POSTed, answered or not
+        self.accepted: list[dict] = []  # reports answered 201 (new) or 200 (duplicate)
+        self.requests: list[tuple] = []
+        self.enrolled: list[dict] = []
+        self.failures = collections.defaultdict(list)
+        self.etag_header = "ETag"
+        self.raw_desired: bytes | None = None
+        self._push_reports: dict = {}
+        self._last_pull = None
+        self._httpd = None
+        self.port = None
+        self.lock = threading.Lock()
+
+    # test-facing ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ProtocolServer:
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.port or 0), _handler_for(self))
+        httpd.daemon_threads = True
+        self.port = httpd.server_address[1]
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+        self._httpd = httpd
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def publish(self, bundle: dict, *, deployment_id: str | None = None,
+                announced_checksum: str | None = None) -> dict:
+        self.bundles[bundle["number"]] = bundle
+        self.desired = dict(self.desired, deployment_id=deployment_id, snapshot={
+            "number": bundle["number"], "label": bundle["label"],
+            "checksum": announced_checksum or bundle["checksum"],
+            "bundle_url": f"/api/v1/agent/snapshots/{bundle['number']}/bundle",
+        })
+        return bundle
+
+    def fail(self, route: str, *answers) -> None:
+        self.failures[route].extend(answers)
+
+    def etag(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.desired, sort_keys=True).encode()).hexdigest()
+        return f'"{digest[:40]}"'
+
+    def calls(self, route: str) -> list:
+        return [r for r in self.requests if r[2] == route]
+
+    # protocol -----------------------------------------------------------------------
+
+    def _report(self, body: dict) -> tuple:
+        deployment_id = body.get("deployment_id")
+        payload = (body["snapshot"], body["checksum"], body["status"], body["message"])
+        if deployment_id:
+            known = self._push_reports.get(deployment_id)
+            if known is None:
+                self._push_reports[deployment_id] = payload
+                return 201, {"deployment_id": deployment_id, "state": body["status"],
+                             "duplicate": False}
+            if known == payload:
+                return 200, {"deployment_id": deployment_id, "state": body["status"],
+                             "duplicate": True}
+            return 409, {"error": {"code": "report_conflict", "message": "already reported"}}
+        duplicate = self._last_pull == payload
+        self._last_pull = payload
+        return (200 if duplicate else 201), {"deployment_id": "pull", "state": body["status"],
+                                             "duplicate": duplicate}
+
+
+def _error(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def _handler_for(server: ProtocolServer):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self, status: int, body=None, headers=()):
+            data = body if isinstance(body, bytes) else (
+                b"" if body is None else json.dumps(body).encode())
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            if status != 304:
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if status != 304:
+                self.wfile.write(data)
+
+        def _route(self) -> str:
+            path = self.path.split("?")[0]
+            if path == "/api/v1/agent/enroll":
+                return "enroll"
+            if path == "/api/v1/agent/desired":
+                return "desired"
+            if path == "/api/v1/agent/reports":
+                return "reports"
+            if path.startswith("/api/v1/agent/snapshots/") and path.endswith("/bundle"):
+                return "bundle"
+            return "unknown"
+
+        def _handle(self, method: str):
+            route = self._route()
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            with server.lock:
+                server.requests.append((method, self.path, route, dict(self.headers), body))
+                injected = server.failures[route].pop(0) if server.failures[route] else None
+            if route == "reports" and body is not None:
+                server.reports.append(body)
+            if injected == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if injected is not None:
+                return self._answer(injected, _error("injected", f"injected {injected}"))
+            if route == "unknown":
+                return self._answer(404, _error("not_found", "no such route"))
+            if route == "enroll":
+                if body.get("enrollment_token") != server.ENROLLMENT_TOKEN:
+                    return self._answer(401, _error("invalid_token", "bad enrollment token"))
+                server.enrolled.append(body)
+                return self._answer(201, {"agent_id": 7, "token": server.token,
+                                          "environment": "shop/prod"})
+            if self.headers.get("Authorization") != f"Bearer {server.token}":
+                return self._answer(401, _error("invalid_token", "unknown or revoked token"))
+            if route == "desired":
+                etag = server.etag()
+                if self.headers.get("If-None-Match") == etag:
+                    return self._answer(304, headers=[(server.etag_header, etag)])
+                if server.raw_desired is not None:
+                    return self._answer(200, server.raw_desired)
+                return self._answer(200, server.desired, [(server.etag_header, etag)])
+            if route == "bundle":
+                number = int(self.path.split("/")[-2])
+                bundle = server.bundles.get(number)
+                if bundle is None:
+                    return self._answer(404, _error("not_found", f"no snapshot {number}"))
+                return self._answer(200, bundle, [("ETag", f'"{bundle["checksum"]}"')])
+            with server.lock:
+                status, answer = server._report(body)
+                if status in (200, 201):
+                    server.accepted.append(body)
+            return self._answer(status, answer)
+
+        def do_GET(self):
+            self._handle("GET")
+
+        def do_POST(self):
+            self._handle("POST")
+
+    return Handler

@@ -1,0 +1,186 @@
+"""agent/files.py: atomic writes, temp-file clean-up, path confinement, backup/restore."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import pytest
+
+from agent import files as fs
+from tests.agent.support import temp_files, tree
+
+
+@pytest.fixture
+def umask_022():
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def test_write_atomic_creates_parent_directories_and_writes_exact_bytes(tmp_path):
+    path = tmp_path / "a" / "b" / "site.conf"
+    data = b"line 1\r\nzw\xc3\xb6lf \xe2\x82\xac\x00no trailing newline"
+
+    fs.write_atomic(str(path), data)
+
+    assert path.read_bytes() == data
+    assert temp_files(tmp_path) == []
+
+
+def test_write_atomic_replaces_the_file_whole_so_an_open_reader_keeps_the_old_content(
+        tmp_path):
+    path = tmp_path / "site.conf"
+    path.write_bytes(b"old " * 1000)
+    old_inode = path.stat().st_ino
+
+    with open(path, "rb") as reader:
+        fs.write_atomic(str(path), b"new")
+        assert reader.read() == b"old " * 1000
+
+    assert path.read_bytes() == b"new"
+    assert path.stat().st_ino != old_inode  # renamed into place, not rewritten
+
+
+def test_concurrent_readers_only_ever_see_a_complete_old_or_new_file(tmp_path):
+    path = tmp_path / "big.conf"
+    versions = [b"A" * 300_000, b"B" * 200_000]
+    fs.write_atomic(str(path), versions[0])
+    done = threading.Event()
+    seen = []
+
+    def read_constantly():
+        while not done.is_set():
+            seen.append(path.read_bytes())
+
+    reader = threading.Thread(target=read_constantly)
+    reader.start()
+    try:
+        for i in range(40):
+            fs.write_atomic(str(path), versions[i % 2])
+    finally:
+        done.set()
+        reader.join()
+
+    assert seen, "the reader never ran"
+    assert all(content in versions for content in seen), (
+        {len(c) for c in seen if c not in versions})
+
+
+def test_write_atomic_removes_its_temp_file_when_the_rename_fails(tmp_path):
+    # The destination is a non-empty directory: the rename fails after the temp
+    # file was written and fsynced.
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "keep").write_text("kept")
+
+    with pytest.raises(OSError):
+        fs.write_atomic(str(tmp_path / "conf.d"), b"a file now")
+
+    assert temp_files(tmp_path) == []
+    assert (tmp_path / "conf.d" / "keep").read_text() == "kept"
+
+
+def test_write_atomic_removes_its_temp_file_when_writing_fails(tmp_path):
+    path = tmp_path / "site.conf"
+    path.write_bytes(b"before")
+
+    with pytest.raises(TypeError):
+        fs.write_atomic(str(path), "not bytes")  # type: ignore[arg-type]
+
+    assert temp_files(tmp_path) == []
+    assert path.read_bytes() == b"before"
+
+
+@pytest.mark.usefixtures("umask_022")
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o644])
+def test_write_atomic_gives_the_file_the_requested_mode(tmp_path, mode):
+    path = tmp_path / "secret.pem"
+    path.write_bytes(b"old")
+    os.chmod(path, 0o666)
+
+    fs.write_atomic(str(path), b"key", mode=mode)
+
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_write_atomic_default_mode_is_world_readable_0644(tmp_path):
+    fs.write_atomic(str(tmp_path / "a.conf"), b"x")
+
+    assert stat.S_IMODE((tmp_path / "a.conf").stat().st_mode) == 0o644
+
+
+def test_remove_temp_files_deletes_only_leftover_temp_files_in_every_directory(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.conf").write_text("a")
+    (tmp_path / f".a.conf{fs.TEMP_MARKER}0123abcd").write_text("half")
+    (tmp_path / "sub" / f".b.conf{fs.TEMP_MARKER}deadbeef").write_text("half")
+
+    assert fs.remove_temp_files(str(tmp_path)) == 2
+
+    assert tree(tmp_path) == {"a.conf": b"a"}
+
+
+def test_remove_file_ignores_a_missing_file(tmp_path):
+    fs.remove_file(str(tmp_path / "absent"))
+    (tmp_path / "present").write_text("x")
+
+    fs.remove_file(str(tmp_path / "present"))
+
+    assert not (tmp_path / "present").exists()
+
+
+@pytest.mark.parametrize("relative", ["a.conf", "sub/dir/b.conf", "./c.conf", "sub/../d.conf"])
+def test_inside_accepts_paths_under_the_root(tmp_path, relative):
+    path = fs.inside(str(tmp_path), relative)
+
+    assert path == os.path.normpath(os.path.join(os.path.realpath(tmp_path), relative))
+
+
+@pytest.mark.parametrize("relative", ["../x", "sub/../../x", "/etc/passwd", ".", ""])
+def test_inside_refuses_paths_leaving_the_root_or_naming_the_root(tmp_path, relative):
+    with pytest.raises(ValueError, match="leaves the target directory"):
+        fs.inside(str(tmp_path / "root"), relative)
+
+
+def test_inside_refuses_a_symlinked_directory_pointing_outside(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+
+    with pytest.raises(ValueError, match="leaves the target directory"):
+        fs.inside(str(root), "link/evil.conf")
+
+
+def test_backup_then_restore_puts_back_old_bytes_and_removes_paths_that_did_not_exist(
+        tmp_path):
+    root, backup_dir = tmp_path / "root", tmp_path / "backup"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.conf").write_bytes(b"\xff\xfeold a")
+    (root / "sub" / "b.conf").write_bytes(b"old b")
+    before = tree(root)
+
+    manifest = fs.backup(str(root), ["a.conf", "sub/b.conf", "new.conf"], str(backup_dir))
+    (root / "a.conf").write_bytes(b"new a")
+    (root / "sub" / "b.conf").unlink()
+    (root / "new.conf").write_bytes(b"new")
+    fs.restore(str(root), manifest, str(backup_dir))
+
+    assert manifest == {"existed": ["a.conf", "sub/b.conf"],
+                        "paths": ["a.conf", "new.conf", "sub/b.conf"]}
+    assert tree(root) == before
+    assert tree(backup_dir) == {"a.conf": b"\xff\xfeold a", "sub/b.conf": b"old b"}
+
+
+def test_backup_replaces_the_previous_backup(tmp_path):
+    root, backup_dir = tmp_path / "root", tmp_path / "backup"
+    root.mkdir()
+    (root / "a.conf").write_text("a")
+    (root / "b.conf").write_text("b")
+    fs.backup(str(root), ["a.conf"], str(backup_dir))
+
+    fs.backup(str(root), ["b.conf"], str(backup_dir))
+
+    assert tree(backup_dir) == {"b.conf": b"b"}
