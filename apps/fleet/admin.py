@@ -1,0 +1,134 @@
+"""Fleet in the admin: enrollment tokens (the secret shown once) and agents with
+their status; every action goes through apps.fleet.services."""
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from apps.core.admin import OwnedAdminMixin, ReadOnlyAdminMixin
+from apps.environments.models import Environment
+from apps.fleet import selectors, services
+from apps.fleet.models import Agent, EnrollmentToken
+
+
+class EnrollmentTokenForm(forms.ModelForm):
+    expires_in_hours = forms.IntegerField(min_value=1, max_value=24 * 365, initial=24)
+
+    class Meta:
+        model = EnrollmentToken
+        fields = ["environment", "name", "max_uses"]
+
+
+@admin.register(EnrollmentToken)
+class EnrollmentTokenAdmin(OwnedAdminMixin, admin.ModelAdmin):
+    """Created here (the secret is shown once), revoked, never edited."""
+
+    form = EnrollmentTokenForm
+    list_display = ["key", "environment", "name", "uses", "max_uses", "expires_at",
+                    "revoked_at"]
+    list_select_related = ["environment__application"]
+    actions = ["revoke"]
+
+    def get_queryset(self, request):
+        return EnrollmentToken.objects.filter(
+            environment__in=Environment.objects.owned_by(request.user))
+
+    def has_add_permission(self, request, *args):
+        return request.user.is_active and request.user.is_staff
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["environment", "name", "max_uses", "expires_in_hours"]
+        return ["key", "environment", "name", "uses", "max_uses", "expires_at", "revoked_at"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "environment":
+            kwargs["queryset"] = Environment.objects.owned_by(request.user).select_related(
+                "application")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        token, secret = services.enrollment_token_create(
+            environment=form.cleaned_data["environment"], name=form.cleaned_data["name"],
+            max_uses=form.cleaned_data["max_uses"], actor=request.user,
+            expires_at=timezone.now() + timedelta(hours=form.cleaned_data["expires_in_hours"]))
+        obj.pk, obj.key, obj.environment = token.pk, token.key, token.environment
+        self.message_user(request, f"Enrollment token for {token.environment} (shown only "
+                                   f"once, copy it now): {secret}", messages.WARNING)
+
+    @admin.action(description="Revoke the selected enrollment tokens")
+    def revoke(self, request, queryset):
+        for token in queryset.filter(revoked_at__isnull=True):
+            services.enrollment_token_revoke(token=token, actor=request.user)
+        self.message_user(request, "Revoked.")
+
+
+@admin.register(Agent)
+class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["name", "environment", "mode", "enabled", "online", "desired", "applied",
+                    "last_status", "last_report_at"]
+    list_filter = ["mode", "enabled", "last_status"]
+    search_fields = ["name", "environment__name", "environment__application__name"]
+    fields = ["name", "environment", "labels", "mode", "enabled", "generation", "online",
+              "desired", "applied", "last_status", "last_message", "last_report_at",
+              "blocked", "token_key", "token_revoked_at", "created_at"]
+    readonly_fields = fields
+    actions = ["switch_to_manual", "switch_to_auto_pull", "revoke_token"]
+
+    def get_queryset(self, request):
+        return selectors.agents_with_desired(Agent.objects.filter(
+            environment__in=Environment.objects.owned_by(request.user)))
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        self._seen = selectors.last_seen(changelist.result_list)
+        return changelist
+
+    def _status(self, obj) -> dict:
+        seen = getattr(self, "_seen", None) or selectors.last_seen([obj])
+        return selectors.agent_status(obj, seen.get(obj.pk))
+
+    @admin.display(boolean=True)
+    def online(self, obj):
+        return self._status(obj)["online"]
+
+    @admin.display(description="desired")
+    def desired(self, obj):
+        desired = self._status(obj)["desired"]
+        return f"#{desired['number']}" if desired else "-"
+
+    @admin.display(description="applied")
+    def applied(self, obj):
+        applied = self._status(obj)["applied"]
+        return f"#{applied['number']}" if applied else "-"
+
+    @admin.display(description="blocked")
+    def blocked(self, obj):
+        return f"#{obj.blocked_number}" if obj.blocked_number else "-"
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def _update(self, request, queryset, **changes):
+        for agent in queryset:
+            services.agent_update(agent=agent, actor=request.user, **changes)
+        self.message_user(request, f"Updated {queryset.count()} agent(s).")
+
+    @admin.action(description="Switch to manual (stay on the current snapshot)")
+    def switch_to_manual(self, request, queryset):
+        self._update(request, queryset, mode=Agent.Mode.MANUAL)
+
+    @admin.action(description="Switch to auto pull (follow the active snapshot)")
+    def switch_to_auto_pull(self, request, queryset):
+        self._update(request, queryset, mode=Agent.Mode.AUTO_PULL)
+
+    @admin.action(description="Revoke the agents' tokens")
+    def revoke_token(self, request, queryset):
+        for agent in queryset:
+            services.agent_token_revoke(agent=agent, actor=request.user)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")
