@@ -1,0 +1,27 @@
+"""API routes of the fleet (under /api/v1/): operators' routes and the agent protocol."""
+
+from django.urls import path
+
+from apps.core.urls import ENV, SNAP
+from apps.fleet import agent_api, api
+
+urlpatterns = [
+    path(f"{ENV}/agents", api.AgentListApi.as_view(), name="agent-list"),
+    path(f"{ENV}/enrollment-tokens", api.EnrollmentTokenApi.as_view(),
+         name="enrollment-token-create"),
+    path(f"{SNAP}/activate", api.SnapshotActivateApi.as_view(), name="snapshot-activate"),
+    path(f"{SNAP}/deploy", api.SnapshotDeployApi.as_view(), name="snapshot-deploy"),
+    path("agents/<int:agent_id>", api.AgentDetailApi.as_view(), name="agent-detail"),
+    path("agents/<int:agent_id>/deployments", api.AgentDeploymentListApi.as_view(),
+         name="agent-deployments"),
+    path("agents/<int:agent_id>/token/rotate", api.AgentTokenRotateApi.as_view(),
+         name="agent-token-rotate"),
+    path("agents/<int:agent_id>/token/revoke", api.AgentTokenRevokeApi.as_view(),
+         name="agent-token-revoke"),
+    # The agent protocol (DESIGN.md)
+    path("agent/enroll", agent_api.EnrollApi.as_view(), name="agent-enroll"),
+    path("agent/desired", agent_api.desired_view, name="agent-desired"),
+    path("agent/snapshots/<int:number>/bundle", agent_api.BundleApi.as_view(),
+         name="agent-bundle"),
+    path("agent/reports", agent_api.ReportApi.as_view(), name="agent-reports"),
+]
