@@ -1,15 +1,21 @@
 """Environment API: read, change config, put and remove templates and fallback files."""
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
+from apps.core.parsers import TextYAMLParser, YAMLParser
 from apps.core.views import EnvironmentAPIView
 from apps.environments import services
 from apps.environments.models import Environment
-from apps.environments.selectors import environment_role
+from apps.environments.selectors import environment_get, environment_role
+from apps.snapshots.api import PublicationSerializer, publication_response
+from apps.snapshots.selectors import descriptor_dry_run
 from apps.tenancy.models import Role
 
 
@@ -152,3 +158,55 @@ class FallbackFileApi(_EnvironmentFileApi):
     """A literal file the agent writes when it has nothing to restore."""
 
     kind, text_field, InputSerializer = "fallback", "content", FallbackFileSerializer
+
+
+class DescriptorSerializer(serializers.Serializer):
+    """The descriptor itself, as YAML or JSON (apiVersion bellwether/v1)."""
+
+    apiVersion = serializers.CharField()  # noqa: N815 - the descriptor's own key
+    application = serializers.CharField()
+    environment = serializers.CharField()
+    id = serializers.CharField()
+    version = serializers.CharField(required=False)
+    params = serializers.DictField(required=False)
+    secrets = serializers.DictField(child=serializers.CharField(), required=False)
+    rollout = serializers.JSONField(required=False)
+    rollback = serializers.JSONField(required=False)
+    notes = serializers.CharField(required=False)
+
+
+class DescriptorDryRunSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    errors = serializers.ListField(child=serializers.DictField())
+    effective_config = serializers.JSONField()
+    provenance = serializers.DictField(child=serializers.CharField())
+    files = serializers.ListField(child=serializers.DictField())
+    diff = serializers.ListField(child=serializers.DictField())
+    against = serializers.IntegerField(allow_null=True)
+
+
+class DescriptorSubmitApi(APIView):
+    """POST a descriptor: merged with the environment's layers, rendered and published.
+    `?dry_run=1` answers what it would publish and records nothing."""
+
+    parser_classes = [JSONParser, YAMLParser, TextYAMLParser]
+
+    @extend_schema(
+        request=DescriptorSerializer,
+        parameters=[OpenApiParameter("dry_run", OpenApiTypes.BOOL, description=(
+            "Return the effective config, provenance, files and the diff against the "
+            "active snapshot; record nothing."))],
+        responses={201: PublicationSerializer, 200: DescriptorDryRunSerializer,
+                   202: PublicationSerializer},
+        summary="Submit an app team's descriptor",
+    )
+    def post(self, request):
+        descriptor = request.data
+        services.descriptor_check(descriptor)
+        environment = environment_get(user=request.user, application=descriptor["application"],
+                                      name=descriptor["environment"], required=Role.DEPLOYER)
+        if request.query_params.get("dry_run", "").lower() in ("1", "true", "yes"):
+            return Response(descriptor_dry_run(environment, descriptor))
+        publication, created = services.descriptor_submit(
+            environment=environment, descriptor=descriptor, actor=request.user)
+        return publication_response(publication, repeated=not created)

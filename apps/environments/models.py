@@ -83,6 +83,56 @@ class Environment(models.Model):
         return f"{self.application.name}/{self.name}"
 
 
+class PlatformPolicy(models.Model):
+    """What descriptors may add, platform-wide. Never edited: each change is a new
+    version, and a snapshot records the version it used."""
+
+    version = models.PositiveIntegerField(unique=True)
+    content = models.JSONField(default=dict, help_text=(
+        '{"descriptor_policy": {"params": [keys], "secret_refs": [patterns], '
+        '"rollback": true|false}}'))
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-version"]
+        verbose_name_plural = "platform policies"
+
+    def __str__(self) -> str:
+        return f"policy v{self.version}"
+
+
+class Descriptor(models.Model):
+    """An app team's release request, kept for idempotency: the same id with the
+    same content returns the same publication; with other content it is refused."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE,
+                                    related_name="descriptors")
+    descriptor_id = models.CharField(max_length=128)
+    content = models.JSONField()
+    content_hash = models.CharField(max_length=64)
+    publication = models.ForeignKey("snapshots.Publication", on_delete=models.CASCADE,
+                                    related_name="+")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "descriptor_id"],
+                                    name="descriptor_unique_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.descriptor_id} for {self.environment_id}"
+
+
 class EnvironmentFile(models.Model):
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
     path = models.CharField(

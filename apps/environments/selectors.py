@@ -3,7 +3,7 @@
 from django.conf import settings
 
 from apps.core.errors import NotFound, PermissionDenied
-from apps.environments.models import Environment
+from apps.environments.models import Environment, PlatformPolicy
 from apps.tenancy.models import ROLE_RANK, Membership, Role
 
 
@@ -42,6 +42,13 @@ def environment_get(
             f"This needs the {required.label.lower()} role on {environment.full_name}."
         )
     return environment
+
+
+def current_policy() -> dict:
+    """The newest platform policy version, as frozen into a snapshot's source."""
+    policy = PlatformPolicy.objects.order_by("-version").first()
+    return {"version": policy.version, "content": policy.content} if policy else {
+        "version": 0, "content": {}}
 
 
 def environment_limits(environment: Environment) -> dict:

@@ -1,20 +1,31 @@
 """State changes of environments and their files; each writes its audit event."""
 
+import hashlib
 import json
+import re
 
 from django.db import transaction
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, ValidationFailed
-from apps.environments.models import Environment, FallbackFile, Template
+from apps.environments.models import (
+    Descriptor,
+    Environment,
+    FallbackFile,
+    PlatformPolicy,
+    Template,
+)
 from apps.environments.selectors import environment_limits
 from apps.fleet.services import environment_polls_changed
+from apps.snapshots.models import Publication
 from apps.snapshots.rendering import (
     path_collisions,
     path_problem,
     schema_problems,
     template_syntax_problems,
 )
+from apps.snapshots.selectors import descriptor_source
+from apps.snapshots.services import locked_environment, publication_create
 from apps.snapshots.yamlconfig import load_config
 from apps.tenancy.models import Application
 
@@ -220,3 +231,74 @@ def environment_set_owners(*, environment: Environment, owners, actor) -> Enviro
             data={"owners": names},
         )
     return locked
+
+
+# --- descriptors -------------------------------------------------------------------
+
+DESCRIPTOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+def _descriptor_hash(content: dict) -> str:
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def descriptor_check(descriptor) -> None:
+    """The descriptor's shape; the merge rules are checked against the layers."""
+    if not isinstance(descriptor, dict):
+        raise ValidationFailed("A descriptor must be a mapping.", code="descriptor_invalid")
+    problems = []
+    if not isinstance(descriptor.get("id"), str) or not DESCRIPTOR_ID.match(descriptor["id"]):
+        problems.append({"key": "id", "message": "required: 1-128 letters, digits, '.', '_', "
+                                                  "':' or '-' (the idempotency key)"})
+    if "version" in descriptor and not isinstance(descriptor["version"], (str, int, float)):
+        problems.append({"key": "version", "message": "must be a string"})
+    if "notes" in descriptor and not isinstance(descriptor["notes"], str):
+        problems.append({"key": "notes", "message": "must be a string"})
+    for key in ("application", "environment"):
+        if not isinstance(descriptor.get(key), str):
+            problems.append({"key": key, "message": "required: a name"})
+    if problems:
+        raise ValidationFailed(f"descriptor {problems[0]['key']}: {problems[0]['message']}",
+                               code="descriptor_invalid", details=problems)
+
+
+def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> tuple:
+    """Publish the environment with an app team's descriptor. Returns (publication,
+    created): the same id with the same content returns the first publication; the
+    same id with other content is refused (409)."""
+    descriptor_check(descriptor)
+    digest = _descriptor_hash(descriptor)
+    with transaction.atomic():
+        locked = locked_environment(environment.pk)
+        existing = Descriptor.objects.filter(environment=locked,
+                                             descriptor_id=descriptor["id"]).first()
+        if existing is not None:
+            if existing.content_hash != digest:
+                raise Conflict(f"Descriptor {descriptor['id']} was already submitted to "
+                               f"{locked.full_name} with other content.",
+                               code="descriptor_conflict")
+            return existing.publication, False
+        source = descriptor_source(locked, descriptor)
+        publication = publication_create(environment=locked, actor=actor,
+                                         kind=Publication.Kind.PUBLISH, source=source)
+        Descriptor.objects.create(
+            environment=locked, descriptor_id=descriptor["id"], content=descriptor,
+            content_hash=digest, publication=publication,
+            submitted_by=actor if getattr(actor, "is_authenticated", False) else None)
+    return publication, True
+
+
+def policy_publish(*, content: dict, actor) -> PlatformPolicy:
+    """A new platform policy version (versions are never edited)."""
+    if not isinstance(content, dict) or not isinstance(
+            content.get("descriptor_policy", {}), dict):
+        raise ValidationFailed("A policy is a mapping with a descriptor_policy mapping.")
+    with transaction.atomic():
+        newest = PlatformPolicy.objects.select_for_update().order_by("-version").first()
+        policy = PlatformPolicy.objects.create(
+            version=(newest.version + 1) if newest else 1, content=content,
+            created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        audit_record(actor=actor, action="policy.publish", obj=policy,
+                     summary=f"Platform policy v{policy.version}")
+    return policy

@@ -11,4 +11,5 @@ urlpatterns = [
     path(f"{ENV}/templates/<path:path>", api.TemplateApi.as_view(), name="template"),
     path(f"{ENV}/fallback-files/<path:path>", api.FallbackFileApi.as_view(),
          name="fallback-file"),
+    path("descriptors", api.DescriptorSubmitApi.as_view(), name="descriptor-submit"),
 ]

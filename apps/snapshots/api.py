@@ -95,7 +95,7 @@ class PublicationSerializer(serializers.ModelSerializer):
         return f"/api/v1/publications/{obj.pk}"
 
 
-def publication_response(publication: Publication) -> Response:
+def publication_response(publication: Publication, *, repeated: bool = False) -> Response:
     """202 while rendering; 201 for a new snapshot, 200 for an identical existing one;
     400 naming every problem when the render was invalid; 409 when a later request
     finished first."""
@@ -127,7 +127,8 @@ def publication_response(publication: Publication) -> Response:
         )
         response.data["error"]["publication"] = body
         return response
-    code = status.HTTP_200_OK if publication.deduplicated else status.HTTP_201_CREATED
+    code = (status.HTTP_200_OK if publication.deduplicated or repeated
+            else status.HTTP_201_CREATED)
     return Response(body, status=code, headers={"Location": body["snapshot"]["url"]})
 
 

@@ -25,6 +25,8 @@ class Snapshot(models.Model):
     state = models.CharField(max_length=16, choices=State.choices)
     source = models.JSONField(help_text="Every input, enough to re-render this snapshot.")
     effective_config = models.JSONField(default=dict)
+    # Key path -> the layer that set it (environment, descriptor).
+    provenance = models.JSONField(default=dict)
     files = models.JSONField(default=list)
     fallback_files = models.JSONField(default=list)
     checksum = models.CharField(max_length=71)

@@ -17,6 +17,7 @@ from jinja2 import exceptions as jinja_errors
 from jsonschema_specifications import REGISTRY as BUNDLED_SCHEMAS
 from referencing.exceptions import Unresolvable
 
+from apps.environments.merge import merge
 from apps.snapshots.problems import Problem
 from apps.snapshots.sandbox import template_environment
 from apps.snapshots.yamlconfig import load_config, load_yaml
@@ -28,6 +29,7 @@ DEFAULT_TEMPLATE_ITERATIONS = 1_000_000
 @dataclass
 class Rendered:
     effective_config: dict
+    provenance: dict = field(default_factory=dict)
     files: list[dict] = field(default_factory=list)
     fallback_files: list[dict] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -231,11 +233,28 @@ def _render_templates(
     return files, problems
 
 
+def _values(error) -> str:
+    values = error.as_dict()
+    shown = [f"{layer} has {values[f'{layer}_value']!r}" for layer in ("environment", "descriptor")
+             if f"{layer}_value" in values]
+    return f" ({'; '.join(shown)})" if shown else ""
+
+
 def render_source(source: dict) -> Rendered:
     """Render and validate. Every problem found is reported, not only the first."""
     limits = source["limits"]
     config, problems = load_config(source["config"], limits=limits)
-    rendered = Rendered(effective_config=config, problems=list(problems))
+    provenance = {}
+    if not problems:
+        merged = merge(environment=config, policy=(source.get("policy") or {}).get("content"),
+                       tenant=source.get("tenant_restrictions"),
+                       descriptor=source.get("descriptor"),
+                       application=source["application"],
+                       environment_name=source["environment"])
+        config, provenance = merged.config, merged.provenance
+        problems = [Problem(e.as_dict()["code"], f"{e.layer}: {e.message}"
+                            + _values(e), file="config", key=e.path) for e in merged.errors]
+    rendered = Rendered(effective_config=config, provenance=provenance, problems=list(problems))
 
     if source.get("config_schema") is not None and not problems:
         rendered.problems.extend(schema_problems(source["config_schema"], config))

@@ -1,11 +1,13 @@
 """Reads about snapshots: the source to render, preview, lookups and diffs."""
 
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.environments.merge import merge
 from apps.environments.models import Environment
-from apps.environments.selectors import environment_limits
+from apps.environments.selectors import current_policy, environment_limits
 from apps.snapshots.diff import diff_files
 from apps.snapshots.models import Snapshot
 from apps.snapshots.rendering import SOURCE_FORMAT, Rendered, render_source
+from apps.snapshots.yamlconfig import load_config
 
 
 def render_source_for(environment: Environment) -> dict:
@@ -25,6 +27,9 @@ def render_source_for(environment: Environment) -> dict:
             for f in environment.fallback_files.order_by("path")
         ],
         "limits": environment_limits(environment),
+        "policy": current_policy(),
+        "tenant_restrictions": environment.application.tenant.restrictions,
+        "descriptor": None,
     }
 
 
@@ -72,4 +77,39 @@ def snapshot_diff(*, snapshot: Snapshot, against: int | None = None) -> dict:
         "snapshot": snapshot.number,
         "against": base.number if base else None,
         "files": diff_files(base.files if base else [], snapshot.files),
+    }
+
+
+def descriptor_source(environment: Environment, descriptor: dict) -> dict:
+    """The environment's inputs with an app team's descriptor. Refused (400) when
+    the layers do not merge, naming every error's layer, key and values."""
+    source = {**render_source_for(environment), "descriptor": descriptor}
+    config, problems = load_config(source["config"], limits=source["limits"])
+    if problems:
+        raise ValidationFailed(f"{environment.full_name}'s own config does not parse: "
+                               f"{problems[0]}", code="config_invalid",
+                               details=[p.as_dict() for p in problems])
+    merged = merge(environment=config, policy=source["policy"]["content"],
+                   tenant=source["tenant_restrictions"], descriptor=descriptor,
+                   application=environment.application.name, environment_name=environment.name)
+    if merged.errors:
+        raise ValidationFailed(
+            f"The descriptor does not merge: {len(merged.errors)} error(s); first: "
+            f"{merged.errors[0]}", code="merge_conflict",
+            details=[e.as_dict() for e in merged.errors])
+    return source
+
+
+def descriptor_dry_run(environment: Environment, descriptor: dict) -> dict:
+    """What submitting `descriptor` would publish; records nothing."""
+    rendered = render_source(descriptor_source(environment, descriptor))
+    active = environment.active_snapshot
+    return {
+        "valid": rendered.is_valid,
+        "errors": [p.as_dict() for p in rendered.problems],
+        "effective_config": rendered.effective_config,
+        "provenance": rendered.provenance,
+        "files": rendered.files,
+        "diff": diff_files(active.files if active else [], rendered.files),
+        "against": active.number if active else None,
     }

@@ -31,16 +31,17 @@ def _enqueue_render(publication: Publication) -> None:
     publication_render_task.delay_on_commit(str(publication.pk))
 
 
-def _request(*, environment: Environment, actor, kind: str, source: dict,
-             rolled_back_from: Snapshot | None = None) -> Publication:
-    """Record a publish or rollback request and queue its render. The request's
-    audit event id orders it among other requests (the environment is locked)."""
+def publication_create(*, environment: Environment, actor, kind: str, source: dict,
+                       rolled_back_from: Snapshot | None = None) -> Publication:
+    """Record a publish or rollback request and queue its render. Call with the
+    environment locked: the request's audit event id orders it among others."""
     is_user = getattr(actor, "is_authenticated", False)
     publication = Publication(
         environment=environment, kind=kind, source=source,
         rolled_back_from=rolled_back_from, author=actor if is_user else None,
     )
     what = (f"a rollback to #{rolled_back_from.number}" if rolled_back_from
+            else f"descriptor {source['descriptor']['id']}" if source.get("descriptor")
             else "a publish")
     event = audit_record(
         actor=actor, action="publication.create", obj=publication, environment=environment,
@@ -55,7 +56,7 @@ def _request(*, environment: Environment, actor, kind: str, source: dict,
     return publication
 
 
-def _locked_environment(environment_id: int) -> Environment:
+def locked_environment(environment_id: int) -> Environment:
     return (Environment.objects.select_for_update(of=("self",))
             .select_related("application__tenant").get(pk=environment_id))
 
@@ -63,9 +64,9 @@ def _locked_environment(environment_id: int) -> Environment:
 def snapshot_publish(*, environment: Environment, actor) -> Publication:
     """Capture the environment's current inputs and queue their render."""
     with transaction.atomic():
-        locked = _locked_environment(environment.pk)
-        return _request(environment=locked, actor=actor, kind=Publication.Kind.PUBLISH,
-                        source=render_source_for(locked))
+        locked = locked_environment(environment.pk)
+        return publication_create(environment=locked, actor=actor,
+                                  kind=Publication.Kind.PUBLISH, source=render_source_for(locked))
 
 
 def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
@@ -77,9 +78,10 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
             code="rollback_unavailable",
         )
     with transaction.atomic():
-        locked = _locked_environment(snapshot.environment_id)
-        return _request(environment=locked, actor=actor, kind=Publication.Kind.ROLLBACK,
-                        source=snapshot.source, rolled_back_from=snapshot)
+        locked = locked_environment(snapshot.environment_id)
+        return publication_create(environment=locked, actor=actor,
+                                  kind=Publication.Kind.ROLLBACK, source=snapshot.source,
+                                  rolled_back_from=snapshot)
 
 
 def publication_render(*, publication_id: str) -> Publication:
@@ -128,7 +130,7 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
         pk=publication_id)
     with transaction.atomic():
         # Environment first, then publication: the lock order every writer uses.
-        environment = _locked_environment(environment_id)
+        environment = locked_environment(environment_id)
         publication = Publication.objects.select_for_update().get(pk=publication_id)
         if publication.state != Publication.State.RENDERING:
             return publication
@@ -177,6 +179,7 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
             state=state,
             source=publication.source,
             effective_config=rendered.effective_config,
+            provenance=rendered.provenance,
             files=rendered.files if rendered.is_valid else [],
             fallback_files=rendered.fallback_files if rendered.is_valid else [],
             checksum=rendered.checksum if rendered.is_valid else "",

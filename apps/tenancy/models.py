@@ -24,6 +24,11 @@ ROLE_RANK = {Role.VIEWER: 1, Role.DEPLOYER: 2, Role.OWNER: 3}
 class Tenant(models.Model):
     name = models.CharField(max_length=200, unique=True)
     slug = models.SlugField(max_length=64, unique=True, validators=[slug_validator])
+    restrictions = models.JSONField(
+        default=dict, blank=True,
+        help_text='Only narrows what the platform policy allows, e.g. {"secret_refs": '
+                  '["vault:secret/data/{application}/*"]}.',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
