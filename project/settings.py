@@ -138,6 +138,8 @@ if REDIS_URL:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "bellwether",
+            # A silent Redis must not stall polls: fail fast, fall back to the DB.
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
     }
     CHANNEL_LAYERS = {

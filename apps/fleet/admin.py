@@ -86,12 +86,15 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_changelist_instance(self, request):
         changelist = super().get_changelist_instance(request)
-        self._seen = selectors.last_seen(changelist.result_list)
+        seen = selectors.last_seen(changelist.result_list)  # one cache read per page
+        for agent in changelist.result_list:
+            agent.status = selectors.agent_status(agent, seen.get(agent.pk))
         return changelist
 
     def _status(self, obj) -> dict:
-        seen = getattr(self, "_seen", None) or selectors.last_seen([obj])
-        return selectors.agent_status(obj, seen.get(obj.pk))
+        if not hasattr(obj, "status"):
+            obj.status = selectors.agent_status(obj, selectors.last_seen([obj]).get(obj.pk))
+        return obj.status
 
     @admin.display(boolean=True)
     def online(self, obj):

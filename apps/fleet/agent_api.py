@@ -93,6 +93,10 @@ class DesiredApi(AgentAPIView):
         body, etag = selectors.desired_state_for(agent)
         cache.store_poll_state(token_key=agent.token_key, token_hash=agent.token_hash,
                                agent_id=agent.pk, etag=etag)
+        # A change committed since we read may have dropped the entry before we
+        # stored it: read again, and drop what we stored if it is already stale.
+        if not selectors.poll_state_current(agent.pk, token_key=agent.token_key, etag=etag):
+            cache.forget_poll_states([agent.token_key])
         cache.record_heartbeat(agent.pk)
         # Reached on a cache miss (or outage): the same conditional answer, from the DB.
         not_modified = get_conditional_response(request, etag=etag)

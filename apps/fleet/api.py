@@ -166,7 +166,8 @@ class SnapshotActivateApi(EnvironmentAPIView):
 
 class SnapshotDeployApi(EnvironmentAPIView):
     class DeployRequestSerializer(serializers.Serializer):
-        agents = serializers.ListField(child=serializers.IntegerField(min_value=1),
+        agents = serializers.ListField(child=serializers.IntegerField(min_value=1,
+                                                                      max_value=2**63 - 1),
                                        required=False, default=list, max_length=10_000)
 
     @extend_schema(request=DeployRequestSerializer,

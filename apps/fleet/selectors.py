@@ -56,6 +56,13 @@ def desired_state_for(agent: Agent) -> tuple[dict, str]:
     return body, f'"{digest[:40]}"'
 
 
+def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
+    """Whether `etag` is still the agent's answer and its token still valid."""
+    fresh = agents_with_desired(Agent.objects.filter(pk=agent_id)).first()
+    return (fresh is not None and fresh.token_key == token_key
+            and fresh.token_revoked_at is None and desired_state_for(fresh)[1] == etag)
+
+
 def agents_with_desired(queryset):
     return queryset.select_related(
         "environment__application", "environment__active_snapshot", "target_snapshot"

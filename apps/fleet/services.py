@@ -197,18 +197,27 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
     if "labels" in changes:
         _check_labels(changes["labels"])
     with transaction.atomic():
-        locked = (Agent.objects.select_for_update(of=("self",))
-                  .select_related("environment__active_snapshot").get(pk=agent.pk))
+        # Environment before agent: the order activation and push lock in.
+        environment = (Environment.objects.select_for_update(of=("self",))
+                       .select_related("active_snapshot").get(pk=agent.environment_id))
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
         changed = [f for f, v in changes.items() if getattr(locked, f) != v]
         if not changed:
             return locked
         fields = list(changed)
+        active = environment.active_snapshot
         if "mode" in changed:
             if changes["mode"] == Agent.Mode.MANUAL:
-                locked.target_snapshot = locked.environment.active_snapshot
+                locked.target_snapshot = active
                 fields.append("target_snapshot")
             else:
-                _supersede_pending([locked.pk], keep_snapshot=locked.environment.active_snapshot)
+                if locked.applied_number is not None and (
+                        active is None or locked.applied_number > active.number):
+                    raise Conflict(
+                        f"{locked.name} has #{locked.applied_number}, newer than the active "
+                        f"snapshot; it would refuse to go back. Activate a newer snapshot or "
+                        "roll back first.", code="rollback_required")
+                _supersede_pending([locked.pk], keep_snapshot=active)
             locked.generation += 1
             fields.append("generation")
         for field in changed:
@@ -285,21 +294,32 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
             raise ValidationFailed(f"{environment.full_name} has no enabled agents.",
                                    code="no_agents")
         active = environment.active_snapshot
+        disabled = [a.name for a in agents if not a.enabled]
+        if disabled:
+            raise Conflict(f"Agents {', '.join(disabled)} are disabled; enable them to push.",
+                           code="agent_disabled")
         refusals = []
         for agent in agents:
             if agent.applied_number is not None and agent.applied_number > snapshot.number:
                 refusals.append({"agent": agent.pk, "name": agent.name, "reason": (
-                    f"has #{agent.applied_number} active; it refuses lower numbers")})
+                    f"has #{agent.applied_number} active; it refuses lower numbers"),
+                    "newer": False})
             elif agent.mode == Agent.Mode.AUTO_PULL and (active is None
                                                           or active.pk != snapshot.pk):
                 older = active is not None and snapshot.number < active.number
                 refusals.append({"agent": agent.pk, "name": agent.name, "reason": (
                     f"follows the active #{active.number}; it would switch back"
-                    if older else "follows the active snapshot; activate this one first")})
+                    if older else "follows the active snapshot; activate this one first"),
+                    "newer": not older})
         if refusals:
+            # Going back needs a rollback; only a newer snapshot merely needs activating.
+            newer = [r.pop("newer") for r in refusals]
+            code = "not_active" if all(newer) else "rollback_required"
             raise Conflict(
-                f"Cannot push #{snapshot.number} to {len(refusals)} agent(s); roll back or "
-                "switch them to manual.", code="rollback_required", details=refusals)
+                f"Cannot push #{snapshot.number} to {len(refusals)} agent(s); "
+                + ("activate it first, or switch them to manual." if code == "not_active"
+                   else "roll back, or switch them to manual."),
+                code=code, details=refusals)
         ids = [a.pk for a in agents]
         _supersede_pending(ids)
         deployments = Deployment.objects.bulk_create([
@@ -329,6 +349,17 @@ def report_record(
         raise ValidationFailed("status must be succeeded, warning or failed.")
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        deployment = None
+        if deployment_id is not None:
+            deployment = (Deployment.objects.select_for_update(of=("self",))
+                          .select_related("snapshot")
+                          .filter(pk=deployment_id, agent=locked).first())
+            if deployment is None:
+                raise NotFound(f"No deployment {deployment_id} for this agent.")
+            if (deployment.snapshot.number, deployment.snapshot.checksum) != (number, checksum):
+                raise Conflict(f"Deployment {deployment_id} is of snapshot "
+                               f"#{deployment.snapshot.number} with another checksum.",
+                               code="report_conflict")
         snapshot = Snapshot.objects.filter(environment_id=locked.environment_id, number=number,
                                            state=Snapshot.State.READY).first()
         if snapshot is None:
@@ -337,13 +368,7 @@ def report_record(
             raise ValidationFailed(f"checksum: does not match snapshot {number}.",
                                    code="checksum_mismatch")
         now = timezone.now()
-        if deployment_id is not None:
-            deployment = (Deployment.objects.select_for_update()
-                          .filter(pk=deployment_id, agent=locked).first())
-            if deployment is None:
-                raise NotFound(f"No deployment {deployment_id} for this agent.")
-            if deployment.snapshot_id != snapshot.pk:
-                raise Conflict(f"Deployment {deployment_id} is not of snapshot {number}.")
+        if deployment is not None:
             if deployment.state in Deployment.REPORTED_STATES:
                 if (deployment.state, deployment.message) == (status, message):
                     return deployment, False
@@ -372,7 +397,7 @@ def report_record(
             if locked.applied_number is None or number >= locked.applied_number:
                 locked.applied_number, locked.applied_checksum = number, checksum
                 fields += ["applied_number", "applied_checksum"]
-            if (locked.blocked_number, locked.blocked_checksum) == (number, checksum):
+            if locked.blocked_number is not None and number >= locked.blocked_number:
                 locked.blocked_number, locked.blocked_checksum = None, ""
                 fields += ["blocked_number", "blocked_checksum"]
         else:

@@ -51,7 +51,9 @@ def test_revoke_stops_enrollment(environment):
 @pytest.mark.parametrize(("args", "message"), [
     (("create", "shop/nope"), "No environment"),
     (("create", "shop/prod", "--expires", "5y"), "not a duration"),
-    (("create", "shop/prod", "--uses", "0"), "at least 1"),
+    (("create", "shop/prod", "--uses", "0"), "between 1 and 100000"),
+    (("create", "shop/prod", "--expires", "0s"), "future"),
+    (("create", "shop/prod", "--expires", "99999999999d"), "too far"),
     (("revoke", "nokey"), "No enrollment token"),
 ])
 def test_bad_arguments_are_clear_errors(environment, args, message):

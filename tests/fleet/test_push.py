@@ -125,7 +125,8 @@ def test_push_of_a_not_yet_active_snapshot_to_auto_pull_agents_is_refused(
 
     response = _push(deployer, 2, [follower])
 
-    assert_error(response, 409, "rollback_required")
+    error = assert_error(response, 409, "not_active")
+    assert "activate" in error["message"]
     assert not Deployment.objects.exists()
 
 

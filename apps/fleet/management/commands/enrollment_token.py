@@ -6,6 +6,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.fleet.models import EnrollmentToken
 from apps.fleet.services import enrollment_token_create, enrollment_token_revoke
@@ -54,12 +55,17 @@ class Command(BaseCommand):
         return environment
 
     def _create(self, environment, uses, expires, name, **_):
-        if uses < 1:
-            raise CommandError("--uses must be at least 1.")
+        if not 1 <= uses <= 100_000:
+            raise CommandError("--uses must be between 1 and 100000.")
         env = self._environment(environment)
-        token, secret = enrollment_token_create(
-            environment=env, max_uses=uses, name=name, actor=None,
-            expires_at=timezone.now() + parse_duration(expires))
+        try:
+            expires_at = timezone.now() + parse_duration(expires)
+            token, secret = enrollment_token_create(
+                environment=env, max_uses=uses, name=name, actor=None, expires_at=expires_at)
+        except OverflowError:
+            raise CommandError(f"--expires: {expires!r} is too far in the future.") from None
+        except ApplicationError as exc:
+            raise CommandError(f"--expires: {exc.message}") from None
         self.stderr.write(f"Enrollment token {token.key} for {env.full_name}: {uses} use(s), "
                           f"expires {token.expires_at:%Y-%m-%d %H:%M}Z. Shown only once:")
         self.stdout.write(secret)
