@@ -24,7 +24,7 @@ from agent.state import State
 logger = logging.getLogger("agent.apply")
 
 SUCCEEDED, WARNING, FAILED = "succeeded", "warning", "failed"
-SECRET_PLACEHOLDER = re.compile(r"\$\{secret:(env|file):([^}]+)\}")
+SECRET_PLACEHOLDER = re.compile(r"\$\{secret:([a-z]+):([^}]+)\}")
 
 
 @dataclass
@@ -64,7 +64,7 @@ def resolve_secrets(entries, environ) -> list:
         if kind == "env":
             if reference in environ:
                 return environ[reference]
-        else:
+        elif kind == "file":
             try:
                 with open(reference, encoding="utf-8") as handle:
                     return handle.read().rstrip("\n")
@@ -76,7 +76,8 @@ def resolve_secrets(entries, environ) -> list:
     resolved = [{"path": f["path"], "content": SECRET_PLACEHOLDER.sub(value_of, f["content"])}
                 for f in entries]
     if missing:
-        raise SecretError("unresolvable secret reference(s): " + ", ".join(sorted(set(missing))))
+        raise SecretError("unresolvable secret reference(s): " + ", ".join(sorted(set(missing)))
+                          + " (this agent resolves env: and file: references)")
     return resolved
 
 
@@ -125,7 +126,29 @@ class Applier:
 
     # --- apply ------------------------------------------------------------------
 
-    def apply(self, bundle: dict, state: State) -> Outcome:
+    def apply(self, bundle: dict, state: State, record=None) -> Outcome:
+        """Apply `bundle`. `record(state, outcome)` may add to the state (the report
+        to send, the push id handled): it is saved in the same write as the result,
+        so a crash can never keep one without the other."""
+        outcome = self._apply(bundle, state)
+        if record is not None:
+            record(state, outcome)
+        self.save(state)
+        return outcome
+
+    @staticmethod
+    def _malformed(bundle) -> bool:
+        def files_ok(entries):
+            return isinstance(entries, list) and all(
+                isinstance(e, dict) and isinstance(e.get("path"), str)
+                and isinstance(e.get("content"), str) for e in entries)
+        return not (isinstance(bundle.get("number"), int) and isinstance(bundle.get("checksum"),
+                    str) and files_ok(bundle.get("files"))
+                    and files_ok(bundle.get("fallback_files", [])))
+
+    def _apply(self, bundle: dict, state: State) -> Outcome:
+        if self._malformed(bundle):
+            return Outcome(FAILED, "the bundle is malformed; nothing was written")
         number, checksum = bundle["number"], bundle["checksum"]
         if content_checksum(bundle["files"]) != checksum:
             return Outcome(FAILED, f"#{number}: the bundle's files do not match its checksum")
@@ -160,8 +183,7 @@ class Applier:
             state.active_number, state.active_checksum = number, checksum
             state.active_label = bundle.get("label")
             state.managed_files = sorted(new_paths)
-            state.in_progress = None
-            self.save(state)
+            state.in_progress = None  # saved by apply(), with what record() adds
             return Outcome(SUCCEEDED, f"applied #{number} ({len(entries)} file(s))")
         logger.warning("#%s failed: %s; restoring", number, why)
         return self._recover(bundle, state, why)
@@ -178,15 +200,18 @@ class Applier:
 
     def _recover(self, bundle: dict, state: State, why: str) -> Outcome:
         number = bundle["number"]
-        fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
+        manifest = state.in_progress["manifest"]
+        fs.restore(self.target_dir, manifest, self.backup_dir)
         state.in_progress = None
-        self.save(state)
-        if state.active_number is not None:
+        # Something was restored (a snapshot of ours, or files already on the host):
+        # reload it. Only a host with nothing at all gets the safe fallback.
+        if state.active_number is not None or manifest["existed"]:
+            restored = (f"#{state.active_number}" if state.active_number is not None
+                        else "the files that were there")
             ok, reload_why = self._reload(state.active_number)
             if ok:
-                return Outcome(WARNING, f"#{number} failed ({why}); restored "
-                                        f"#{state.active_number}")
-            return Outcome(FAILED, f"#{number} failed ({why}); restored #{state.active_number} "
+                return Outcome(WARNING, f"#{number} failed ({why}); restored {restored}")
+            return Outcome(FAILED, f"#{number} failed ({why}); restored {restored} "
                                    f"but {reload_why}")
         fallback = bundle.get("fallback_files") or []
         if not fallback:
@@ -199,7 +224,6 @@ class Applier:
             return Outcome(FAILED, f"#{number} failed ({why}); writing the safe fallback "
                                    f"failed too ({exc})")
         state.managed_files = sorted(e["path"] for e in fallback)
-        self.save(state)
         ok, fallback_why = self._activate(number)
         if ok:
             return Outcome(WARNING, f"#{number} failed ({why}); wrote the safe fallback")

@@ -69,7 +69,14 @@ def main(argv=None) -> int:
     except Unauthorized as exc:
         logger.error("enrollment refused: %s", exc)
         return EXIT_UNAUTHORIZED
-    except (Unreachable, ProtocolError) as exc:
+    except ProtocolError as exc:
+        if exc.status < 500 and exc.status != 429:
+            # 400 bad name or labels, 409 name taken: the configuration must change.
+            logger.error("enrollment refused: %s", exc)
+            return EXIT_CONFIG
+        logger.error("enrollment failed: %s", exc)
+        return EXIT_UNREACHABLE
+    except Unreachable as exc:
         logger.error("enrollment failed: %s", exc)
         return EXIT_UNREACHABLE
     agent = Agent(client=client, applier=applier, state=state, save=save,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.error
@@ -64,8 +65,8 @@ class Client:
                 code, message = "http_error", raw[:200].decode("utf-8", "replace")
             cls = Unauthorized if exc.code == 401 else ProtocolError
             raise cls(exc.code, code, message) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise Unreachable(f"{self.server}: {getattr(exc, 'reason', exc)}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise Unreachable(f"{self.server}: {getattr(exc, 'reason', exc)!r}") from None
 
     @staticmethod
     def _json(status: int, body: bytes) -> dict:

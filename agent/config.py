@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
-            "2 bad configuration; 3 the server refused the token; 4 the server is "
-            "unreachable or failing (with --once). Secret placeholders in files, "
+            "2 bad configuration (or enrollment refused); 3 the server refused the token; 4 "
+            "the server is unreachable or failing (with --once); 5 an unexpected error. "
+            "Secret placeholders in files, "
             "${secret:env:NAME} and ${secret:file:/path}, are resolved on this host."
         ),
     )

@@ -13,6 +13,7 @@ from agent.state import State
 logger = logging.getLogger("agent")
 
 EXIT_OK, EXIT_APPLY_FAILED, EXIT_CONFIG, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
+EXIT_ERROR = 5  # an unexpected error in the agent itself
 DEFAULT_INTERVAL = 30.0
 MAX_BACKOFF = 300.0
 
@@ -92,20 +93,25 @@ class Agent:
 
         logger.info("applying #%s (%s)%s", number, snapshot.get("label"),
                     f" for push {deployment_id}" if deployment_id else "")
+        def record(current: State, outcome: Outcome) -> None:
+            if outcome.status != SUCCEEDED:
+                current.blocked = {"number": number, "checksum": checksum}
+            report = {"deployment_id": deployment_id, "snapshot": number, "checksum": checksum,
+                      "status": outcome.status, "message": outcome.message[:4000]}
+            if deployment_id:
+                current.processed_deployments[deployment_id] = report
+            current.unsent_report = report
+
         bundle = self.client.bundle(snapshot["bundle_url"])
-        if (bundle.get("number"), bundle.get("checksum")) != (number, checksum):
+        if not isinstance(bundle, dict) or (bundle.get("number"), bundle.get("checksum")) != (
+                number, checksum):
             outcome = Outcome(FAILED, f"#{number}: the bundle is not the announced snapshot")
+            record(state, outcome)
         else:
-            outcome = self.applier.apply(bundle, state)
+            outcome = self.applier.apply(bundle, state, record=record)
         log = logger.info if outcome.status == SUCCEEDED else logger.error
         log("#%s %s: %s", number, outcome.status, outcome.message)
-        if outcome.status != SUCCEEDED:
-            state.blocked = {"number": number, "checksum": checksum}
-        report = {"deployment_id": deployment_id, "snapshot": number, "checksum": checksum,
-                  "status": outcome.status, "message": outcome.message[:4000]}
-        if deployment_id:
-            state.processed_deployments[deployment_id] = report
-        self._send(report)
+        self._send(state.unsent_report)
         return outcome
 
     # --- the loop ---------------------------------------------------------------
@@ -126,10 +132,18 @@ class Agent:
                 return EXIT_UNAUTHORIZED
             except (Unreachable, ProtocolError) as exc:
                 failures += 1
-                delay = min(MAX_BACKOFF, 2.0 ** failures) * (0.5 + 0.5 * self.rng())
+                delay = self._backoff(failures)
                 logger.warning("server unavailable (%s); keeping the current config, "
                                "retrying in %.0fs", exc, delay)
+            except Exception:
+                failures += 1
+                delay = self._backoff(failures)
+                logger.exception("unexpected error; keeping the current config, retrying in "
+                                 "%.0fs", delay)
             self.sleep(delay)
+
+    def _backoff(self, failures: int) -> float:
+        return min(MAX_BACKOFF, 2.0 ** failures) * (0.5 + 0.5 * self.rng())
 
     def run_once(self) -> int:
         try:
@@ -140,6 +154,9 @@ class Agent:
         except (Unreachable, ProtocolError) as exc:
             logger.error("server unavailable: %s", exc)
             return EXIT_UNREACHABLE
+        except Exception:
+            logger.exception("unexpected error")
+            return EXIT_ERROR
         if outcome is not None and outcome.status != SUCCEEDED:
             return EXIT_APPLY_FAILED
         return EXIT_OK

@@ -177,9 +177,16 @@ def test_env_and_file_secrets_are_substituted_at_write_time(host, tmp_path):
 
 
 def test_resolve_secrets_leaves_text_without_placeholders_alone():
-    files = entries({"a.conf": "${not_a_secret} $HOME ${secret:vault:kv/x}"})
+    files = entries({"a.conf": "${not_a_secret} $HOME ${secretive} {secret:env:X}"})
 
     assert resolve_secrets(files, {}) == files
+
+
+def test_a_reference_kind_the_agent_cannot_resolve_is_unresolvable():
+    files = entries({"a.conf": "token ${secret:vault:kv/app#token}\n"})
+
+    with pytest.raises(SecretError, match="vault:kv/app#token"):
+        resolve_secrets(files, {})
 
 
 def test_resolve_secrets_reports_each_missing_reference_once_sorted():
@@ -188,7 +195,7 @@ def test_resolve_secrets_reports_each_missing_reference_once_sorted():
     with pytest.raises(SecretError) as error:
         resolve_secrets(files, {})
 
-    assert str(error.value) == "unresolvable secret reference(s): env:A, env:B"
+    assert str(error.value).startswith("unresolvable secret reference(s): env:A, env:B (")
 
 
 @pytest.mark.parametrize("bad_path", ["../escaped.conf", "conf.d/../../escaped.conf",

@@ -1,0 +1,96 @@
+"""The agent stays up and consistent when things go wrong in unexpected ways."""
+
+import socket
+import threading
+
+import pytest
+
+from agent.apply import FAILED, SUCCEEDED
+from agent.client import Client, Unreachable
+from agent.runner import EXIT_ERROR, Agent
+from tests.agent.support import make_bundle
+
+
+def test_the_result_and_its_report_are_saved_in_one_write(host):
+    def record(state, outcome):
+        state.unsent_report = {"snapshot": 1, "status": outcome.status}
+
+    outcome = host.applier().apply(make_bundle(1, {"a.conf": "a\n"}), host.load_state(),
+                                   record=record)
+
+    saved = host.load_state()
+    assert outcome.status == SUCCEEDED
+    assert (saved.active_number, saved.unsent_report) == (1, {"snapshot": 1,
+                                                              "status": SUCCEEDED})
+    assert saved.in_progress is None
+
+
+@pytest.mark.parametrize("bundle", [
+    {"number": 1, "checksum": "sha256:x"},
+    {"number": "1", "checksum": "sha256:x", "files": []},
+    {"number": 1, "checksum": "sha256:x", "files": [{"path": 1, "content": "x"}]},
+])
+def test_a_malformed_bundle_fails_without_writing(host, bundle):
+    outcome = host.applier().apply(bundle, host.load_state())
+
+    assert outcome.status == FAILED
+    assert list(host.target.iterdir()) == []
+
+
+@pytest.fixture
+def truncating_server():
+    """Answers 200 with a Content-Length it does not keep, then hangs up."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: 100\r\n\r\n{\"snap")
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def test_a_truncated_answer_counts_as_an_unreachable_server(truncating_server):
+    with pytest.raises(Unreachable):
+        Client(truncating_server, token="bwa_x.y").desired(None)
+
+
+class _Exploding:
+    def report(self, report):
+        raise AssertionError("not reached")
+
+    def desired(self, etag):
+        raise RuntimeError("a bug")
+
+
+def test_an_unexpected_error_backs_off_and_keeps_running(host):
+    delays = []
+
+    def sleep(seconds):
+        delays.append(seconds)
+        if len(delays) == 3:
+            raise KeyboardInterrupt
+
+    agent = Agent(client=_Exploding(), applier=host.applier(), state=host.load_state(),
+                  save=host.save, sleep=sleep, rng=lambda: 1.0)
+    with pytest.raises(KeyboardInterrupt):
+        agent.run()
+
+    assert delays == [2.0, 4.0, 8.0]
+
+
+def test_an_unexpected_error_in_once_mode_has_its_own_exit_code(host):
+    agent = Agent(client=_Exploding(), applier=host.applier(), state=host.load_state(),
+                  save=host.save)
+
+    assert agent.run_once() == EXIT_ERROR
