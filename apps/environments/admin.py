@@ -12,7 +12,7 @@ from apps.audit.selectors import pending_changes
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, render_diff
 from apps.core.errors import ApplicationError
 from apps.environments import services
-from apps.environments.models import Environment, FallbackFile, Template
+from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
 from apps.environments.selectors import environment_limits
 from apps.snapshots.rendering import path_collisions
 from apps.snapshots.services import snapshot_publish
@@ -225,3 +225,51 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
             else:
                 self.message_user(request, f"{environment}: published "
                                            f"#{publication.snapshot.number}.", messages.SUCCESS)
+
+
+class PlatformPolicyForm(forms.ModelForm):
+    class Meta:
+        model = PlatformPolicy
+        fields = ["content"]
+
+    def clean_content(self):
+        content = self.cleaned_data["content"]
+        if not isinstance(content, dict) or not isinstance(
+                content.get("descriptor_policy", {}), dict):
+            raise forms.ValidationError('Expected {"descriptor_policy": {...}}.')
+        return content
+
+
+@admin.register(PlatformPolicy)
+class PlatformPolicyAdmin(admin.ModelAdmin):
+    """Superusers publish policy versions; a version is never edited, a new one is
+    published instead (each snapshot records the version it used)."""
+
+    form = PlatformPolicyForm
+    list_display = ["version", "created_by", "created_at"]
+    readonly_fields = ["version", "created_by", "created_at"]
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_changeform_initial_data(self, request):
+        newest = PlatformPolicy.objects.order_by("-version").first()
+        return {"content": newest.content if newest else {"descriptor_policy": {
+            "params": [], "secret_refs": [], "rollback": False}}}
+
+    def save_model(self, request, obj, form, change):
+        policy = services.policy_publish(content=form.cleaned_data["content"],
+                                         actor=request.user)
+        obj.pk, obj.version, obj.created_by = policy.pk, policy.version, policy.created_by

@@ -55,11 +55,14 @@ class TenantAdmin(OwnedAdminMixin, admin.ModelAdmin):
         return _owned_tenants(request.user)
 
     def get_readonly_fields(self, request, obj=None):
-        return ["slug"] if obj else []
+        readonly = ["slug"] if obj else []
+        # Restrictions are the platform team's registry; tenant owners only read them.
+        return readonly if request.user.is_superuser else [*readonly, "restrictions"]
 
     def save_model(self, request, obj, form, change):
         if change:
             services.tenant_update(tenant=obj, name=form.cleaned_data["name"],
+                                   restrictions=form.cleaned_data.get("restrictions"),
                                    actor=request.user)
         else:
             obj.pk = services.tenant_create(name=form.cleaned_data["name"],

@@ -24,16 +24,36 @@ def tenant_create(*, name: str, slug: str, actor) -> Tenant:
     return tenant
 
 
-def tenant_update(*, tenant: Tenant, name: str, actor) -> Tenant:
+def check_restrictions(restrictions) -> dict:
+    """A tenant only narrows: {"secret_refs": [patterns]} (absent: no narrowing)."""
+    if not isinstance(restrictions, dict) or set(restrictions) - {"secret_refs"}:
+        raise ValidationFailed('restrictions must be {"secret_refs": [patterns]}.')
+    refs = restrictions.get("secret_refs")
+    if refs is not None and not (isinstance(refs, list)
+                                 and all(isinstance(p, str) and p for p in refs)):
+        raise ValidationFailed("restrictions.secret_refs must be a list of patterns.")
+    return restrictions
+
+
+def tenant_update(*, tenant: Tenant, actor, name: str | None = None,
+                  restrictions: dict | None = None) -> Tenant:
+    """Rename a tenant or change its restrictions (which only narrow the policy)."""
+    changes = {k: v for k, v in (("name", name), ("restrictions", restrictions))
+               if v is not None}
+    if "restrictions" in changes:
+        check_restrictions(changes["restrictions"])
     with transaction.atomic():
         locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
-        if locked.name == name:
+        changed = [f for f, v in changes.items() if getattr(locked, f) != v]
+        if not changed:
             return locked
-        locked.name = name
+        for field in changed:
+            setattr(locked, field, changes[field])
         locked.full_clean(validate_unique=False)
-        locked.save(update_fields=["name"])
+        locked.save(update_fields=changed)
         audit_record(actor=actor, action="tenant.update", obj=locked, tenant=locked,
-                     summary=f"Renamed tenant to {name}")
+                     summary=f"Changed {', '.join(changed)} of tenant {locked.name}",
+                     data={"fields": changed})
     return locked
 
 
