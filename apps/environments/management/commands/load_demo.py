@@ -6,11 +6,12 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from apps.environments.models import Environment
+from apps.environments.models import Environment, PlatformPolicy
 from apps.environments.services import (
     environment_create,
     environment_file_put,
     environment_update,
+    policy_publish,
 )
 from apps.snapshots.services import snapshot_publish
 from apps.tenancy.models import Application, Role, Tenant
@@ -63,6 +64,12 @@ server {
     return 503 "No valid configuration\\n";
 }
 """
+
+DEMO_POLICY = {"descriptor_policy": {
+    "params": ["release_channel", "feature_flags"],
+    "secret_refs": ["env:SHOP_*", "vault:secret/data/{application}/*"],
+    "rollback": True,
+}}
 
 SCHEMA = {
     "type": "object",
@@ -138,6 +145,8 @@ class Command(BaseCommand):
         dev.set_password(password)
         dev.save(update_fields=["password"])
 
+        if not PlatformPolicy.objects.exists():
+            policy_publish(content=DEMO_POLICY, actor=admin)
         with transaction.atomic():
             tenant = Tenant.objects.filter(slug="shop-team").first() or tenant_create(
                 name="Shop team", slug="shop-team", actor=admin)
