@@ -184,3 +184,38 @@ class SnapshotDeployApi(EnvironmentAPIView):
             deployment.snapshot = snapshot
         return Response(DeploymentSerializer(deployments, many=True).data,
                         status=status.HTTP_201_CREATED)
+
+
+class AgentPinRequestSerializer(serializers.Serializer):
+    snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    expected_generation = serializers.IntegerField(min_value=1)
+
+
+class AgentPinReleaseRequestSerializer(serializers.Serializer):
+    expected_generation = serializers.IntegerField(min_value=1)
+
+
+class AgentPinApi(_AgentApi):
+    @extend_schema(request=AgentPinRequestSerializer, responses=AgentSerializer,
+                   summary="Hold the agent on a snapshot (expected_generation: CAS)")
+    def post(self, request, agent_id):
+        agent = self.agent_for(Role.DEPLOYER)
+        data = AgentPinRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        snapshot = snapshot_get(environment=agent.environment,
+                                number=data.validated_data["snapshot"])
+        services.agent_pin(agent=agent, snapshot=snapshot, actor=request.user,
+                           expected_generation=data.validated_data["expected_generation"])
+        return Response(_agent_body(self.agent_for(Role.VIEWER)))
+
+
+class AgentPinReleaseApi(_AgentApi):
+    @extend_schema(request=AgentPinReleaseRequestSerializer, responses=AgentSerializer,
+                   summary="Release the agent's pin (expected_generation: CAS)")
+    def post(self, request, agent_id):
+        agent = self.agent_for(Role.DEPLOYER)
+        data = AgentPinReleaseRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.agent_pin_release(agent=agent, actor=request.user,
+                                   expected_generation=data.validated_data["expected_generation"])
+        return Response(_agent_body(self.agent_for(Role.VIEWER)))

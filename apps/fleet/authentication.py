@@ -44,7 +44,8 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         key, secret = parsed
         agent = (
             Agent.objects.select_related(
-                "environment__application", "environment__active_snapshot", "target_snapshot"
+                "environment__application", "environment__active_snapshot", "target_snapshot",
+                "pinned_snapshot",
             )
             .filter(token_key=key)
             .first()

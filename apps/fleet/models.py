@@ -56,6 +56,15 @@ class Agent(models.Model):
         Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
         help_text="What a manual agent follows: the snapshot last pushed to it.",
     )
+    # A pin wins over everything else: an operator's hold (later also a rollout's).
+    pinned_snapshot = models.ForeignKey(
+        Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+    )
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    pinned_at = models.DateTimeField(null=True, blank=True)
     # Bumped on every change of the agent's desired state (CAS for operators).
     generation = models.PositiveBigIntegerField(default=1)
     token_key = models.CharField(max_length=16, unique=True, editable=False)

@@ -15,6 +15,8 @@ OFFLINE_AFTER_POLL_INTERVALS = 3
 
 def desired_snapshot_for(agent: Agent) -> Snapshot | None:
     """Its pin if any, else the manual target, else the environment's active snapshot."""
+    if agent.pinned_snapshot_id is not None:
+        return agent.pinned_snapshot
     if agent.mode == Agent.Mode.MANUAL:
         return agent.target_snapshot
     return agent.environment.active_snapshot
@@ -65,7 +67,8 @@ def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
 
 def agents_with_desired(queryset):
     return queryset.select_related(
-        "environment__application", "environment__active_snapshot", "target_snapshot"
+        "environment__application", "environment__active_snapshot", "target_snapshot",
+        "pinned_snapshot",
     )
 
 
@@ -111,4 +114,6 @@ def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
         "last_report_at": agent.last_report_at,
         "blocked": None if agent.blocked_number is None else {
             "number": agent.blocked_number, "checksum": agent.blocked_checksum},
+        "pinned": None if agent.pinned_snapshot_id is None else {
+            "number": agent.pinned_snapshot.number, "at": agent.pinned_at},
     }

@@ -236,7 +236,8 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     Call with the environment locked; the caller writes the audit event."""
     environment.active_snapshot = snapshot
     environment.save(update_fields=["active_snapshot"])
-    followers = Agent.objects.filter(environment=environment, mode=Agent.Mode.AUTO_PULL)
+    followers = Agent.objects.filter(environment=environment, mode=Agent.Mode.AUTO_PULL,
+                                     pinned_snapshot__isnull=True)
     ids = list(followers.values_list("pk", flat=True))
     _bump(ids)
     _supersede_pending(ids, keep_snapshot=snapshot)
@@ -298,6 +299,10 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
         if disabled:
             raise Conflict(f"Agents {', '.join(disabled)} are disabled; enable them to push.",
                            code="agent_disabled")
+        pinned = [a.name for a in agents if a.pinned_snapshot_id is not None]
+        if pinned:
+            raise Conflict(f"Agents {', '.join(pinned)} are pinned; release their pins to "
+                           "push.", code="agent_pinned")
         refusals = []
         for agent in agents:
             if agent.applied_number is not None and agent.applied_number > snapshot.number:
@@ -335,6 +340,58 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
                      summary=f"Pushed #{snapshot.number} to {len(agents)} agent(s)",
                      data={"agents": [a.name for a in agents]})
     return deployments
+
+
+# --- pins --------------------------------------------------------------------------
+
+
+def _check_generation(agent: Agent, expected_generation: int) -> None:
+    if agent.generation != expected_generation:
+        raise Conflict(f"{agent.name} changed since you loaded it (generation "
+                       f"{agent.generation}, not {expected_generation}).", code="stale",
+                       details=[{"agent": agent.pk, "generation": agent.generation}])
+
+
+def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, actor) -> Agent:
+    """Hold the agent on `snapshot` whatever is activated or pushed, until released."""
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        _check_generation(locked, expected_generation)
+        if snapshot.environment_id != locked.environment_id or not snapshot.is_ready:
+            raise ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
+                                   "the agent's environment.")
+        if locked.applied_number is not None and snapshot.number < locked.applied_number:
+            raise Conflict(f"{locked.name} has #{locked.applied_number}; it refuses lower "
+                           "numbers. Roll back instead.", code="rollback_required")
+        locked.pinned_snapshot, locked.pinned_at = snapshot, timezone.now()
+        locked.pinned_by = actor if getattr(actor, "is_authenticated", False) else None
+        locked.generation += 1
+        locked.save(update_fields=["pinned_snapshot", "pinned_at", "pinned_by", "generation"])
+        _supersede_pending([locked.pk], keep_snapshot=snapshot)
+        audit_record(actor=actor, action="agent.pin", obj=locked, environment=locked.environment,
+                     summary=f"Pinned {locked} to #{snapshot.number}",
+                     data={"number": snapshot.number})
+        _forget_on_commit([locked])
+    return locked
+
+
+def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent:
+    """Release the agent's pin: it follows its manual target or the active snapshot."""
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        _check_generation(locked, expected_generation)
+        if locked.pinned_snapshot_id is None:
+            raise Conflict(f"{locked.name} is not pinned.", code="not_pinned")
+        number = locked.pinned_snapshot.number
+        locked.pinned_snapshot, locked.pinned_at, locked.pinned_by = None, None, None
+        locked.generation += 1
+        locked.save(update_fields=["pinned_snapshot", "pinned_at", "pinned_by", "generation"])
+        audit_record(actor=actor, action="agent.pin_release", obj=locked,
+                     environment=locked.environment,
+                     summary=f"Released the pin of {locked} (#{number})",
+                     data={"number": number})
+        _forget_on_commit([locked])
+    return locked
 
 
 # --- reports -----------------------------------------------------------------------

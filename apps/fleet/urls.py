@@ -18,6 +18,9 @@ urlpatterns = [
          name="agent-token-rotate"),
     path("agents/<int:agent_id>/token/revoke", api.AgentTokenRevokeApi.as_view(),
          name="agent-token-revoke"),
+    path("agents/<int:agent_id>/pin", api.AgentPinApi.as_view(), name="agent-pin"),
+    path("agents/<int:agent_id>/pin/release", api.AgentPinReleaseApi.as_view(),
+         name="agent-pin-release"),
     # The agent protocol (DESIGN.md)
     path("agent/enroll", agent_api.EnrollApi.as_view(), name="agent-enroll"),
     path("agent/desired", agent_api.desired_view, name="agent-desired"),

@@ -34,6 +34,8 @@ FLEET_DOCUMENTED = {
     "/api/v1/agent/desired": {"get"},
     "/api/v1/agent/snapshots/{number}/bundle": {"get"},
     "/api/v1/agent/reports": {"post"},
+    "/api/v1/agents/{agent_id}/pin": {"post"},
+    "/api/v1/agents/{agent_id}/pin/release": {"post"},
 }
 LAYERS_DOCUMENTED = {"/api/v1/descriptors": {"post"}}
 
