@@ -4,12 +4,11 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
-from apps.core.parsers import TextYAMLParser, YAMLParser
+from apps.core.parsers import BoundedJSONParser, TextYAMLParser, YAMLParser
 from apps.core.views import EnvironmentAPIView
 from apps.environments import services
 from apps.environments.models import Environment
@@ -189,7 +188,7 @@ class DescriptorSubmitApi(APIView):
     """POST a descriptor: merged with the environment's layers, rendered and published.
     `?dry_run=1` answers what it would publish and records nothing."""
 
-    parser_classes = [JSONParser, YAMLParser, TextYAMLParser]
+    parser_classes = [BoundedJSONParser, YAMLParser, TextYAMLParser]
 
     @extend_schema(
         request=DescriptorSerializer,

@@ -77,7 +77,8 @@ def secret_placeholder(reference: str) -> str:
 
 
 def _leaves(value, path: str):
-    if isinstance(value, dict) and value:
+    """(path, value) of every leaf: scalars, lists and empty mappings below the root."""
+    if isinstance(value, dict) and (value or not path):
         for key, child in value.items():
             yield from _leaves(child, f"{path}.{key}" if path else str(key))
     else:
@@ -196,6 +197,8 @@ class _Merge:
         if not isinstance(params, dict):
             self.error("descriptor", "params", "must be a mapping", descriptor_value=params)
             return
+        if not params:
+            return
         target = self.config.setdefault("params", {})
         if not isinstance(target, dict):
             self.error("environment", "params", "must be a mapping to take descriptor params",
@@ -229,7 +232,11 @@ class _Merge:
             self.error("descriptor", "secrets", "must be a mapping of name to reference",
                        descriptor_value=secrets)
             return
+        if not secrets:
+            return
         target = self.config.setdefault("secrets", {})
+        if not isinstance(target, dict):
+            return  # the environment's secrets are not a mapping: already an error
         patterns = [_pattern(p, self.application, self.environment_name)
                     for p in self.policy.get("secret_refs") or []]
         narrowed = self.tenant.get("secret_refs")

@@ -4,6 +4,7 @@ import hashlib
 import json
 import re
 
+from django.conf import settings
 from django.db import transaction
 
 from apps.audit.services import audit_record
@@ -26,7 +27,7 @@ from apps.snapshots.rendering import (
 )
 from apps.snapshots.selectors import descriptor_source
 from apps.snapshots.services import locked_environment, publication_create
-from apps.snapshots.yamlconfig import load_config
+from apps.snapshots.yamlconfig import load_config, value_problems
 from apps.tenancy.models import Application
 
 EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "require_activation")
@@ -49,6 +50,11 @@ def check_config_schema(schema) -> None:
         return
     if not isinstance(schema, dict):
         raise ValidationFailed("config_schema must be a JSON object or null.")
+    limits = settings.BELLWETHER_LIMITS
+    bounds = value_problems(schema, max_depth=limits["max_config_depth"],
+                            max_nodes=limits["max_config_nodes"], file="config_schema")
+    if bounds:
+        raise ValidationFailed(f"config_schema: {bounds[0].message}", code="schema_invalid")
     if "\\u0000" in json.dumps(schema):
         raise ValidationFailed("config_schema must not contain NUL characters.",
                                code="schema_invalid")
@@ -247,6 +253,12 @@ def descriptor_check(descriptor) -> None:
     """The descriptor's shape; the merge rules are checked against the layers."""
     if not isinstance(descriptor, dict):
         raise ValidationFailed("A descriptor must be a mapping.", code="descriptor_invalid")
+    limits = settings.BELLWETHER_LIMITS
+    bounds = value_problems(descriptor, max_depth=limits["max_config_depth"],
+                            max_nodes=limits["max_config_nodes"], file="descriptor")
+    if bounds:
+        raise ValidationFailed(f"descriptor: {bounds[0]}", code="descriptor_invalid",
+                               details=[p.as_dict() for p in bounds])
     problems = []
     if not isinstance(descriptor.get("id"), str) or not DESCRIPTOR_ID.match(descriptor["id"]):
         problems.append({"key": "id", "message": "required: 1-128 letters, digits, '.', '_', "

@@ -52,11 +52,12 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
     fallback_files = FileSerializer(many=True)
     report = serializers.JSONField()
     effective_config = serializers.JSONField()
+    provenance = serializers.DictField(child=serializers.CharField())
     source = serializers.JSONField()
 
     class Meta(SnapshotSummarySerializer.Meta):
         fields = SnapshotSummarySerializer.Meta.fields + [
-            "effective_config", "files", "fallback_files", "report", "source"
+            "effective_config", "provenance", "files", "fallback_files", "report", "source"
         ]
 
 
@@ -137,6 +138,7 @@ class PreviewSerializer(serializers.Serializer):
     errors = ProblemSerializer(many=True)
     checksum = serializers.CharField(allow_null=True)
     effective_config = serializers.JSONField()
+    provenance = serializers.DictField(child=serializers.CharField())
     files = FileSerializer(many=True)
     fallback_files = FileSerializer(many=True)
 
@@ -163,6 +165,7 @@ class PreviewApi(EnvironmentAPIView):
             "errors": [p.as_dict() for p in rendered.problems],
             "checksum": rendered.checksum if rendered.is_valid else None,
             "effective_config": rendered.effective_config,
+            "provenance": rendered.provenance,
             "files": rendered.files,
             "fallback_files": rendered.fallback_files,
         })

@@ -153,6 +153,8 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
         if (
             rendered.is_valid
             and publication.kind == Publication.Kind.PUBLISH
+            # A descriptor is a release: it is frozen into a snapshot of its own.
+            and not publication.source.get("descriptor")
             and latest is not None
             and latest.checksum == rendered.checksum
             and latest.fallback_files == rendered.fallback_files

@@ -56,7 +56,7 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _walk(value, *, max_depth: int, max_nodes: int, file: str | None) -> list[Problem]:
+def value_problems(value, *, max_depth: int, max_nodes: int, file: str | None) -> list[Problem]:
     """Check the expanded value: JSON types only, bounded depth and node count."""
     problems: list[Problem] = []
     count = 0
@@ -147,7 +147,7 @@ def load_yaml(
         return None, [Problem("yaml_syntax", f"a value cannot be converted: {exc}", file=file)]
     finally:
         loader.dispose()
-    problems = _walk(
+    problems = value_problems(
         value,
         max_depth=limits["max_config_depth"],
         max_nodes=limits["max_config_nodes"],
