@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "apps.snapshots",
     "apps.audit",
     "apps.fleet",
+    "apps.rollouts",
 ]
 
 MIDDLEWARE = [
@@ -174,6 +175,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.fleet.tasks.heartbeats_flush_task",
         "schedule": 30.0,
     },
+    "reconcile-rollouts": {
+        "task": "apps.rollouts.tasks.rollouts_reconcile_task",
+        "schedule": 15.0,
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -241,6 +246,8 @@ SPECTACULAR_SETTINGS = {
         "PublicationStateEnum": "apps.snapshots.models.Publication.State",
         "AgentModeEnum": "apps.fleet.models.Agent.Mode",
         "DeploymentStateEnum": "apps.fleet.models.Deployment.State",
+        "RolloutGateEnum": "apps.rollouts.models.Rollout.Gate",
+        "RolloutStateEnum": "apps.rollouts.models.Rollout.State",
     },
 }
 
@@ -253,6 +260,13 @@ BELLWETHER_LIMITS = {
     "max_snapshot_bytes": env_int("BELLWETHER_MAX_SNAPSHOT_BYTES", 8 * 1024 * 1024),
     "max_files": env_int("BELLWETHER_MAX_FILES", 500),
     "max_template_iterations": env_int("BELLWETHER_MAX_TEMPLATE_ITERATIONS", 1_000_000),
+}
+
+# Bounds on rollouts, each refused with a clear error when reached.
+BELLWETHER_ROLLOUT_LIMITS = {
+    "max_targets": env_int("BELLWETHER_ROLLOUT_MAX_TARGETS", 10_000),
+    "max_active": env_int("BELLWETHER_ROLLOUT_MAX_ACTIVE", 20),
+    "max_history": env_int("BELLWETHER_ROLLOUT_MAX_HISTORY", 200),
 }
 
 LOGGING = {

@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.core.handlers import healthz, not_found_api
 
-API_APPS = ["environments", "snapshots", "audit", "fleet"]
+API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts"]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

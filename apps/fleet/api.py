@@ -193,6 +193,8 @@ class AgentPinRequestSerializer(serializers.Serializer):
 
 class AgentPinReleaseRequestSerializer(serializers.Serializer):
     expected_generation = serializers.IntegerField(min_value=1)
+    rollout = serializers.IntegerField(min_value=1, required=False, allow_null=True,
+                                       help_text="The rollout whose pin this is, if any.")
 
 
 class AgentPinApi(_AgentApi):
@@ -216,6 +218,12 @@ class AgentPinReleaseApi(_AgentApi):
         agent = self.agent_for(Role.DEPLOYER)
         data = AgentPinReleaseRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        services.agent_pin_release(agent=agent, actor=request.user,
-                                   expected_generation=data.validated_data["expected_generation"])
+        generation = data.validated_data["expected_generation"]
+        if data.validated_data.get("rollout"):
+            from apps.rollouts.api import release_rollout_pin  # rollouts build on fleet
+
+            release_rollout_pin(request, agent, data.validated_data["rollout"], generation)
+        else:
+            services.agent_pin_release(agent=agent, actor=request.user,
+                                       expected_generation=generation)
         return Response(_agent_body(self.agent_for(Role.VIEWER)))

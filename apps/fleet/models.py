@@ -65,6 +65,10 @@ class Agent(models.Model):
         related_name="+",
     )
     pinned_at = models.DateTimeField(null=True, blank=True)
+    # Set when the pin is a rollout's (then released by the rollout or with its id).
+    pin_rollout = models.ForeignKey(
+        "rollouts.Rollout", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+    )
     # Bumped on every change of the agent's desired state (CAS for operators).
     generation = models.PositiveBigIntegerField(default=1)
     token_key = models.CharField(max_length=16, unique=True, editable=False)

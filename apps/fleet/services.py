@@ -357,6 +357,9 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
         _check_generation(locked, expected_generation)
+        if locked.pin_rollout_id is not None:
+            raise Conflict(f"{locked.name} is pinned by rollout {locked.pin_rollout_id}.",
+                           code="agent_pinned")
         if snapshot.environment_id != locked.environment_id or not snapshot.is_ready:
             raise ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
                                    "the agent's environment.")
@@ -380,6 +383,9 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
         _check_generation(locked, expected_generation)
+        if locked.pin_rollout_id is not None:
+            raise Conflict(f"{locked.name} is pinned by rollout {locked.pin_rollout_id}; "
+                           "release it with that rollout's id.", code="rollout_pin")
         if locked.pinned_snapshot_id is None:
             raise Conflict(f"{locked.name} is not pinned.", code="not_pinned")
         number = locked.pinned_snapshot.number
@@ -461,6 +467,9 @@ def report_record(
             locked.blocked_number, locked.blocked_checksum = number, checksum
             fields += ["blocked_number", "blocked_checksum"]
         locked.save(update_fields=fields)
+        from apps.rollouts.services import rollout_report_received  # rollouts build on fleet
+
+        rollout_report_received(environment_id=locked.environment_id)
     logger.info("agent %s reported #%s %s%s", locked.name, number, status,
                 f": {message}" if message else "")
     return deployment, True

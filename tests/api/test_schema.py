@@ -38,6 +38,12 @@ FLEET_DOCUMENTED = {
     "/api/v1/agents/{agent_id}/pin/release": {"post"},
 }
 LAYERS_DOCUMENTED = {"/api/v1/descriptors": {"post"}}
+ROLLOUTS_DOCUMENTED = {
+    f"{E}/rollouts": {"get", "post"},
+    "/api/v1/rollouts/{rollout_id}": {"get", "delete"},
+    "/api/v1/rollouts/{rollout_id}/confirm": {"post"},
+    "/api/v1/rollouts/{rollout_id}/rollback": {"post"},
+}
 
 
 @pytest.fixture
@@ -62,7 +68,8 @@ def test_schema_documents_every_api_route_and_method(schema):
 
     assert schema["openapi"].startswith("3.")
     assert schema["info"]["title"] == "Bellwether API"
-    assert documented == DOCUMENTED | FLEET_DOCUMENTED | LAYERS_DOCUMENTED
+    assert documented == (DOCUMENTED | FLEET_DOCUMENTED | LAYERS_DOCUMENTED
+                          | ROLLOUTS_DOCUMENTED)
     assert sum(len(methods) for methods in DOCUMENTED.values()) == len(ROUTES)
 
 

@@ -1,0 +1,192 @@
+"""Rollout API: create, list, detail with wave progress, confirm, rollback, delete,
+and releasing a rollout's pin on an agent."""
+
+from django.db.models import Count, Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+
+from apps.core.errors import NotFound
+from apps.core.views import EnvironmentAPIView
+from apps.environments.models import Environment
+from apps.environments.selectors import environment_get
+from apps.fleet.models import Agent
+from apps.rollouts import selectors, services
+from apps.rollouts.models import Rollout, RolloutTarget
+from apps.snapshots.selectors import snapshot_get
+from apps.tenancy.models import Role
+
+MAX_TARGETS_SHOWN = 100
+
+
+class WaveSpecSerializer(serializers.Serializer):
+    percent = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    count = serializers.IntegerField(min_value=1, required=False)
+    gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.AUTO)
+    bake_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=0)
+
+    def validate(self, attrs):
+        if ("percent" in attrs) == ("count" in attrs):
+            raise serializers.ValidationError("Give a wave a percent or a count.")
+        return attrs
+
+
+class TargetSpecSerializer(serializers.Serializer):
+    agent = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    expected_generation = serializers.IntegerField(min_value=1)
+
+
+class RolloutCreateSerializer(serializers.Serializer):
+    snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    targets = TargetSpecSerializer(many=True, required=False, max_length=100_000)
+    canary_agents = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False)
+    canary_labels = serializers.DictField(child=serializers.CharField(), required=False)
+    canary_gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.MANUAL)
+    bake_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=0)
+    waves = WaveSpecSerializer(many=True, required=False, max_length=50)
+    failure_threshold = serializers.IntegerField(min_value=0, default=0)
+    wave_timeout_s = serializers.IntegerField(min_value=60, max_value=7 * 86400, default=3600)
+    override_quarantine = serializers.BooleanField(default=False)
+
+
+class ExpectedVersionSerializer(serializers.Serializer):
+    expected_version = serializers.IntegerField(min_value=1)
+
+
+class RolloutSerializer(serializers.ModelSerializer):
+    environment = serializers.CharField(source="environment.full_name")
+    snapshot = serializers.IntegerField(source="snapshot.number")
+    rollback_snapshot = serializers.IntegerField(source="rollback_snapshot.number",
+                                                 allow_null=True, default=None)
+    waves = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Rollout
+        fields = ["id", "environment", "snapshot", "state", "version", "current_wave", "waves",
+                  "failure_threshold", "wave_started_at", "wave_timeout_s", "reason",
+                  "rollback_snapshot", "created_at", "finished_at"]
+
+    def get_waves(self, rollout) -> list[dict]:
+        progress = self.context.get("progress", {}).get(rollout.pk, {})
+        return [{**wave, "index": index, **progress.get(index, {})}
+                for index, wave in enumerate(rollout.waves)]
+
+
+def wave_progress(rollouts) -> dict:
+    """rollout id -> wave -> {targets, activated, released} in one query."""
+    rows = (RolloutTarget.objects.filter(rollout__in=rollouts).values("rollout_id", "wave")
+            .annotate(targets=Count("pk"),
+                      activated=Count("pk", filter=Q(state=RolloutTarget.State.ACTIVATED)),
+                      released=Count("pk", filter=Q(state=RolloutTarget.State.RELEASED))))
+    progress: dict = {}
+    for row in rows:
+        progress.setdefault(row["rollout_id"], {})[row["wave"]] = {
+            k: row[k] for k in ("targets", "activated", "released")}
+    return progress
+
+
+def _rollouts():
+    return Rollout.objects.select_related("environment__application", "snapshot",
+                                          "rollback_snapshot")
+
+
+def _detail(rollout: Rollout) -> dict:
+    body = RolloutSerializer(rollout, context={"progress": wave_progress([rollout])}).data
+    if rollout.is_active:
+        evidence = selectors.wave_evidence(rollout)
+        body["current_wave_evidence"] = {k: getattr(evidence, k) for k in (
+            "acknowledged", "failed", "waiting", "released", "changed")}
+    targets = (RolloutTarget.objects.filter(rollout=rollout).select_related("agent")
+               .order_by("wave", "agent__name")[:MAX_TARGETS_SHOWN])
+    body["targets"] = [{"agent": t.agent_id, "name": t.agent.name, "wave": t.wave,
+                        "state": t.state, "activated_at": t.activated_at,
+                        "generation": t.generation} for t in targets]
+    return body
+
+
+class RolloutListApi(EnvironmentAPIView, ListAPIView):
+    serializer_class = RolloutSerializer
+
+    def get_queryset(self):
+        return _rollouts().filter(environment=self.environment())
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(),
+                "progress": wave_progress(getattr(self, "_page", None) or [])}
+
+    def paginate_queryset(self, queryset):
+        self._page = super().paginate_queryset(queryset)
+        return self._page
+
+    @extend_schema(request=RolloutCreateSerializer, responses={201: RolloutSerializer},
+                   summary="Start a staged rollout of a ready snapshot")
+    def post(self, request, application, environment):
+        env = self.environment(Role.DEPLOYER)
+        data = RolloutCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        snapshot = snapshot_get(environment=env, number=v.pop("snapshot"))
+        rollout = services.rollout_create(environment=env, snapshot=snapshot,
+                                          actor=request.user, **v)
+        return Response(_detail(_rollouts().get(pk=rollout.pk)),
+                        status=status.HTTP_201_CREATED)
+
+
+class _RolloutApi(EnvironmentAPIView):
+    def rollout_for(self, required: Role) -> Rollout:
+        rollout = _rollouts().filter(
+            pk=self.kwargs["rollout_id"],
+            environment__in=Environment.objects.visible_to(self.request.user)).first()
+        if rollout is None:
+            raise NotFound("Rollout not found.")
+        environment_get(user=self.request.user,
+                        application=rollout.environment.application.name,
+                        name=rollout.environment.name, required=required)
+        return rollout
+
+
+class RolloutDetailApi(_RolloutApi):
+    @extend_schema(responses=RolloutSerializer)
+    def get(self, request, rollout_id):
+        return Response(_detail(self.rollout_for(Role.VIEWER)))
+
+    @extend_schema(responses={204: None}, summary="Delete a finished rollout without pins")
+    def delete(self, request, rollout_id):
+        services.rollout_delete(rollout=self.rollout_for(Role.DEPLOYER), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class RolloutConfirmApi(_RolloutApi):
+    @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
+                   summary="Confirm the current wave (needs fresh, exact acknowledgements)")
+    def post(self, request, rollout_id):
+        rollout = self.rollout_for(Role.DEPLOYER)
+        data = ExpectedVersionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.rollout_confirm(rollout=rollout, actor=request.user,
+                                 expected_version=data.validated_data["expected_version"])
+        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+
+
+class RolloutRollbackApi(_RolloutApi):
+    @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
+                   summary="Roll back: the previous content as a new, higher snapshot")
+    def post(self, request, rollout_id):
+        rollout = self.rollout_for(Role.DEPLOYER)
+        data = ExpectedVersionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.rollout_rollback(rollout=rollout, actor=request.user,
+                                  expected_version=data.validated_data["expected_version"],
+                                  reason="rolled back by an operator")
+        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+
+
+def release_rollout_pin(request, agent: Agent, rollout_id: int, expected_generation: int):
+    """Used by the agents' pin/release route when the pin is a rollout's."""
+    rollout = Rollout.objects.filter(pk=rollout_id, environment=agent.environment).first()
+    if rollout is None:
+        raise NotFound(f"Rollout {rollout_id} not found.")
+    return services.rollout_pin_release(agent=agent, rollout=rollout, actor=request.user,
+                                        expected_generation=expected_generation)

@@ -1,0 +1,113 @@
+"""Staged rollouts (seed 004): a snapshot rolled out in waves, canaries first, with
+gates, pins on every target, and rollback to a new, higher snapshot."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.environments.models import Environment
+from apps.fleet.models import Agent
+from apps.snapshots.models import Snapshot
+
+ACTIVE_STATES = ("running", "paused")
+
+
+class Rollout(models.Model):
+    class State(models.TextChoices):
+        RUNNING = "running", "Running"
+        PAUSED = "paused", "Paused"
+        COMPLETED = "completed", "Completed"
+        ROLLED_BACK = "rolled_back", "Rolled back"
+
+    class Gate(models.TextChoices):
+        MANUAL = "manual", "Manual confirm"
+        AUTO = "auto", "Automatic"
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT,
+                                    related_name="rollouts")
+    snapshot = models.ForeignKey(Snapshot, on_delete=models.PROTECT, related_name="+")
+    # What the environment had active when the rollout began: a rollback re-renders it.
+    previous_snapshot = models.ForeignKey(Snapshot, null=True, blank=True,
+                                          on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    # Compare-and-set token for confirm and rollback: bumped on every transition.
+    version = models.PositiveIntegerField(default=1)
+    # [{"gate": "manual"|"auto", "bake_s": int, "size": int}], wave 0 the canaries.
+    waves = models.JSONField()
+    current_wave = models.PositiveIntegerField(default=0)
+    wave_started_at = models.DateTimeField()
+    wave_timeout_s = models.PositiveIntegerField(default=3600)
+    failure_threshold = models.PositiveIntegerField(
+        default=0, help_text="Failed targets tolerated; one more rolls back.")
+    reason = models.TextField(blank=True)
+    rollback_snapshot = models.ForeignKey(Snapshot, null=True, blank=True,
+                                          on_delete=models.PROTECT, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["environment"],
+                                    condition=Q(state__in=ACTIVE_STATES),
+                                    name="rollout_one_active_per_environment"),
+            models.CheckConstraint(
+                condition=Q(state__in=["running", "paused", "completed", "rolled_back"]),
+                name="rollout_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} of #{self.snapshot.number} ({self.state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+class RolloutTarget(models.Model):
+    """One agent of a rollout. Its pin (on the agent) holds it on `previous_snapshot`
+    while pending and on the rollout's snapshot once activated."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ACTIVATED = "activated", "Activated"
+        RELEASED = "released", "Released"
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="targets")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    wave = models.PositiveIntegerField()
+    previous_snapshot = models.ForeignKey(Snapshot, null=True, blank=True,
+                                          on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    # The agent's generation once this target's pin was set: a later change of the
+    # agent's desired state (e.g. a manual release) invalidates its acknowledgement.
+    generation = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["rollout", "wave", "agent"]
+        constraints = [
+            models.UniqueConstraint(fields=["rollout", "agent"], name="rollout_target_unique"),
+        ]
+        indexes = [models.Index(fields=["rollout", "wave", "state"],
+                                name="rollout_target_wave_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} in wave {self.wave} ({self.state})"
+
+
+class SnapshotQuarantine(models.Model):
+    """A snapshot a rollout rolled back: it cannot be rolled out or activated again
+    without an explicit override. Kept apart because snapshots are immutable."""
+
+    snapshot = models.OneToOneField(Snapshot, on_delete=models.CASCADE,
+                                    related_name="quarantine")
+    rollout = models.ForeignKey(Rollout, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="+")
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"#{self.snapshot.number} quarantined"

@@ -1,0 +1,15 @@
+"""API routes of rollouts (under /api/v1/)."""
+
+from django.urls import path
+
+from apps.core.urls import ENV
+from apps.rollouts import api
+
+urlpatterns = [
+    path(f"{ENV}/rollouts", api.RolloutListApi.as_view(), name="rollout-list"),
+    path("rollouts/<int:rollout_id>", api.RolloutDetailApi.as_view(), name="rollout-detail"),
+    path("rollouts/<int:rollout_id>/confirm", api.RolloutConfirmApi.as_view(),
+         name="rollout-confirm"),
+    path("rollouts/<int:rollout_id>/rollback", api.RolloutRollbackApi.as_view(),
+         name="rollout-rollback"),
+]
