@@ -69,7 +69,7 @@ class OwnedInlineMixin:
         return parent_admin.has_change_permission(request, obj)
 
     def has_view_permission(self, request, obj=None):
-        return self._parent_allows(request, obj)
+        return self.admin_site._registry[self.parent_model].has_view_permission(request, obj)
 
     def has_add_permission(self, request, obj=None):
         return self._parent_allows(request, obj)

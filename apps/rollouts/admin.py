@@ -1,0 +1,60 @@
+"""Rollouts in the admin: read-only, with their targets; confirm and roll back
+through the services (at the version shown)."""
+
+from django.contrib import admin, messages
+
+from apps.core.admin import OwnedInlineMixin, ReadOnlyAdminMixin
+from apps.core.errors import ApplicationError
+from apps.environments.models import Environment
+from apps.rollouts import services
+from apps.rollouts.models import Rollout, RolloutTarget
+
+
+class RolloutTargetInline(OwnedInlineMixin, admin.TabularInline):
+    model = RolloutTarget
+    fields = ["agent", "wave", "state", "previous_snapshot", "activated_at", "generation"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Rollout)
+class RolloutAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["pk", "environment", "snapshot", "state", "current_wave", "version",
+                    "created_at", "finished_at"]
+    list_filter = ["state"]
+    list_select_related = ["environment__application", "snapshot"]
+    fields = ["environment", "snapshot", "previous_snapshot", "state", "version", "waves",
+              "current_wave", "wave_started_at", "wave_timeout_s", "failure_threshold",
+              "reason", "rollback_snapshot", "created_by", "created_at", "finished_at"]
+    readonly_fields = fields
+    inlines = [RolloutTargetInline]
+    actions = ["confirm", "roll_back"]
+
+    def get_queryset(self, request):
+        return Rollout.objects.filter(environment__in=Environment.objects.owned_by(request.user))
+
+    def _each(self, request, queryset, verb, service):
+        for rollout in queryset:
+            try:
+                service(rollout=rollout, expected_version=rollout.version, actor=request.user)
+            except ApplicationError as exc:
+                self.message_user(request, f"Rollout {rollout.pk}: {exc.message}",
+                                  messages.ERROR)
+            else:
+                self.message_user(request, f"Rollout {rollout.pk}: {verb}.", messages.SUCCESS)
+
+    @admin.action(description="Confirm the current wave")
+    def confirm(self, request, queryset):
+        self._each(request, queryset, "wave confirmed", services.rollout_confirm)
+
+    @admin.action(description="Roll back")
+    def roll_back(self, request, queryset):
+        def rollback(**kwargs):
+            return services.rollout_rollback(reason="rolled back from the admin", **kwargs)
+
+        self._each(request, queryset, "rolled back", rollback)

@@ -1,0 +1,56 @@
+"""Rollouts in the admin: scoped, read-only, roll back through the service."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.environments.services import environment_update
+from apps.fleet.services import agent_enroll, enrollment_token_create
+from apps.rollouts.models import Rollout
+from apps.rollouts.services import rollout_create
+from tests.admin.support import listed, messages_of, publish, publish_with_workers
+
+ROLLOUTS = "/admin/rollouts/rollout/"
+
+
+@pytest.fixture
+def rollout(environment, superuser):
+    publish(environment, superuser)
+    _, secret = enrollment_token_create(environment=environment, max_uses=2, actor=superuser,
+                                        expires_at=timezone.now() + timedelta(hours=1))
+    canary = agent_enroll(enrollment_token=secret, name="web-1", labels={})[0]
+    agent_enroll(enrollment_token=secret, name="web-2", labels={})
+    environment_update(environment=environment, actor=superuser, require_activation=True)
+    second = publish_with_workers(environment, superuser, workers=8)
+    return rollout_create(environment=environment, snapshot=second, actor=superuser,
+                          canary_agents=[canary.pk])
+
+
+def test_owners_see_their_rollouts_and_outsiders_none(login, tenant_owner, staff_outsider,
+                                                      rollout):
+    assert listed(login(tenant_owner).get(ROLLOUTS)) == [rollout]
+    assert listed(login(staff_outsider).get(ROLLOUTS)) == []
+    page = login(tenant_owner).get(f"{ROLLOUTS}{rollout.pk}/change/")
+    assert page.status_code == 200
+    assert "web-1" in page.content.decode()
+
+
+def test_rolling_back_from_the_admin_uses_the_service(login, tenant_owner, rollout):
+    response = login(tenant_owner).post(ROLLOUTS, {"action": "roll_back",
+                                                   "_selected_action": [rollout.pk]},
+                                        follow=True)
+
+    rollout.refresh_from_db()
+    assert rollout.state == "rolled_back"
+    assert rollout.rollback_snapshot.number == 3
+    assert any("rolled back" in m for m in messages_of(response))
+
+
+def test_confirming_an_unacknowledged_wave_reports_why(login, tenant_owner, rollout):
+    response = login(tenant_owner).post(ROLLOUTS, {"action": "confirm",
+                                                   "_selected_action": [rollout.pk]},
+                                        follow=True)
+
+    assert Rollout.objects.get(pk=rollout.pk).current_wave == 0
+    assert any("not yet acknowledged" in m for m in messages_of(response))
