@@ -32,7 +32,8 @@ class Unauthenticated(ApplicationError):
     code = "authentication_failed"
 
 
-def _forget_on_commit(agents_or_keys) -> None:
+def forget_polls_on_commit(agents_or_keys) -> None:
+    """Drop these agents' cached poll answers once the transaction commits."""
     keys = [a.token_key if isinstance(a, Agent) else a for a in agents_or_keys]
     if keys:
         transaction.on_commit(lambda: cache.forget_poll_states(keys))
@@ -41,7 +42,7 @@ def _forget_on_commit(agents_or_keys) -> None:
 def environment_polls_changed(environment: Environment) -> None:
     """The poll answer of every agent of `environment` changed (e.g. its interval):
     drop their cached ETags on commit."""
-    _forget_on_commit(Agent.objects.filter(environment=environment)
+    forget_polls_on_commit(Agent.objects.filter(environment=environment)
                       .values_list("token_key", flat=True))
 
 
@@ -157,7 +158,7 @@ def agent_token_rotate(*, agent: Agent, actor) -> str:
         locked.save(update_fields=["token_key", "token_hash", "token_revoked_at"])
         audit_record(actor=actor, action="agent.token_rotate", obj=locked,
                      environment=locked.environment, summary=f"Rotated the token of {locked}")
-        _forget_on_commit([old_key])
+        forget_polls_on_commit([old_key])
     return issued.plaintext
 
 
@@ -170,7 +171,7 @@ def agent_token_revoke(*, agent: Agent, actor) -> Agent:
             audit_record(actor=actor, action="agent.token_revoke", obj=locked,
                          environment=locked.environment,
                          summary=f"Revoked the token of {locked}")
-            _forget_on_commit([locked])
+            forget_polls_on_commit([locked])
     return locked
 
 
@@ -227,7 +228,7 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
                      environment=locked.environment,
                      summary=f"Changed {', '.join(changed)} of {locked}",
                      data={f: changes[f] for f in changed})
-        _forget_on_commit([locked])
+        forget_polls_on_commit([locked])
     return locked
 
 
@@ -241,7 +242,7 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     ids = list(followers.values_list("pk", flat=True))
     _bump(ids)
     _supersede_pending(ids, keep_snapshot=snapshot)
-    _forget_on_commit(followers.values_list("token_key", flat=True))
+    forget_polls_on_commit(followers.values_list("token_key", flat=True))
     logger.info("%s: #%s active for %d auto_pull agent(s)", environment.full_name,
                 snapshot.number, len(ids))
     return len(ids)
@@ -334,7 +335,7 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
         ])
         Agent.objects.filter(pk__in=ids, mode=Agent.Mode.MANUAL).update(target_snapshot=snapshot)
         _bump(ids)
-        _forget_on_commit(agents)
+        forget_polls_on_commit(agents)
         audit_record(actor=actor, action="snapshot.deploy", obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
                      summary=f"Pushed #{snapshot.number} to {len(agents)} agent(s)",
@@ -345,7 +346,8 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
 # --- pins --------------------------------------------------------------------------
 
 
-def _check_generation(agent: Agent, expected_generation: int) -> None:
+def check_generation(agent: Agent, expected_generation: int) -> None:
+    """Compare and set: refuse (409 stale) when the agent changed since it was read."""
     if agent.generation != expected_generation:
         raise Conflict(f"{agent.name} changed since you loaded it (generation "
                        f"{agent.generation}, not {expected_generation}).", code="stale",
@@ -356,7 +358,7 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
     """Hold the agent on `snapshot` whatever is activated or pushed, until released."""
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
-        _check_generation(locked, expected_generation)
+        check_generation(locked, expected_generation)
         if locked.pin_rollout_id is not None:
             raise Conflict(f"{locked.name} is pinned by rollout {locked.pin_rollout_id}.",
                            code="agent_pinned")
@@ -374,7 +376,7 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
         audit_record(actor=actor, action="agent.pin", obj=locked, environment=locked.environment,
                      summary=f"Pinned {locked} to #{snapshot.number}",
                      data={"number": snapshot.number})
-        _forget_on_commit([locked])
+        forget_polls_on_commit([locked])
     return locked
 
 
@@ -382,7 +384,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
     """Release the agent's pin: it follows its manual target or the active snapshot."""
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
-        _check_generation(locked, expected_generation)
+        check_generation(locked, expected_generation)
         if locked.pin_rollout_id is not None:
             raise Conflict(f"{locked.name} is pinned by rollout {locked.pin_rollout_id}; "
                            "release it with that rollout's id.", code="rollout_pin")
@@ -396,7 +398,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
                      environment=locked.environment,
                      summary=f"Released the pin of {locked} (#{number})",
                      data={"number": number})
-        _forget_on_commit([locked])
+        forget_polls_on_commit([locked])
     return locked
 
 
@@ -443,7 +445,7 @@ def report_record(
             deployment.save(update_fields=["state", "message", "reported_checksum",
                                            "reported_at"])
             # The announced deployment is done: the poll answer changes.
-            _forget_on_commit([locked])
+            forget_polls_on_commit([locked])
         else:
             latest = (Deployment.objects.filter(agent=locked, reported_at__isnull=False)
                       .order_by("-reported_at").first())

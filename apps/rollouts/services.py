@@ -16,9 +16,13 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.environments.models import Environment
-from apps.fleet import cache
 from apps.fleet.models import Agent, Deployment
-from apps.fleet.selectors import desired_snapshot_for
+from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
+from apps.fleet.services import (
+    check_generation,
+    environment_activate,
+    forget_polls_on_commit,
+)
 from apps.rollouts import selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
@@ -29,11 +33,6 @@ logger = logging.getLogger(__name__)
 
 def _limits() -> dict:
     return settings.BELLWETHER_ROLLOUT_LIMITS
-
-
-def _forget_on_commit(agent_ids) -> None:
-    keys = list(Agent.objects.filter(pk__in=agent_ids).values_list("token_key", flat=True))
-    transaction.on_commit(lambda: cache.forget_poll_states(keys))
 
 
 def _enqueue_reconcile(rollout: Rollout) -> None:
@@ -53,7 +52,8 @@ def _pin(agent_ids, snapshot: Snapshot | None, rollout: Rollout | None) -> None:
         Deployment.objects.filter(agent_id__in=agent_ids, kind=Deployment.Kind.PUSH,
                                   state=Deployment.State.PENDING).exclude(
             snapshot=snapshot).update(state=Deployment.State.SUPERSEDED)
-    _forget_on_commit(agent_ids)
+    forget_polls_on_commit(Agent.objects.filter(pk__in=agent_ids)
+                           .values_list("token_key", flat=True))
 
 
 def _record_generations(targets) -> None:
@@ -136,7 +136,8 @@ def rollout_create(
             agents = agents.filter(pk__in=expected)
         else:
             agents = agents.filter(enabled=True)
-        agents = list(selectors_agents(agents).select_for_update(of=("self",)).order_by("pk"))
+        agents = list(agents_with_desired(agents).select_for_update(of=("self",))
+                      .order_by("pk"))
         if expected is not None and len(agents) != len(expected):
             missing = sorted(set(expected) - {a.pk for a in agents})
             raise NotFound(f"No agents {missing} in {env.full_name}.")
@@ -215,11 +216,6 @@ def rollout_create(
     return rollout
 
 
-def selectors_agents(queryset):
-    return queryset.select_related("environment__active_snapshot", "target_snapshot",
-                                   "pinned_snapshot")
-
-
 def _locked(rollout_id: int, expected_version: int | None) -> Rollout:
     rollout = (Rollout.objects.select_for_update(of=("self",))
                .select_related("snapshot", "environment").filter(pk=rollout_id).first())
@@ -254,8 +250,6 @@ def _advance(rollout: Rollout, actor, why: str) -> Rollout:
 
 def _complete(rollout: Rollout, actor) -> Rollout:
     """The snapshot becomes the environment's active one and the pins are released."""
-    from apps.fleet.services import environment_activate
-
     env = rollout.environment
     environment_activate(environment=env, snapshot=rollout.snapshot)
     agent_ids = list(Agent.objects.filter(pin_rollout=rollout).values_list("pk", flat=True))
@@ -303,27 +297,24 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
     """Roll back: re-render the previous content as a new, higher snapshot, make it
     active, and release the pins of activated targets. Pending and released targets
     stay as they are; the rolled-back snapshot is quarantined."""
+    # One transaction under the rollout's lock, the version checked first: of two
+    # rollbacks (or a rollback and a confirm) at one version exactly one wins, and
+    # only the winner creates the replacement snapshot. The render runs here, not
+    # on a worker (it is bounded, and a rollback must not wait on a queue); the
+    # task queued on commit then finds the publication finished.
     with transaction.atomic():
         locked_environment(rollout.environment_id)
         locked = _locked(rollout.pk, expected_version)
         if not locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
-        previous = locked.previous_snapshot
-        publication = snapshot_rollback(snapshot=previous, actor=actor) if previous else None
-    # Rendered here, not by a worker: the rollback must not wait on a queue. The
-    # render is idempotent, so the task queued on commit finds it done.
-    replacement = None
-    if publication is not None:
-        publication = publication_render(publication_id=str(publication.pk))
-        if publication.state != "ready":
-            raise Conflict(f"Re-rendering #{previous.number} failed; the rollout is unchanged.",
-                           code="rollback_failed")
-        replacement = publication.snapshot
-    with transaction.atomic():
-        locked_environment(rollout.environment_id)
-        locked = _locked(rollout.pk, None)
-        if not locked.is_active:
-            raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
+        previous, replacement = locked.previous_snapshot, None
+        if previous is not None:
+            publication = snapshot_rollback(snapshot=previous, actor=actor)
+            publication = publication_render(publication_id=str(publication.pk))
+            if publication.state != "ready":
+                raise Conflict(f"Re-rendering #{previous.number} failed; the rollout is "
+                               "unchanged.", code="rollback_failed")
+            replacement = publication.snapshot
         activated = RolloutTarget.objects.filter(rollout=locked,
                                                  state=RolloutTarget.State.ACTIVATED)
         agent_ids = list(activated.filter(agent__pin_rollout=locked)
@@ -420,10 +411,7 @@ def rollout_pin_release(*, agent: Agent, rollout: Rollout, expected_generation: 
         if locked.pin_rollout_id != rollout.pk:
             raise Conflict(f"{locked.name} is not pinned by rollout {rollout.pk}.",
                            code="not_pinned")
-        if locked.generation != expected_generation:
-            raise Conflict(f"{locked.name} changed since you loaded it (generation "
-                           f"{locked.generation}, not {expected_generation}).", code="stale",
-                           details=[{"agent": locked.pk, "generation": locked.generation}])
+        check_generation(locked, expected_generation)
         _pin([locked.pk], None, None)
         RolloutTarget.objects.filter(rollout=rollout, agent=locked).update(
             state=RolloutTarget.State.RELEASED)
