@@ -62,6 +62,15 @@ def _test_settings(settings):
     }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_heartbeat_buffer(monkeypatch):
+    """Heartbeats are buffered per process; each test starts with an empty buffer
+    (database ids are reused between tests)."""
+    from apps.fleet import cache as fleet_cache
+
+    monkeypatch.setattr(fleet_cache, "_heartbeats", fleet_cache._HeartbeatBuffer())
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _tasks_inline():
     """Tasks run inline in tests unless a test starts a real worker."""

@@ -15,8 +15,8 @@ OFFLINE_AFTER_POLL_INTERVALS = 3
 
 def desired_snapshot_for(agent: Agent) -> Snapshot | None:
     """Its pin if any, else the manual target, else the environment's active snapshot."""
-    if agent.pinned_snapshot_id is not None:
-        return agent.pinned_snapshot
+    if agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None:
+        return agent.pinned_snapshot  # a rollout may hold a target at "nothing yet"
     if agent.mode == Agent.Mode.MANUAL:
         return agent.target_snapshot
     return agent.environment.active_snapshot

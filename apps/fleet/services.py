@@ -17,6 +17,7 @@ from apps.core.errors import ApplicationError, Conflict, NotFound, ValidationFai
 from apps.environments.models import Environment
 from apps.fleet import cache
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
+from apps.rollouts.models import ACTIVE_STATES, Rollout, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
 from apps.tenancy.models import slug_validator
 
@@ -238,7 +239,7 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     environment.active_snapshot = snapshot
     environment.save(update_fields=["active_snapshot"])
     followers = Agent.objects.filter(environment=environment, mode=Agent.Mode.AUTO_PULL,
-                                     pinned_snapshot__isnull=True)
+                                     pinned_snapshot__isnull=True, pin_rollout__isnull=True)
     ids = list(followers.values_list("pk", flat=True))
     _bump(ids)
     _supersede_pending(ids, keep_snapshot=snapshot)
@@ -246,6 +247,17 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     logger.info("%s: #%s active for %d auto_pull agent(s)", environment.full_name,
                 snapshot.number, len(ids))
     return len(ids)
+
+
+def environment_has_active_rollout(environment: Environment) -> bool:
+    return Rollout.objects.filter(environment=environment, state__in=ACTIVE_STATES).exists()
+
+
+def refuse_quarantined(snapshot: Snapshot) -> None:
+    """A snapshot a rollout rolled back is not activated, pushed or pinned again."""
+    if SnapshotQuarantine.objects.filter(snapshot=snapshot).exists():
+        raise Conflict(f"#{snapshot.number} was rolled back by a rollout and is "
+                       "quarantined; roll out a fixed snapshot instead.", code="quarantined")
 
 
 def snapshot_activate(*, snapshot: Snapshot, actor) -> Snapshot:
@@ -256,6 +268,10 @@ def snapshot_activate(*, snapshot: Snapshot, actor) -> Snapshot:
                        .get(pk=snapshot.environment_id))
         if not snapshot.is_ready:
             raise Conflict(f"Snapshot {snapshot.number} is {snapshot.state}.", code="not_ready")
+        refuse_quarantined(snapshot)
+        if environment_has_active_rollout(environment):
+            raise Conflict(f"{environment.full_name} has an active rollout; it decides what "
+                           "becomes active.", code="rollout_active")
         active = environment.active_snapshot
         if active is not None and active.pk == snapshot.pk:
             return snapshot
@@ -282,6 +298,7 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
                        .get(pk=snapshot.environment_id))
         if not snapshot.is_ready:
             raise Conflict(f"Snapshot {snapshot.number} is {snapshot.state}.", code="not_ready")
+        refuse_quarantined(snapshot)
         agents = Agent.objects.filter(environment=environment)
         if agent_ids:
             agents = agents.filter(pk__in=agent_ids)
@@ -365,6 +382,7 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
         if snapshot.environment_id != locked.environment_id or not snapshot.is_ready:
             raise ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
                                    "the agent's environment.")
+        refuse_quarantined(snapshot)
         if locked.applied_number is not None and snapshot.number < locked.applied_number:
             raise Conflict(f"{locked.name} has #{locked.applied_number}; it refuses lower "
                            "numbers. Roll back instead.", code="rollback_required")

@@ -18,6 +18,10 @@ class RolloutTargetInline(OwnedInlineMixin, admin.TabularInline):
     max_num = 0
     can_delete = False
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("agent__environment",
+                                                            "previous_snapshot")
+
     def has_change_permission(self, request, obj=None):
         return False
 

@@ -41,12 +41,13 @@ class RolloutCreateSerializer(serializers.Serializer):
     snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     targets = TargetSpecSerializer(many=True, required=False, max_length=100_000)
     canary_agents = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False)
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
+        max_length=10_000)
     canary_labels = serializers.DictField(child=serializers.CharField(), required=False)
     canary_gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.MANUAL)
     bake_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=0)
     waves = WaveSpecSerializer(many=True, required=False, max_length=50)
-    failure_threshold = serializers.IntegerField(min_value=0, default=0)
+    failure_threshold = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     wave_timeout_s = serializers.IntegerField(min_value=60, max_value=7 * 86400, default=3600)
     override_quarantine = serializers.BooleanField(default=False)
 
@@ -96,7 +97,7 @@ def _detail(rollout: Rollout) -> dict:
     body = RolloutSerializer(rollout, context={"progress": wave_progress([rollout])}).data
     if rollout.is_active:
         evidence = selectors.wave_evidence(rollout)
-        body["current_wave_evidence"] = {k: getattr(evidence, k) for k in (
+        body["current_wave_evidence"] = {k: getattr(evidence, k)[:MAX_TARGETS_SHOWN] for k in (
             "acknowledged", "failed", "waiting", "released", "changed")}
     targets = (RolloutTarget.objects.filter(rollout=rollout).select_related("agent")
                .order_by("wave", "agent__name")[:MAX_TARGETS_SHOWN])

@@ -3,9 +3,11 @@
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import F
+from django.db.models import Exists, Max, OuterRef, Q
 from django.utils import timezone
 
+from apps.fleet.models import Deployment
+from apps.fleet.selectors import last_seen
 from apps.rollouts.models import Rollout, RolloutTarget
 
 FRESHNESS_INTERVALS = 3
@@ -41,26 +43,40 @@ def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
     now = timezone.now()
     fresh_after = now - freshness_window(rollout)
     evidence = WaveEvidence()
-    targets = (RolloutTarget.objects.filter(rollout=rollout, wave=wave)
-               .select_related("agent").order_by("agent__name"))
+    targets = list(RolloutTarget.objects.filter(rollout=rollout, wave=wave)
+                   .select_related("agent").order_by("agent__name"))
+    # The reports of exactly this snapshot, per agent (one query): a report of any
+    # other snapshot must not make an old acknowledgement look new.
+    reports = {
+        row["agent_id"]: row for row in Deployment.objects.filter(
+            agent_id__in=[t.agent_id for t in targets], snapshot=snapshot,
+            reported_at__isnull=False,
+        ).values("agent_id").annotate(
+            succeeded=Max("reported_at", filter=Q(state=Deployment.State.SUCCEEDED)),
+            failed=Max("reported_at", filter=Q(state__in=[Deployment.State.WARNING,
+                                                          Deployment.State.FAILED])),
+        )
+    }
+    # An agent reports once per apply, then keeps polling: its acknowledgement stays
+    # fresh while it polls (heartbeat) with that snapshot still applied.
+    seen = last_seen([t.agent for t in targets])
     for target in targets:
-        agent = target.agent
-        name = agent.name
+        agent, name = target.agent, target.agent.name
+        report = reports.get(agent.pk, {})
+        succeeded, failed = report.get("succeeded"), report.get("failed")
         if target.state == RolloutTarget.State.RELEASED:
             evidence.released.append(name)
         elif target.state != RolloutTarget.State.ACTIVATED:
             evidence.waiting.append(name)
         elif agent.generation != target.generation:
             evidence.changed.append(name)
-        elif (agent.last_report_at is not None and agent.last_report_at > target.activated_at
-              and (agent.blocked_number, agent.blocked_checksum) == (snapshot.number,
-                                                                     snapshot.checksum)):
+        elif failed is not None and failed > target.activated_at and (
+                succeeded is None or failed > succeeded):
             evidence.failed.append(name)
-        elif (agent.applied_number, agent.applied_checksum) == (snapshot.number,
-                                                                snapshot.checksum) and (
-                agent.last_status == "succeeded" and agent.last_report_at is not None
-                and agent.last_report_at > target.activated_at
-                and agent.last_report_at >= fresh_after):
+        elif (succeeded is not None and succeeded > target.activated_at
+              and (agent.applied_number, agent.applied_checksum) == (snapshot.number,
+                                                                     snapshot.checksum)
+              and max(succeeded, seen.get(agent.pk) or succeeded) >= fresh_after):
             evidence.acknowledged.append(name)
         else:
             evidence.waiting.append(name)
@@ -70,9 +86,10 @@ def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
 def failures(rollout: Rollout) -> int:
     """Activated targets that reported a failure of this snapshot after activation
     (one counting query, however many targets)."""
-    snapshot = rollout.snapshot
-    return RolloutTarget.objects.filter(
-        rollout=rollout, state=RolloutTarget.State.ACTIVATED,
-        agent__blocked_number=snapshot.number, agent__blocked_checksum=snapshot.checksum,
-        agent__last_report_at__gt=F("activated_at"),
-    ).count()
+    failed_report = Deployment.objects.filter(
+        agent_id=OuterRef("agent_id"), snapshot=rollout.snapshot,
+        state__in=[Deployment.State.WARNING, Deployment.State.FAILED],
+        reported_at__gt=OuterRef("activated_at"),
+    )
+    return RolloutTarget.objects.filter(rollout=rollout, state=RolloutTarget.State.ACTIVATED
+                                        ).filter(Exists(failed_report)).count()

@@ -129,6 +129,16 @@ def rollout_create(
             raise Conflict(f"At most {limits['max_history']} finished rollouts are kept; "
                            "delete old ones first.", code="history_full")
 
+        active = env.active_snapshot
+        if active is not None and snapshot.number < active.number:
+            raise Conflict(f"#{snapshot.number} is older than the active #{active.number}; "
+                           "roll back instead.", code="rollback_required")
+        if targets is not None and not targets:
+            raise ValidationFailed("targets is empty; leave it out to target every enabled "
+                                   "agent.")
+        if targets is not None and len(targets) > limits["max_targets"]:
+            raise ValidationFailed(f"{len(targets)} targets; at most {limits['max_targets']}.",
+                                   code="too_many_targets")
         agents = Agent.objects.filter(environment=env)
         expected = None
         if targets:
@@ -162,12 +172,18 @@ def rollout_create(
             raise Conflict(f"{', '.join(ahead)} already have a newer snapshot; they refuse "
                            "lower numbers.", code="rollback_required")
 
+        canary_ids = set(canary_agents or [])
+
         def is_canary(agent: Agent) -> bool:
-            if canary_agents and agent.pk in canary_agents:
+            if agent.pk in canary_ids:
                 return True
             return bool(canary_labels) and all(agent.labels.get(k) == v
                                                for k, v in canary_labels.items())
 
+        strangers = canary_ids - {a.pk for a in agents}
+        if strangers:
+            raise ValidationFailed(f"Canaries {sorted(strangers)[:20]} are not among the "
+                                   "targets.", code="canary_not_target")
         canaries = [a for a in agents if is_canary(a)]
         if not canaries:
             raise ValidationFailed("The canary wave would be empty.", code="no_canaries")
@@ -286,8 +302,8 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
                     reasons.append(f"{label}: {', '.join(names[:20])}")
             raise Conflict("The wave cannot be confirmed: " + "; ".join(reasons) + ".",
                            code="not_acknowledged",
-                           details={"released": evidence.released, "failed": evidence.failed,
-                                    "changed": evidence.changed, "waiting": evidence.waiting})
+                           details={k: getattr(evidence, k)[:100] for k in (
+                               "released", "failed", "changed", "waiting")})
         result = _advance(locked, actor, "confirmed")
     return result
 
@@ -307,6 +323,9 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
         locked = _locked(rollout.pk, expected_version)
         if not locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
+        # Finished before the replacement is rendered, so that it is activated.
+        locked.state = Rollout.State.ROLLED_BACK
+        locked.save(update_fields=["state"])
         previous, replacement = locked.previous_snapshot, None
         if previous is not None:
             publication = snapshot_rollback(snapshot=previous, actor=actor)
@@ -345,14 +364,15 @@ def rollout_reconcile(*, rollout_id: int) -> str:
     concurrently: it works under the rollout's row lock. Returns what it did."""
     with transaction.atomic():
         rollout = Rollout.objects.filter(pk=rollout_id).select_related("environment").first()
-        if rollout is None or rollout.state != Rollout.State.RUNNING:
+        if rollout is None or not rollout.is_active:
             return "idle"
         locked_environment(rollout.environment_id)
         rollout = _locked(rollout_id, None)
-        if rollout.state != Rollout.State.RUNNING:
+        if not rollout.is_active:
             return "idle"
         if selectors.failures(rollout) <= rollout.failure_threshold:
-            return _drive(rollout)
+            # A paused rollout waits for an operator, but still rolls back on failures.
+            return _drive(rollout) if rollout.state == Rollout.State.RUNNING else "idle"
         version = rollout.version
     # Outside the lock: a rollback re-renders a snapshot and takes the locks itself.
     try:
@@ -370,14 +390,19 @@ def _drive(rollout: Rollout) -> str:
     evidence = selectors.wave_evidence(rollout)
     now = timezone.now()
     baked = now - rollout.wave_started_at >= timedelta(seconds=wave.get("bake_s", 0))
-    if evidence.complete and wave.get("gate") == Rollout.Gate.AUTO and baked:
+    # Failures within the threshold are tolerated by an automatic gate.
+    settled = evidence.acknowledged and not (evidence.waiting or evidence.released
+                                             or evidence.changed)
+    if settled and wave.get("gate") == Rollout.Gate.AUTO and baked:
         _advance(rollout, None, "acknowledged and baked")
         return "advanced"
     if now - rollout.wave_started_at > timedelta(seconds=rollout.wave_timeout_s):
         rollout.state, rollout.version = Rollout.State.PAUSED, rollout.version + 1
+        blockers = "; ".join(f"{label}: {', '.join(names[:20])}" for label, names in (
+            ("waiting", evidence.waiting), ("changed", evidence.changed),
+            ("released", evidence.released), ("failed", evidence.failed)) if names)
         rollout.reason = (f"wave {rollout.current_wave + 1} not acknowledged within "
-                          f"{rollout.wave_timeout_s}s (waiting: "
-                          f"{', '.join(evidence.waiting[:20]) or 'none'})")
+                          f"{rollout.wave_timeout_s}s ({blockers or 'waiting for a gate'})")
         rollout.save(update_fields=["state", "version", "reason"])
         audit_record(actor=None, action="rollout.pause", obj=rollout,
                      environment=rollout.environment,
@@ -389,7 +414,7 @@ def _drive(rollout: Rollout) -> str:
 def rollouts_reconcile() -> dict:
     """Reconcile every running rollout (the beat task and embedded loop call this)."""
     return {rollout_id: rollout_reconcile(rollout_id=rollout_id)
-            for rollout_id in Rollout.objects.filter(state=Rollout.State.RUNNING)
+            for rollout_id in Rollout.objects.filter(state__in=ACTIVE_STATES)
             .values_list("pk", flat=True)}
 
 

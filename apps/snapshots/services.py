@@ -16,7 +16,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
-from apps.fleet.services import environment_activate
+from apps.fleet.services import environment_activate, environment_has_active_rollout
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.problems import Problem
 from apps.snapshots.rendering import Rendered, render_source
@@ -215,7 +215,8 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
         )
         if rendered.is_valid and (
             publication.kind == Publication.Kind.ROLLBACK or not environment.require_activation
-        ):
+        ) and not environment_has_active_rollout(environment):
+            # During a rollout the rollout decides what becomes active.
             environment_activate(environment=environment, snapshot=snapshot)
     logger.info(
         "%s #%s (%s) stored as %s", environment.full_name, snapshot.number, snapshot.label, state
