@@ -317,7 +317,8 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
         if disabled:
             raise Conflict(f"Agents {', '.join(disabled)} are disabled; enable them to push.",
                            code="agent_disabled")
-        pinned = [a.name for a in agents if a.pinned_snapshot_id is not None]
+        pinned = [a.name for a in agents
+                  if a.pinned_snapshot_id is not None or a.pin_rollout_id is not None]
         if pinned:
             raise Conflict(f"Agents {', '.join(pinned)} are pinned; release their pins to "
                            "push.", code="agent_pinned")

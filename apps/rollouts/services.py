@@ -162,7 +162,8 @@ def rollout_create(
         if stale:
             raise Conflict(f"{len(stale)} target(s) changed since you loaded them.",
                            code="stale", details=stale)
-        held = [a.name for a in agents if a.pinned_snapshot_id is not None]
+        held = [a.name for a in agents
+                if a.pinned_snapshot_id is not None or a.pin_rollout_id is not None]
         if held:
             raise Conflict(f"Pinned agents cannot be rolled out to: {', '.join(held)}.",
                            code="agent_pinned")
@@ -240,7 +241,7 @@ def _locked(rollout_id: int, expected_version: int | None) -> Rollout:
     if expected_version is not None and rollout.version != expected_version:
         raise Conflict(f"Rollout {rollout_id} changed since you loaded it (version "
                        f"{rollout.version}, not {expected_version}).", code="stale",
-                       details={"version": rollout.version})
+                       details=[{"version": rollout.version}])
     return rollout
 
 
@@ -302,8 +303,9 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
                     reasons.append(f"{label}: {', '.join(names[:20])}")
             raise Conflict("The wave cannot be confirmed: " + "; ".join(reasons) + ".",
                            code="not_acknowledged",
-                           details={k: getattr(evidence, k)[:100] for k in (
-                               "released", "failed", "changed", "waiting")})
+                           details=[{"reason": k, "agents": getattr(evidence, k)[:100]}
+                                    for k in ("released", "failed", "changed", "waiting")
+                                    if getattr(evidence, k)])
         result = _advance(locked, actor, "confirmed")
     return result
 
@@ -421,7 +423,7 @@ def rollouts_reconcile() -> dict:
 def rollout_report_received(*, environment_id: int) -> None:
     """A report arrived: reconcile the environment's active rollout after commit."""
     rollout = Rollout.objects.filter(environment_id=environment_id,
-                                     state=Rollout.State.RUNNING).first()
+                                     state__in=ACTIVE_STATES).first()
     if rollout is not None:
         _enqueue_reconcile(rollout)
 

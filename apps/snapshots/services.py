@@ -79,6 +79,9 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
         )
     with transaction.atomic():
         locked = locked_environment(snapshot.environment_id)
+        if environment_has_active_rollout(locked):
+            raise Conflict(f"{locked.full_name} has an active rollout; roll that back instead.",
+                           code="rollout_active")
         return publication_create(environment=locked, actor=actor,
                                   kind=Publication.Kind.ROLLBACK, source=snapshot.source,
                                   rolled_back_from=snapshot)
