@@ -36,12 +36,17 @@ def environment_get(
     )
     if environment is None:
         raise NotFound(f"Environment {application}/{name} not found.")
+    require_role(user=user, environment=environment, required=required)
+    return environment
+
+
+def require_role(*, user, environment: Environment, required: Role) -> None:
+    """403 unless `user` holds at least `required` on an environment they can see."""
     role = environment_role(user=user, environment=environment)
     if role is None or ROLE_RANK[role] < ROLE_RANK[required]:
         raise PermissionDenied(
             f"This needs the {required.label.lower()} role on {environment.full_name}."
         )
-    return environment
 
 
 def current_policy() -> dict:

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from apps.core.errors import NotFound
 from apps.core.views import EnvironmentAPIView
 from apps.environments.models import Environment
-from apps.environments.selectors import environment_get
+from apps.environments.selectors import require_role
 from apps.fleet import selectors, services
 from apps.fleet.models import Agent, Deployment
 from apps.snapshots.selectors import snapshot_get
@@ -73,8 +73,7 @@ class _AgentApi(EnvironmentAPIView):
         )).first()
         if agent is None:
             raise NotFound("Agent not found.")
-        environment_get(user=self.request.user, application=agent.environment.application.name,
-                        name=agent.environment.name, required=required)
+        require_role(user=self.request.user, environment=agent.environment, required=required)
         return agent
 
 

@@ -35,7 +35,7 @@ def announced_deployment_for(agent: Agent, snapshot: Snapshot | None) -> Deploym
     )
 
 
-def bundle_url(agent: Agent, snapshot: Snapshot) -> str:
+def bundle_url(snapshot: Snapshot) -> str:
     return f"/api/v1/agent/snapshots/{snapshot.number}/bundle"
 
 
@@ -48,7 +48,7 @@ def desired_state_for(agent: Agent) -> tuple[dict, str]:
             "number": snapshot.number,
             "label": snapshot.label,
             "checksum": snapshot.checksum,
-            "bundle_url": bundle_url(agent, snapshot),
+            "bundle_url": bundle_url(snapshot),
         },
         "deployment_id": str(deployment.pk) if deployment else None,
         "mode": agent.mode,

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from apps.core.errors import NotFound
 from apps.core.views import EnvironmentAPIView
 from apps.environments.models import Environment
-from apps.environments.selectors import environment_get
+from apps.environments.selectors import require_role
 from apps.fleet.models import Agent
 from apps.rollouts import selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget
@@ -142,9 +142,8 @@ class _RolloutApi(EnvironmentAPIView):
             environment__in=Environment.objects.visible_to(self.request.user)).first()
         if rollout is None:
             raise NotFound("Rollout not found.")
-        environment_get(user=self.request.user,
-                        application=rollout.environment.application.name,
-                        name=rollout.environment.name, required=required)
+        require_role(user=self.request.user, environment=rollout.environment,
+                     required=required)
         return rollout
 
 
