@@ -1,3 +1,9 @@
-"""Websocket routes; the dashboard's live consumer registers here."""
+"""Websocket routes: the dashboard's live consumer."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from apps.dashboard.consumers import LiveConsumer
+
+websocket_urlpatterns = [
+    path("ws/live/", LiveConsumer.as_asgi()),
+]

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "apps.audit",
     "apps.fleet",
     "apps.rollouts",
+    "apps.dashboard",
 ]
 
 MIDDLEWARE = [
@@ -208,7 +209,15 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
-LOGIN_URL = "admin:login"
+LOGIN_URL = "dashboard:login"
+LOGIN_REDIRECT_URL = "dashboard:overview"
+LOGOUT_REDIRECT_URL = "dashboard:login"
+
+# The live consumer checks a socket's session again before forwarding an event once
+# this many seconds passed since the last check (sign-outs through Django end the
+# sockets at once); and it joins at most this many environments' groups.
+BELLWETHER_LIVE_RECHECK_S = env_int("BELLWETHER_LIVE_RECHECK_S", 5)
+BELLWETHER_LIVE_MAX_ENVIRONMENTS = env_int("BELLWETHER_LIVE_MAX_ENVIRONMENTS", 500)
 
 # Request bodies above this size are refused with 413 (apps.core.api).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BELLWETHER_MAX_REQUEST_BYTES", 10 * 1024 * 1024)

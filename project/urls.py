@@ -1,5 +1,5 @@
 """URL configuration: admin, the REST API under /api/v1/ (each app's urls), its
-schema and docs, and /healthz."""
+schema and docs, /healthz, and the dashboard at the root."""
 
 from django.contrib import admin
 from django.urls import include, path, re_path
@@ -18,6 +18,7 @@ urlpatterns = [
     # Unknown API paths answer with the JSON envelope in every mode (handler404
     # only applies with DEBUG off).
     re_path(r"^api/", not_found_api),
+    path("", include("apps.dashboard.urls")),
 ]
 
 handler404 = "apps.core.handlers.not_found"

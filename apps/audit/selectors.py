@@ -17,11 +17,11 @@ INPUT_ACTIONS = (
 )
 
 
-def pending_changes(environment: Environment) -> dict:
-    """Audit events the latest ready snapshot does not contain, and the diff of
-    rendering now against it. Delimited by audit id, never by time (seed 000): the
-    newest request that produced or matched that snapshot (a deduplicated publish
-    confirms the snapshot holds everything up to its own request)."""
+def pending_events(environment: Environment):
+    """Input changes the latest ready snapshot does not contain. Delimited by audit
+    id, never by time (seed 000): the newest request that produced or matched that
+    snapshot (a deduplicated publish confirms the snapshot holds everything up to
+    its own request)."""
     latest = latest_ready_snapshot(environment)
     events = AuditEvent.objects.filter(environment=environment, action__in=INPUT_ACTIONS)
     if latest is not None:
@@ -29,6 +29,17 @@ def pending_changes(environment: Environment) -> dict:
             snapshot=latest, state=Publication.State.READY
         ).aggregate(newest=Max("inputs_audit_id"))["newest"]
         events = events.filter(id__gt=boundary or latest.inputs_audit_id or 0)
+    return latest, events
+
+
+def pending_change_count(environment: Environment) -> int:
+    """How many changes wait to roll out, without rendering anything."""
+    return pending_events(environment)[1].count()
+
+
+def pending_changes(environment: Environment) -> dict:
+    """The pending events and the diff of rendering now against the latest snapshot."""
+    latest, events = pending_events(environment)
     rendered = snapshot_preview(environment)
     return {
         "snapshot": latest,

@@ -1,24 +1,4 @@
-"""Admin plumbing shared by the apps: ownership-scoped permissions, diff rendering."""
-
-from django.utils.html import format_html, format_html_join
-
-
-def _line_class(line: str) -> str:
-    if line.startswith(("+++", "---")):
-        return "head"
-    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "")
-
-
-def render_diff(files: list[dict]):
-    """Per-file unified diffs as HTML (escaped; styled by static/bellwether/admin.css)."""
-    if not files:
-        return format_html("<p>{}</p>", "No file changes.")
-    return format_html_join("", '<h4 class="bw-file-head">{} <small>({})</small></h4>'
-                            '<pre class="bw-diff">{}</pre>', (
-        (entry["path"], entry["status"], format_html_join(
-            "", '<div class="{}">{}</div>',
-            ((_line_class(line), line or " ") for line in entry["diff"].splitlines())))
-        for entry in files))
+"""Admin plumbing shared by the apps: ownership-scoped permissions."""
 
 
 class OwnedAdminMixin:

@@ -9,8 +9,9 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from apps.audit.selectors import pending_changes
-from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, render_diff
+from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
 from apps.core.errors import ApplicationError
+from apps.core.templatetags.bellwether import render_diff
 from apps.environments import services
 from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
 from apps.environments.selectors import environment_limits

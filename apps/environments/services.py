@@ -9,6 +9,7 @@ from django.db import transaction
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.events import emit
 from apps.environments.models import (
     Descriptor,
     Environment,
@@ -137,6 +138,7 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
             summary=f"Changed {', '.join(changed)} of {locked.full_name}",
             data={"fields": changed},
         )
+        emit("pending", environment_id=locked.pk)
     return locked
 
 
@@ -194,6 +196,7 @@ def environment_file_put(
             summary=f"{'Added' if created else 'Changed'} {kind} {path} of {locked.full_name}",
             data={"path": path},
         )
+        emit("pending", environment_id=locked.pk)
     return entry
 
 
@@ -214,6 +217,7 @@ def environment_file_delete(*, environment: Environment, kind: str, path: str, a
             data={"path": path},
         )
         entry.delete()
+        emit("pending", environment_id=locked.pk)
 
 
 

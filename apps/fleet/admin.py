@@ -8,9 +8,11 @@ from django.contrib import admin, messages
 from django.utils import timezone
 
 from apps.core.admin import OwnedAdminMixin, ReadOnlyAdminMixin
+from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.fleet import selectors, services
 from apps.fleet.models import Agent, EnrollmentToken
+from apps.rollouts.services import rollout_pin_release
 
 
 class EnrollmentTokenForm(forms.ModelForm):
@@ -78,7 +80,8 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
               "desired", "applied", "last_status", "last_message", "last_report_at",
               "blocked", "token_key", "token_revoked_at", "created_at"]
     readonly_fields = fields
-    actions = ["switch_to_manual", "switch_to_auto_pull", "revoke_token"]
+    actions = ["deploy_now", "switch_to_manual", "switch_to_auto_pull", "rotate_token",
+               "revoke_token", "release_pin"]
 
     def get_queryset(self, request):
         return selectors.agents_with_desired(Agent.objects.filter(
@@ -118,9 +121,8 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return False
 
     def _update(self, request, queryset, **changes):
-        for agent in queryset:
-            services.agent_update(agent=agent, actor=request.user, **changes)
-        self.message_user(request, f"Updated {queryset.count()} agent(s).")
+        self._each(request, queryset, "Updated", lambda agent: services.agent_update(
+            agent=agent, actor=request.user, **changes))
 
     @admin.action(description="Switch to manual (stay on the current snapshot)")
     def switch_to_manual(self, request, queryset):
@@ -135,3 +137,57 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         for agent in queryset:
             services.agent_token_revoke(agent=agent, actor=request.user)
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
+
+    def _each(self, request, queryset, verb: str, act) -> None:
+        """Run `act(agent)` per agent; report each refusal, then how many succeeded."""
+        done = 0
+        for agent in queryset:
+            try:
+                act(agent)
+                done += 1
+            except ApplicationError as error:
+                self.message_user(request, f"{agent}: {error.message}", messages.ERROR)
+        if done:
+            self.message_user(request, f"{verb} {done} agent(s).", messages.SUCCESS)
+
+    @admin.action(description="Deploy the active snapshot to the selected agents now")
+    def deploy_now(self, request, queryset):
+        by_environment: dict = {}
+        for agent in queryset.select_related("environment__active_snapshot"):
+            by_environment.setdefault(agent.environment, []).append(agent.pk)
+        for environment, agent_ids in by_environment.items():
+            snapshot = environment.active_snapshot
+            if snapshot is None:
+                self.message_user(request, f"{environment}: nothing is active yet.",
+                                  messages.ERROR)
+                continue
+            try:
+                pushed = services.snapshot_deploy(snapshot=snapshot, agent_ids=agent_ids,
+                                                  actor=request.user)
+            except ApplicationError as error:
+                self.message_user(request, f"{environment}: {error.message}", messages.ERROR)
+                continue
+            self.message_user(request, f"{environment}: pushed #{snapshot.number} to "
+                                       f"{len(pushed)} agent(s).", messages.SUCCESS)
+
+    @admin.action(description="Rotate the agents' tokens (new secrets shown once)")
+    def rotate_token(self, request, queryset):
+        for agent in queryset:
+            secret = services.agent_token_rotate(agent=agent, actor=request.user)
+            self.message_user(request, f"New token for {agent} (shown only once; put it "
+                                       f"in the agent's config now): {secret}", messages.WARNING)
+
+    @admin.action(description="Release the agents' pins (operator's or a rollout's)")
+    def release_pin(self, request, queryset):
+        def release(agent):
+            # An admin action carries no generation from the page, so this is the one
+            # read now: it only refuses a change racing this action.
+            if agent.pin_rollout_id is not None:
+                rollout_pin_release(agent=agent, rollout=agent.pin_rollout,
+                                    expected_generation=agent.generation, actor=request.user)
+            else:
+                services.agent_pin_release(agent=agent, expected_generation=agent.generation,
+                                           actor=request.user)
+
+        self._each(request, queryset.select_related("pin_rollout"), "Released the pins of",
+                   release)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.core import tokens
 from apps.core.errors import ApplicationError, Conflict, NotFound, ValidationFailed
+from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet import cache
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
@@ -144,6 +145,7 @@ def agent_enroll(*, enrollment_token: str, name: str, labels: dict) -> tuple[Age
                      tenant=environment.application.tenant,
                      summary=f"Agent {name} enrolled in {environment.full_name} with "
                              f"token {token.key}", data={"labels": labels})
+        emit("agent", environment_id=environment.pk, id=agent.pk)
     logger.info("agent %s enrolled in %s", name, environment.full_name)
     return agent, issued.plaintext
 
@@ -160,6 +162,7 @@ def agent_token_rotate(*, agent: Agent, actor) -> str:
         audit_record(actor=actor, action="agent.token_rotate", obj=locked,
                      environment=locked.environment, summary=f"Rotated the token of {locked}")
         forget_polls_on_commit([old_key])
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
     return issued.plaintext
 
 
@@ -173,6 +176,7 @@ def agent_token_revoke(*, agent: Agent, actor) -> Agent:
                          environment=locked.environment,
                          summary=f"Revoked the token of {locked}")
             forget_polls_on_commit([locked])
+            emit("agent", environment_id=locked.environment_id, id=locked.pk)
     return locked
 
 
@@ -230,6 +234,7 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
                      summary=f"Changed {', '.join(changed)} of {locked}",
                      data={f: changes[f] for f in changed})
         forget_polls_on_commit([locked])
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
     return locked
 
 
@@ -244,6 +249,8 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     _bump(ids)
     _supersede_pending(ids, keep_snapshot=snapshot)
     forget_polls_on_commit(followers.values_list("token_key", flat=True))
+    emit("snapshot", environment_id=environment.pk, number=snapshot.number)
+    emit("agent", environment_id=environment.pk)
     logger.info("%s: #%s active for %d auto_pull agent(s)", environment.full_name,
                 snapshot.number, len(ids))
     return len(ids)
@@ -354,6 +361,7 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor) -
         Agent.objects.filter(pk__in=ids, mode=Agent.Mode.MANUAL).update(target_snapshot=snapshot)
         _bump(ids)
         forget_polls_on_commit(agents)
+        emit("agent", environment_id=environment.pk)
         audit_record(actor=actor, action="snapshot.deploy", obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
                      summary=f"Pushed #{snapshot.number} to {len(agents)} agent(s)",
@@ -396,6 +404,7 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
                      summary=f"Pinned {locked} to #{snapshot.number}",
                      data={"number": snapshot.number})
         forget_polls_on_commit([locked])
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
     return locked
 
 
@@ -418,6 +427,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
                      summary=f"Released the pin of {locked} (#{number})",
                      data={"number": number})
         forget_polls_on_commit([locked])
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
     return locked
 
 
@@ -488,6 +498,9 @@ def report_record(
             locked.blocked_number, locked.blocked_checksum = number, checksum
             fields += ["blocked_number", "blocked_checksum"]
         locked.save(update_fields=fields)
+        emit("deployment", environment_id=locked.environment_id, id=str(deployment.pk),
+             agent=locked.pk, snapshot=number)
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
         from apps.rollouts.services import rollout_report_received  # rollouts build on fleet
 
         rollout_report_received(environment_id=locked.environment_id)

@@ -1,7 +1,6 @@
 """Rollout API: create, list, detail with wave progress, confirm, rollback, delete,
 and releasing a rollout's pin on an agent."""
 
-from django.db.models import Count, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
@@ -75,26 +74,13 @@ class RolloutSerializer(serializers.ModelSerializer):
                 for index, wave in enumerate(rollout.waves)]
 
 
-def wave_progress(rollouts) -> dict:
-    """rollout id -> wave -> {targets, activated, released} in one query."""
-    rows = (RolloutTarget.objects.filter(rollout__in=rollouts).values("rollout_id", "wave")
-            .annotate(targets=Count("pk"),
-                      activated=Count("pk", filter=Q(state=RolloutTarget.State.ACTIVATED)),
-                      released=Count("pk", filter=Q(state=RolloutTarget.State.RELEASED))))
-    progress: dict = {}
-    for row in rows:
-        progress.setdefault(row["rollout_id"], {})[row["wave"]] = {
-            k: row[k] for k in ("targets", "activated", "released")}
-    return progress
-
-
 def _rollouts():
     return Rollout.objects.select_related("environment__application", "snapshot",
                                           "rollback_snapshot")
 
 
 def _detail(rollout: Rollout) -> dict:
-    body = RolloutSerializer(rollout, context={"progress": wave_progress([rollout])}).data
+    body = RolloutSerializer(rollout, context={"progress": selectors.wave_progress([rollout])}).data
     if rollout.is_active:
         evidence = selectors.wave_evidence(rollout)
         body["current_wave_evidence"] = {k: getattr(evidence, k)[:MAX_TARGETS_SHOWN] for k in (
@@ -115,7 +101,7 @@ class RolloutListApi(EnvironmentAPIView, ListAPIView):
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(),
-                "progress": wave_progress(getattr(self, "_page", None) or [])}
+                "progress": selectors.wave_progress(getattr(self, "_page", None) or [])}
 
     def paginate_queryset(self, queryset):
         self._page = super().paginate_queryset(queryset)

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from apps.fleet.models import Deployment
@@ -93,3 +93,16 @@ def failures(rollout: Rollout) -> int:
     )
     return RolloutTarget.objects.filter(rollout=rollout, state=RolloutTarget.State.ACTIVATED
                                         ).filter(Exists(failed_report)).count()
+
+
+def wave_progress(rollouts) -> dict:
+    """rollout id -> wave -> {targets, activated, released} in one query."""
+    rows = (RolloutTarget.objects.filter(rollout__in=rollouts).values("rollout_id", "wave")
+            .annotate(targets=Count("pk"),
+                      activated=Count("pk", filter=Q(state=RolloutTarget.State.ACTIVATED)),
+                      released=Count("pk", filter=Q(state=RolloutTarget.State.RELEASED))))
+    progress: dict = {}
+    for row in rows:
+        progress.setdefault(row["rollout_id"], {})[row["wave"]] = {
+            k: row[k] for k in ("targets", "activated", "released")}
+    return progress

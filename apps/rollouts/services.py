@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
@@ -223,6 +224,7 @@ def rollout_create(
         _record_generations(RolloutTarget.objects.filter(rollout=rollout))
         # ...and the canaries move to the new snapshot.
         _activate_wave(rollout, 0)
+        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
         audit_record(actor=actor, action="rollout.create", obj=rollout, environment=env,
                      tenant=env.application.tenant,
                      summary=f"Rollout of #{snapshot.number} to {len(agents)} agent(s) in "
@@ -257,6 +259,7 @@ def _advance(rollout: Rollout, actor, why: str) -> Rollout:
         rollout.save(update_fields=["current_wave", "wave_started_at", "version", "state",
                                     "reason"])
         count = _activate_wave(rollout, rollout.current_wave)
+        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
         audit_record(actor=actor, action="rollout.advance", obj=rollout,
                      environment=rollout.environment,
                      summary=f"Wave {rollout.current_wave + 1} of {len(rollout.waves)} "
@@ -278,6 +281,7 @@ def _complete(rollout: Rollout, actor) -> Rollout:
     rollout.state, rollout.finished_at = Rollout.State.COMPLETED, timezone.now()
     rollout.version += 1
     rollout.save(update_fields=["state", "finished_at", "version"])
+    emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
     audit_record(actor=actor, action="rollout.complete", obj=rollout, environment=env,
                  summary=f"Rollout {rollout.pk} completed: #{rollout.snapshot.number} active")
     logger.info("rollout %s completed", rollout.pk)
@@ -352,6 +356,7 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
         locked.version += 1
         locked.save(update_fields=["state", "finished_at", "rollback_snapshot", "reason",
                                    "version"])
+        emit("rollout", environment_id=locked.environment_id, id=locked.pk)
         audit_record(actor=actor, action="rollout.rollback", obj=locked,
                      environment=locked.environment,
                      summary=f"Rollout {locked.pk} rolled back"
@@ -406,6 +411,7 @@ def _drive(rollout: Rollout) -> str:
         rollout.reason = (f"wave {rollout.current_wave + 1} not acknowledged within "
                           f"{rollout.wave_timeout_s}s ({blockers or 'waiting for a gate'})")
         rollout.save(update_fields=["state", "version", "reason"])
+        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
         audit_record(actor=None, action="rollout.pause", obj=rollout,
                      environment=rollout.environment,
                      summary=f"Rollout {rollout.pk} paused: {rollout.reason}")
@@ -442,6 +448,7 @@ def rollout_pin_release(*, agent: Agent, rollout: Rollout, expected_generation: 
         _pin([locked.pk], None, None)
         RolloutTarget.objects.filter(rollout=rollout, agent=locked).update(
             state=RolloutTarget.State.RELEASED)
+        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
         audit_record(actor=actor, action="rollout.release", obj=rollout,
                      environment=locked.environment,
                      summary=f"Released {locked.name} from rollout {rollout.pk}")
@@ -460,6 +467,7 @@ def rollout_delete(*, rollout: Rollout, actor) -> None:
         if pinned:
             raise Conflict(f"{pinned} agent(s) are still pinned by rollout {locked.pk}; "
                            "release them first.", code="pins_remain")
+        emit("rollout", environment_id=locked.environment_id, id=locked.pk)
         audit_record(actor=actor, action="rollout.delete", obj=locked,
                      environment=locked.environment,
                      summary=f"Deleted rollout {locked.pk} of #{locked.snapshot.number}")

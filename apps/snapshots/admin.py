@@ -4,7 +4,8 @@ from django.contrib import admin
 from django.db.models import F
 from django.utils.html import format_html, format_html_join
 
-from apps.core.admin import ReadOnlyAdminMixin, render_diff
+from apps.core.admin import ReadOnlyAdminMixin
+from apps.core.templatetags.bellwether import render_diff
 from apps.environments.models import Environment
 from apps.snapshots.models import Snapshot
 from apps.snapshots.selectors import snapshot_diff

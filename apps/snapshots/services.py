@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
+from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.services import environment_activate, environment_has_active_rollout
 from apps.snapshots.models import Publication, Snapshot
@@ -50,6 +51,7 @@ def publication_create(*, environment: Environment, actor, kind: str, source: di
     )
     publication.inputs_audit_id = event.pk
     publication.save()
+    emit("pending", environment_id=environment.pk)
     logger.info("publication %s (%s) queued for %s", publication.pk, kind,
                 environment.full_name)
     _enqueue_render(publication)
@@ -167,6 +169,7 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
             publication.deduplicated = True
             publication.finished_at = now
             publication.save(update_fields=["state", "snapshot", "deduplicated", "finished_at"])
+            emit("pending", environment_id=environment.pk)
             logger.info(
                 "publication %s matches %s #%s; no new snapshot",
                 publication.pk, environment.full_name, latest.number,
@@ -216,6 +219,8 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
             summary=f"{summary} of {environment.full_name}",
             data={"number": snapshot.number, "checksum": snapshot.checksum},
         )
+        emit("snapshot", environment_id=environment.pk, number=snapshot.number)
+        emit("pending", environment_id=environment.pk)
         if rendered.is_valid and (
             publication.kind == Publication.Kind.ROLLBACK or not environment.require_activation
         ) and not environment_has_active_rollout(environment):

@@ -6,8 +6,9 @@ import pytest
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
-from apps.fleet.models import Agent, EnrollmentToken
-from apps.fleet.services import agent_enroll, enrollment_token_create
+from apps.fleet.models import Agent, Deployment, EnrollmentToken
+from apps.fleet.services import agent_enroll, agent_pin, enrollment_token_create
+from apps.snapshots.models import Snapshot
 from tests.admin.support import listed, messages_of, publish
 
 TOKENS = "/admin/fleet/enrollmenttoken/"
@@ -61,3 +62,62 @@ def test_revoking_a_token_from_the_admin(login, tenant_owner, agent):
     login(tenant_owner).post(AGENTS, {"action": "revoke_token", "_selected_action": [agent.pk]})
 
     assert Agent.objects.get(pk=agent.pk).token_revoked_at is not None
+
+
+def test_deploy_now_pushes_the_active_snapshot_to_the_selected_agents(login, tenant_owner,
+                                                                      agent):
+    response = login(tenant_owner).post(AGENTS, {"action": "deploy_now",
+                                                 "_selected_action": [agent.pk]}, follow=True)
+
+    deployment = Deployment.objects.get(agent=agent)
+    assert (deployment.kind, deployment.state, deployment.snapshot.number) == (
+        "push", "pending", 1)
+    assert "shop/prod: pushed #1 to 1 agent(s)." in messages_of(response)
+
+
+def test_deploy_now_without_an_active_snapshot_says_so_and_pushes_nothing(
+        login, tenant_owner, environment, superuser):
+    _, secret = enrollment_token_create(environment=environment, max_uses=1, actor=superuser,
+                                        expires_at=timezone.now() + timedelta(hours=1))
+    fresh = agent_enroll(enrollment_token=secret, name="web-2", labels={})[0]
+
+    response = login(tenant_owner).post(AGENTS, {"action": "deploy_now",
+                                                 "_selected_action": [fresh.pk]}, follow=True)
+
+    assert response.status_code == 200
+    assert not Deployment.objects.exists()
+    assert "shop/prod: nothing is active yet." in messages_of(response)
+
+
+def test_rotating_a_token_shows_the_new_secret_once_and_the_old_one_stops(
+        login, tenant_owner, agent):
+    old_key = agent.token_key
+
+    response = login(tenant_owner).post(AGENTS, {"action": "rotate_token",
+                                                 "_selected_action": [agent.pk]}, follow=True)
+
+    agent.refresh_from_db()
+    assert agent.token_key != old_key
+    shown = [m for m in messages_of(response) if f"bwa_{agent.token_key}." in m]
+    assert len(shown) == 1
+    assert AuditEvent.objects.filter(action="agent.token_rotate").count() == 1
+
+
+def test_releasing_an_operator_pin_from_the_admin(login, tenant_owner, agent, superuser):
+    agent_pin(agent=agent, snapshot=Snapshot.objects.get(number=1),
+              expected_generation=agent.generation, actor=superuser)
+
+    login(tenant_owner).post(AGENTS, {"action": "release_pin", "_selected_action": [agent.pk]})
+
+    agent.refresh_from_db()
+    assert agent.pinned_snapshot is None
+    assert AuditEvent.objects.filter(action="agent.pin_release").count() == 1
+
+
+def test_a_refused_action_reports_the_reason_instead_of_failing(login, tenant_owner, agent):
+    # Not pinned: the service refuses, the admin says why (no 500).
+    response = login(tenant_owner).post(AGENTS, {"action": "release_pin",
+                                                 "_selected_action": [agent.pk]}, follow=True)
+
+    assert response.status_code == 200
+    assert messages_of(response) == ["web-1 (shop/prod): web-1 is not pinned."]

@@ -171,7 +171,7 @@ class Command(BaseCommand):
 
         base = f"http://127.0.0.1:{os.environ.get('PORT', '8000')}"
         self.stdout.write(self.style.SUCCESS(
-            f"\nDemo ready. Sign in at {base}/admin/\n"
+            f"\nDemo ready. Dashboard: {base}/   Admin: {base}/admin/\n"
             f"  admin / {password}   (superuser, environment owner)\n"
             f"  dev   / {password}   (deployer in 'Shop team'; API token: "
             "manage.py api_token create dev)\n"

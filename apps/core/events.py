@@ -1,0 +1,76 @@
+"""Live events: ids only, sent to channel groups after the change commits (seed 000).
+
+A page that receives one refetches what it shows; it never trusts data in the event.
+Kinds: agent {id} (no id: many agents of the environment), deployment {id, agent,
+snapshot}, snapshot {number}, rollout {id}, pending {}. Every event names its
+environment. A user's own group carries session.end (logout) to their sockets.
+"""
+
+import asyncio
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("agent", "deployment", "snapshot", "rollout", "pending")
+
+
+def environment_group(environment_id: int) -> str:
+    return f"environment.{environment_id}"
+
+
+def user_group(user_id: int) -> str:
+    return f"user.{user_id}"
+
+
+# The event loop serving this process's websockets, once one connected. Sends go
+# through it: the in-memory layer of embedded mode only wakes consumers from their
+# own loop, and a thread of its own (the embedded periodic loop) has no other way
+# there. Celery workers and processes without sockets use a loop of their own.
+_serving_loop: asyncio.AbstractEventLoop | None = None
+
+
+def serving_loop_is(loop: asyncio.AbstractEventLoop) -> None:
+    global _serving_loop
+    _serving_loop = loop
+
+
+def _logged(group: str):
+    def done(future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            logger.warning("live event to %s not sent: %r", group, future.exception())
+    return done
+
+
+def _send(group: str, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = _serving_loop
+    try:
+        if loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, message),
+                                             loop).add_done_callback(_logged(group))
+        else:
+            async_to_sync(layer.group_send)(group, message)
+    except Exception:  # a lost live event must never fail the change that caused it
+        logger.warning("live event to %s not sent", group, exc_info=True)
+
+
+def emit(kind: str, *, environment_id: int, **ids) -> None:
+    """Send `kind` to the environment's group once the current transaction commits
+    (at once outside one)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown live event kind {kind!r}")
+    event = {"kind": kind, "environment": environment_id, **ids}
+    transaction.on_commit(lambda: _send(environment_group(environment_id),
+                                        {"type": "live.event", "event": event}))
+
+
+def emit_session_end(*, user_id: int, session_key: str | None) -> None:
+    """Close the user's sockets opened with `session_key` (all of them for None)."""
+    transaction.on_commit(lambda: _send(user_group(user_id), {
+        "type": "session.end", "session_key": session_key}))

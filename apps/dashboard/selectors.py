@@ -1,0 +1,123 @@
+"""What the dashboard's pages show, read through the other apps' selectors and
+scoped with Environment.objects.visible_to like every other surface."""
+
+from collections import Counter
+
+from apps.audit.selectors import pending_change_count, pending_events
+from apps.environments.models import Environment
+from apps.environments.selectors import environment_role
+from apps.fleet.models import Agent
+from apps.fleet.selectors import agent_status, agents_with_desired, last_seen
+from apps.rollouts import selectors as rollout_selectors
+from apps.rollouts.models import ACTIVE_STATES, Rollout
+from apps.snapshots.models import Publication, Snapshot
+from apps.tenancy.models import ROLE_RANK, Role
+
+AGENTS_SHOWN = 500
+SNAPSHOTS_SHOWN = 25
+ACKNOWLEDGEMENTS_SHOWN = 50
+FLEET_BUCKETS = ("in_sync", "behind", "failed", "offline")
+
+
+def fleet_bucket(status: dict) -> str:
+    """One of FLEET_BUCKETS: offline wins, then failed, then in sync; the rest is behind."""
+    if not status["online"]:
+        return "offline"
+    if status["sync"] in ("in_sync", "failed"):
+        return status["sync"]
+    return "behind"
+
+
+def _statuses(agents: list[Agent]) -> list[tuple[Agent, dict]]:
+    seen = last_seen(agents)  # one cache read for the whole list
+    return [(agent, agent_status(agent, seen.get(agent.pk))) for agent in agents]
+
+
+def overview_for(user) -> list[dict]:
+    """Each environment `user` may see: its active snapshot, its fleet by bucket,
+    how many changes wait and its active rollout."""
+    environments = list(Environment.objects.visible_to(user)
+                        .select_related("application", "active_snapshot")
+                        .order_by("application__name", "name"))
+    agents = list(agents_with_desired(Agent.objects.filter(environment__in=environments)))
+    fleets = {environment.pk: Counter() for environment in environments}
+    for agent, status in _statuses(agents):
+        fleets[agent.environment_id][fleet_bucket(status)] += 1
+    rollouts = {r.environment_id: r for r in Rollout.objects.filter(
+        environment__in=environments, state__in=ACTIVE_STATES).select_related("snapshot")}
+    return [{
+        "environment": environment,
+        "fleet": {bucket: fleets[environment.pk][bucket] for bucket in FLEET_BUCKETS},
+        "agents": sum(fleets[environment.pk].values()),
+        "pending": pending_change_count(environment),
+        "rollout": rollouts.get(environment.pk),
+    } for environment in environments]
+
+
+def environment_for(user, application: str, name: str) -> Environment | None:
+    return (Environment.objects.visible_to(user)
+            .select_related("application__tenant", "active_snapshot")
+            .filter(application__name=application, name=name).first())
+
+
+def may_deploy(user, environment: Environment) -> bool:
+    role = environment_role(user=user, environment=environment)
+    return role is not None and ROLE_RANK[role] >= ROLE_RANK[Role.DEPLOYER]
+
+
+def agents_panel(environment: Environment) -> dict:
+    agents = list(agents_with_desired(Agent.objects.filter(environment=environment))
+                  .select_related("pin_rollout").order_by("name")[:AGENTS_SHOWN])
+    rows = _statuses(agents)
+    return {"rows": [{"agent": agent, "status": status, "bucket": fleet_bucket(status)}
+                     for agent, status in rows],
+            "total": Agent.objects.filter(environment=environment).count(),
+            "shown": len(rows)}
+
+
+def snapshots_panel(environment: Environment) -> dict:
+    snapshots = list(Snapshot.objects.filter(environment=environment)
+                     .select_related("author", "rolled_back_from")
+                     .defer("bundle", "source", "effective_config", "provenance", "files",
+                            "fallback_files")
+                     .order_by("-number")[:SNAPSHOTS_SHOWN])
+    return {
+        "snapshots": snapshots,
+        "rendering": Publication.objects.filter(environment=environment,
+                                                state=Publication.State.RENDERING).count(),
+    }
+
+
+def pending_panel(environment: Environment) -> dict:
+    latest, events = pending_events(environment)
+    return {"snapshot": latest,
+            "events": list(events.select_related("actor").order_by("-id")[:20]),
+            "count": events.count()}
+
+
+def rollout_panel(environment: Environment) -> dict:
+    """The active rollout (else the latest one) with per-wave progress and, for the
+    current wave, who acknowledged and who is still awaited."""
+    rollout = (Rollout.objects.filter(environment=environment)
+               .select_related("snapshot", "rollback_snapshot", "created_by", "environment")
+               .order_by("-created_at").first())
+    if rollout is None:
+        return {"rollout": None}
+    progress = rollout_selectors.wave_progress([rollout]).get(rollout.pk, {})
+    waves = []
+    for index, wave in enumerate(rollout.waves):
+        counts = progress.get(index, {"targets": 0, "activated": 0, "released": 0})
+        waves.append({"index": index, "name": "canaries" if index == 0 else f"wave {index}",
+                      **wave, **counts,
+                      "percent": round(100 * counts["activated"] / counts["targets"])
+                      if counts["targets"] else 0,
+                      "current": rollout.is_active and index == rollout.current_wave})
+    evidence = rollout_selectors.wave_evidence(rollout) if rollout.is_active else None
+    return {
+        "rollout": rollout,
+        "waves": waves,
+        "evidence": None if evidence is None else {
+            key: getattr(evidence, key)[:ACKNOWLEDGEMENTS_SHOWN]
+            for key in ("acknowledged", "waiting", "failed", "released", "changed")},
+        "ready": evidence is not None and evidence.complete,
+    }

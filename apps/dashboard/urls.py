@@ -1,0 +1,27 @@
+"""Dashboard pages: the overview, an environment's page and its actions."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from apps.dashboard import views
+
+app_name = "dashboard"
+
+ENV = "e/<slug:application>/<slug:environment>/"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(ENV, views.environment_page, name="environment"),
+    path(f"{ENV}diff/", views.diff_page, name="diff"),
+    path(f"{ENV}descriptor/", views.descriptor_page, name="descriptor"),
+    path(f"{ENV}deploy/", views.deploy, name="deploy"),
+    path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
+         name="snapshot-rollback"),
+    path(f"{ENV}rollouts/new/", views.rollout_new, name="rollout-new"),
+    path(f"{ENV}rollouts/<int:rollout_id>/confirm/", views.rollout_confirm_view,
+         name="rollout-confirm"),
+    path(f"{ENV}rollouts/<int:rollout_id>/rollback/", views.rollout_rollback_view,
+         name="rollout-rollback"),
+]
