@@ -69,7 +69,8 @@ def agents_panel(environment: Environment) -> dict:
     agents = list(agents_with_desired(Agent.objects.filter(environment=environment))
                   .select_related("pin_rollout").order_by("name")[:AGENTS_SHOWN])
     rows = _statuses(agents)
-    return {"rows": [{"agent": agent, "status": status, "bucket": fleet_bucket(status)}
+    return {"rows": [{"agent": agent, "status": status, "bucket": fleet_bucket(status),
+                      "sync": status["sync"].replace("_", " ")}
                      for agent, status in rows],
             "total": Agent.objects.filter(environment=environment).count(),
             "shown": len(rows)}
