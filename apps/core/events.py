@@ -46,11 +46,11 @@ def _logged(group: str):
 
 
 def _send(group: str, message: dict) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
     loop = _serving_loop
     try:
+        layer = get_channel_layer()
+        if layer is None:
+            return
         if loop is not None and loop.is_running():
             asyncio.run_coroutine_threadsafe(layer.group_send(group, message),
                                              loop).add_done_callback(_logged(group))

@@ -2,10 +2,11 @@
 the router), joins the groups of the environments the user may see — through the
 same Environment.objects.visible_to as every other surface — and forwards events.
 
-The session is checked again before forwarding once it is older than
-BELLWETHER_LIVE_RECHECK_S, so a user who signed out elsewhere, whose session
-expired or who was deactivated stops receiving events; signing out through Django
-ends this session's sockets at once (apps.dashboard.receivers).
+Before forwarding an event, once BELLWETHER_LIVE_RECHECK_S passed since the last
+check, the session and the subscriptions are checked again: a user who signed out
+elsewhere, whose session expired, who was deactivated or who lost access to an
+environment stops receiving its events. Signing out through Django ends this
+session's sockets at once (apps.dashboard.receivers).
 """
 
 import asyncio
@@ -35,18 +36,21 @@ def visible_environment_ids(user, wanted: list[int]) -> list[int]:
 
 
 @database_sync_to_async
-def still_signed_in(session_key: str | None, user_id: int) -> bool:
-    """The session still exists, still belongs to this active user, and the user's
-    password (the session hash) has not changed since."""
+def signed_in_user(session_key: str | None, user_id: int):
+    """The user if the session still exists, still belongs to this active user, and
+    their password (the session hash, fallback keys included) has not changed."""
     if not session_key:
-        return False
+        return None
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     data = store.load()
     if str(data.get(SESSION_KEY)) != str(user_id):
-        return False
+        return None
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
-    return user is not None and constant_time_compare(
-        data.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash())
+    if user is None:
+        return None
+    session_hash = data.get(HASH_SESSION_KEY, "")
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    return user if any(constant_time_compare(session_hash, h) for h in hashes) else None
 
 
 def _wanted(query_string: bytes) -> list[int]:
@@ -68,17 +72,30 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         serving_loop_is(asyncio.get_running_loop())
         self.user_id = user.pk
         self.session_key = self.scope["session"].session_key
-        self.checked_at = time.monotonic()
-        ids = await visible_environment_ids(user, _wanted(self.scope.get("query_string", b"")))
-        self.groups_joined = [user_group(user.pk), *(environment_group(i) for i in ids)]
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        self.wanted = _wanted(self.scope.get("query_string", b""))
+        self.environment_ids: set[int] = set()
+        await self.channel_layer.group_add(user_group(user.pk), self.channel_name)
+        await self._subscribe(user)
         await self.accept()
-        await self.send_json({"kind": "hello", "environments": ids})
+        await self.send_json({"kind": "hello", "environments": sorted(self.environment_ids)})
+
+    async def _subscribe(self, user) -> None:
+        """Be in exactly the groups of the environments `user` may see now."""
+        visible = set(await visible_environment_ids(user, self.wanted))
+        for gone in self.environment_ids - visible:
+            await self.channel_layer.group_discard(environment_group(gone), self.channel_name)
+        for new in visible - self.environment_ids:
+            await self.channel_layer.group_add(environment_group(new), self.channel_name)
+        self.environment_ids = visible
+        self.checked_at = time.monotonic()
 
     async def disconnect(self, code):
-        for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        if not hasattr(self, "environment_ids"):
+            return
+        await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
+        for environment_id in self.environment_ids:
+            await self.channel_layer.group_discard(environment_group(environment_id),
+                                                   self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         """The page sends nothing but pings; answer so it can tell the socket is alive."""
@@ -93,11 +110,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if getattr(self, "closing", False):
             return
         if time.monotonic() - self.checked_at >= settings.BELLWETHER_LIVE_RECHECK_S:
-            if not await still_signed_in(self.session_key, self.user_id):
+            user = await signed_in_user(self.session_key, self.user_id)
+            if user is None:
                 await self.close(code=SIGNED_OUT)
                 return
-            self.checked_at = time.monotonic()
-        await self.send_json(message["event"])
+            await self._subscribe(user)  # memberships may have changed since
+        if message["event"].get("environment") in self.environment_ids:
+            await self.send_json(message["event"])
 
     async def session_end(self, message):
         if message.get("session_key") in (None, self.session_key):

@@ -17,6 +17,10 @@ AGENTS_SHOWN = 500
 SNAPSHOTS_SHOWN = 25
 ACKNOWLEDGEMENTS_SHOWN = 50
 FLEET_BUCKETS = ("in_sync", "behind", "failed", "offline")
+# Snapshot columns no status needs: the bundle and the rendered content can be large,
+# and a joined snapshot repeats on every agent row.
+SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files",
+                    "fallback_files", "report")
 
 
 def fleet_bucket(status: dict) -> str:
@@ -28,6 +32,16 @@ def fleet_bucket(status: dict) -> str:
     return "behind"
 
 
+def _without_content(queryset, *relations: str):
+    return queryset.defer(*(f"{relation}__{column}" for relation in relations
+                            for column in SNAPSHOT_CONTENT))
+
+
+def _agents(queryset):
+    return _without_content(agents_with_desired(queryset), "environment__active_snapshot",
+                            "target_snapshot", "pinned_snapshot")
+
+
 def _statuses(agents: list[Agent]) -> list[tuple[Agent, dict]]:
     seen = last_seen(agents)  # one cache read for the whole list
     return [(agent, agent_status(agent, seen.get(agent.pk))) for agent in agents]
@@ -36,10 +50,10 @@ def _statuses(agents: list[Agent]) -> list[tuple[Agent, dict]]:
 def overview_for(user) -> list[dict]:
     """Each environment `user` may see: its active snapshot, its fleet by bucket,
     how many changes wait and its active rollout."""
-    environments = list(Environment.objects.visible_to(user)
-                        .select_related("application", "active_snapshot")
-                        .order_by("application__name", "name"))
-    agents = list(agents_with_desired(Agent.objects.filter(environment__in=environments)))
+    environments = list(_without_content(
+        Environment.objects.visible_to(user).select_related("application", "active_snapshot")
+        .order_by("application__name", "name"), "active_snapshot"))
+    agents = list(_agents(Agent.objects.filter(environment__in=environments)))
     fleets = {environment.pk: Counter() for environment in environments}
     for agent, status in _statuses(agents):
         fleets[agent.environment_id][fleet_bucket(status)] += 1
@@ -55,9 +69,10 @@ def overview_for(user) -> list[dict]:
 
 
 def environment_for(user, application: str, name: str) -> Environment | None:
-    return (Environment.objects.visible_to(user)
-            .select_related("application__tenant", "active_snapshot")
-            .filter(application__name=application, name=name).first())
+    return _without_content(
+        Environment.objects.visible_to(user).select_related("application__tenant",
+                                                            "active_snapshot")
+        .filter(application__name=application, name=name), "active_snapshot").first()
 
 
 def may_deploy(user, environment: Environment) -> bool:
@@ -66,8 +81,8 @@ def may_deploy(user, environment: Environment) -> bool:
 
 
 def agents_panel(environment: Environment) -> dict:
-    agents = list(agents_with_desired(Agent.objects.filter(environment=environment))
-                  .select_related("pin_rollout").order_by("name")[:AGENTS_SHOWN])
+    agents = list(_agents(Agent.objects.filter(environment=environment))
+                  .order_by("name")[:AGENTS_SHOWN])
     rows = _statuses(agents)
     return {"rows": [{"agent": agent, "status": status, "bucket": fleet_bucket(status),
                       "sync": status["sync"].replace("_", " ")}
@@ -77,11 +92,10 @@ def agents_panel(environment: Environment) -> dict:
 
 
 def snapshots_panel(environment: Environment) -> dict:
-    snapshots = list(Snapshot.objects.filter(environment=environment)
-                     .select_related("author", "rolled_back_from")
-                     .defer("bundle", "source", "effective_config", "provenance", "files",
-                            "fallback_files")
-                     .order_by("-number")[:SNAPSHOTS_SHOWN])
+    snapshots = list(_without_content(
+        Snapshot.objects.filter(environment=environment)
+        .select_related("author", "rolled_back_from").defer(*SNAPSHOT_CONTENT)
+        .order_by("-number"), "rolled_back_from")[:SNAPSHOTS_SHOWN])
     return {
         "snapshots": snapshots,
         "rendering": Publication.objects.filter(environment=environment,

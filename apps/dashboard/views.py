@@ -11,11 +11,11 @@ import logging
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -42,6 +42,23 @@ PANELS = {
     "rollout": selectors.rollout_panel,
 }
 MAX_DESCRIPTOR_BYTES = 256 * 1024
+
+
+def _number(text: str | None, field: str, message: str, maximum: int = 2**31 - 1) -> int:
+    """A form field's positive whole number (ASCII digits, bounded), else a 400."""
+    if not text or not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= maximum:
+        raise ValidationFailed(f"{field}: {message}", code="invalid",
+                               details=[{"key": field, "message": message}])
+    return int(text)
+
+
+def _partial(request, template: str, partial: str) -> str:
+    """The named partial for htmx, except when htmx restores history (it wants the page)."""
+    return f"{template}#{partial}" if _wants_partial(request) else template
+
+
+def _wants_partial(request) -> bool:
+    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
 def _environment(request, application: str, environment: str):
@@ -87,8 +104,7 @@ def _act(request, env, panel: str, action) -> HttpResponse:
     if request.htmx:
         return _panel_response(request, env, panel, status)
     if status == 403:
-        return HttpResponse(status=403, content=format_html(
-            "<p>{}</p>", "You may not do this here."))
+        raise PermissionDenied("This needs the deployer role here.")
     return redirect(_page_context(request, env)["env_url"])
 
 
@@ -97,8 +113,7 @@ def _act(request, env, panel: str, action) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def overview(request):
     context = {"rows": selectors.overview_for(request.user)}
-    template = "dashboard/overview.html#environments" if request.htmx else "dashboard/overview.html"
-    return render(request, template, context)
+    return render(request, _partial(request, "dashboard/overview.html", "environments"), context)
 
 
 @login_required
@@ -107,7 +122,7 @@ def overview(request):
 def environment_page(request, application, environment):
     env = _environment(request, application, environment)
     panel = request.GET.get("panel")
-    if request.htmx and panel in PANELS:
+    if panel in PANELS and _wants_partial(request):
         return render(request, f"dashboard/environment.html#{panel}",
                       {**_page_context(request, env), **PANELS[panel](env)})
     context = _page_context(request, env)
@@ -127,15 +142,14 @@ def diff_page(request, application, environment):
     status = 200
     if to:
         try:
-            if not to.isdigit() or (against and not against.isdigit()):
-                raise ValidationFailed("Pick two snapshot numbers.")
-            snapshot = snapshot_get(environment=env, number=int(to))
-            context["diff"] = snapshot_diff(snapshot=snapshot,
-                                            against=int(against) if against else None)
+            snapshot = snapshot_get(environment=env,
+                                    number=_number(to, "to", "pick a snapshot number."))
+            context["diff"] = snapshot_diff(snapshot=snapshot, against=_number(
+                against, "from", "pick a snapshot number.") if against else None)
         except ApplicationError as error:
             context["error"], status = error.message, error.status
-    template = "dashboard/diff.html#result" if request.htmx else "dashboard/diff.html"
-    return render(request, template, context, status=status)
+    return render(request, _partial(request, "dashboard/diff.html", "result"), context,
+                  status=status)
 
 
 def _descriptor_from(request) -> tuple[dict, str]:
@@ -198,8 +212,8 @@ def descriptor_page(request, application, environment):
     except ApplicationError as error:
         context["error"], status = error, error.status
         context["text"] = request.POST.get("descriptor", "")
-    template = "dashboard/descriptor.html#preview" if request.htmx else "dashboard/descriptor.html"
-    return render(request, template, context, status=status)
+    return render(request, _partial(request, "dashboard/descriptor.html", "preview"), context,
+                  status=status)
 
 
 def _publication_message(publication: Publication, created: bool) -> tuple[int, str]:
@@ -224,14 +238,13 @@ def deploy(request, application, environment):
     def push():
         number = request.POST.get("snapshot") or (
             str(env.active_snapshot.number) if env.active_snapshot else "")
-        if not number.isdigit():
-            raise ValidationFailed("Nothing to deploy yet: publish a snapshot first.")
-        snapshot = snapshot_get(environment=env, number=int(number))
+        snapshot = snapshot_get(environment=env, number=_number(
+            number, "snapshot", "nothing to deploy yet: publish a snapshot first."))
         agent = request.POST.get("agent")
-        if agent is not None and not agent.isdigit():
-            raise ValidationFailed("agent: not an agent id.")
+        agent_ids = None if agent is None else [
+            _number(agent, "agent", "not an agent id.", maximum=2**63 - 1)]
         deployments = snapshot_deploy(snapshot=snapshot, actor=request.user,
-                                      agent_ids=[int(agent)] if agent else None)
+                                      agent_ids=agent_ids)
         return f"Pushed #{snapshot.number} to {len(deployments)} agent(s)."
 
     return _act(request, env, "agents", push)
@@ -271,15 +284,13 @@ def rollout_new(request, application, environment):
         return render(request, "dashboard/rollout_new.html", context)
     try:
         require_role(user=request.user, environment=env, required=Role.DEPLOYER)
-        number, canaries = request.POST.get("snapshot", ""), request.POST.getlist("canary")
-        if not number.isdigit():
-            raise ValidationFailed("snapshot: pick a snapshot to roll out.")
-        if not all(c.isdigit() for c in canaries):
-            raise ValidationFailed("canary: not an agent id.")
+        number = _number(request.POST.get("snapshot"), "snapshot", "pick a snapshot to roll out.")
+        canaries = [_number(c, "canary", "not an agent id.", maximum=2**63 - 1)
+                    for c in request.POST.getlist("canary")]
         waves = _waves(request.POST.get("waves", "100"), request.POST.get("gate", "manual"))
         rollout = rollout_create(
-            environment=env, snapshot=snapshot_get(environment=env, number=int(number)),
-            canary_agents=[int(c) for c in canaries], waves=waves, actor=request.user)
+            environment=env, snapshot=snapshot_get(environment=env, number=number),
+            canary_agents=canaries, waves=waves, actor=request.user)
     except ApplicationError as error:
         context["error"] = error
         return render(request, "dashboard/rollout_new.html", context, status=error.status)
@@ -293,9 +304,10 @@ def _waves(text: str, gate: str) -> list[dict]:
     if gate not in Rollout.Gate.values:
         raise ValidationFailed(f"gate: one of {', '.join(Rollout.Gate.values)}.")
     parts = [p.strip().rstrip("%") for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and 1 <= int(p) <= 100 for p in parts):
+    if not parts:
         raise ValidationFailed("waves: percentages from 1 to 100, separated by commas.")
-    return [{"percent": int(p), "gate": gate, "bake_s": 0} for p in parts]
+    return [{"percent": _number(p, "waves", "percentages from 1 to 100, separated by commas.",
+                                maximum=100), "gate": gate, "bake_s": 0} for p in parts]
 
 
 def _rollout_action(request, application, environment, rollout_id, service, verb):
@@ -306,9 +318,8 @@ def _rollout_action(request, application, environment, rollout_id, service, verb
     version = request.POST.get("expected_version", "")
 
     def act():
-        if not version.isdigit():
-            raise ValidationFailed("expected_version: reload the page and try again.")
-        service(rollout=rollout, expected_version=int(version), actor=request.user)
+        service(rollout=rollout, actor=request.user, expected_version=_number(
+            version, "expected_version", "reload the page and try again."))
         return f"Rollout {rollout.pk} {verb}."
 
     return _act(request, env, "rollout", act)

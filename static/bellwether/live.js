@@ -3,6 +3,7 @@
 // detail) and the panels listening for it refetch themselves through htmx. On
 // every (re)connect the page resyncs (bw-resync); while the socket is down it
 // polls by sending bw-resync every POLL_MS. A 4401 close means signed out.
+// (The page is loaded once; htmx only swaps parts of it, so this runs once.)
 (function () {
   "use strict";
   var POLL_MS = 10000, MAX_BACKOFF_MS = 30000, SIGNED_OUT = 4401;
@@ -48,6 +49,16 @@
       backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
     };
   }
+  // A panel refresh after the session ended is redirected to the login page: go
+  // there as a whole page instead of swapping the form into the panel.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr, login = body && body.dataset.loginUrl;
+    if (login && xhr && xhr.responseURL &&
+        new URL(xhr.responseURL).pathname === login) {
+      event.detail.shouldSwap = false;
+      window.location.assign(xhr.responseURL);
+    }
+  });
   document.addEventListener("DOMContentLoaded", function () {
     body = document.body;
     url = body.dataset.liveUrl;

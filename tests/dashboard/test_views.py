@@ -1,0 +1,1321 @@
+"""The htmx dashboard's pages and actions through Django's test client: sign-in,
+scoping, the named partials htmx asks for, role-aware buttons backed by the server's
+own refusals, CSRF, and every action calling the same services as the API.
+
+Agents, snapshots, reports and rollouts are made by the real services (enrollment,
+snapshot_publish, report_record, rollout_create), as in tests/fleet and tests/rollouts.
+A render queued by a publish runs on commit, which never comes inside the default
+test transaction: tests that need the finished snapshot use transaction=True.
+"""
+
+import json
+import re
+from html import unescape
+from urllib.parse import quote
+
+import pytest
+import yaml
+from django.core.cache import cache
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from apps.audit.models import AuditEvent
+from apps.environments.models import Descriptor, Environment
+from apps.environments.services import (
+    environment_file_put,
+    environment_update,
+    policy_publish,
+)
+from apps.fleet import services as fleet_services
+from apps.fleet.models import Agent, Deployment
+from apps.rollouts.models import Rollout, RolloutTarget
+from apps.snapshots.models import Publication, Snapshot
+from tests.conftest import CONFIG
+from tests.fleet.support import poll, publish, publish_variant
+from tests.rollouts.support import ack, enroll_many, fresh, staged_environment, start
+
+pytestmark = pytest.mark.django_db
+transactional = pytest.mark.django_db(transaction=True)
+
+HTMX = {"HX-Request": "true"}
+# After the canaries, one manual wave with every other agent.
+MANUAL_WAVES = [{"percent": 100, "gate": "manual"}]
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Heartbeats and poll states live in the cache (local memory or a Redis
+    database): start and end every test with it empty."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def url(name: str, *args, env: tuple[str, str] = ("shop", "prod")) -> str:
+    return reverse(f"dashboard:{name}", args=[*env, *args])
+
+
+def signed_in(user, **options) -> Client:
+    client = Client(**options)
+    client.force_login(user)
+    return client
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def section(html: str, section_id: str) -> str:
+    """The <section id=...> element (sections are never nested)."""
+    found = re.search(rf'<section id="{section_id}".*?</section>', html, re.S)
+    assert found, f"no section #{section_id} in {html[:500]}"
+    return found.group(0)
+
+
+def agent_row(html: str, agent: Agent) -> str:
+    found = re.search(rf'<tr id="agent-{agent.pk}".*?</tr>', html, re.S)
+    assert found, f"no row for {agent.name}"
+    return found.group(0)
+
+
+def flash(html: str) -> str:
+    found = re.search(r'<div id="flash".*?</div>', html, re.S)
+    assert found, "no #flash"
+    return found.group(0)
+
+
+def is_partial(html: str, section_id: str) -> bool:
+    """The answer is just that section: no page around it."""
+    return (html.lstrip().startswith(f'<section id="{section_id}"')
+            and "<html" not in html and "<body" not in html)
+
+
+def stored() -> dict:
+    """Every row count an action of the dashboard could change."""
+    return {model.__name__: model.objects.count() for model in (
+        Deployment, Publication, Snapshot, Descriptor, Rollout, AuditEvent)}
+
+
+def rollout_state(rollout: Rollout) -> tuple:
+    current = fresh(rollout)
+    return current.state, current.version, current.current_wave
+
+
+def follow_page(client, response) -> str:
+    """The page a plain form post redirected to, with its flash messages."""
+    assert response.status_code == 302, (response.status_code, response.content[:500])
+    return text(client.get(response["Location"]))
+
+
+# --- fixtures --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def first(environment, superuser) -> Snapshot:
+    """shop/prod's snapshot #1, published and active."""
+    snapshot = publish(environment, superuser)
+    assert (snapshot.number, snapshot.state) == (1, "ready")
+    return snapshot
+
+
+@pytest.fixture
+def second(first, environment, superuser) -> Snapshot:
+    """shop/prod's snapshot #2 (4 workers become 8), published and active."""
+    snapshot = publish_variant(environment, superuser, workers=8)
+    environment.refresh_from_db()
+    assert (snapshot.number, environment.active_snapshot_id) == (2, snapshot.pk)
+    return snapshot
+
+
+@pytest.fixture
+def candidate(second, environment, superuser) -> Snapshot:
+    """shop/prod's snapshot #3: ready and NOT active (activation is now explicit),
+    what a rollout stages."""
+    environment_update(environment=environment, require_activation=True, actor=superuser)
+    snapshot = publish_variant(environment, superuser, workers=16)
+    environment.refresh_from_db()
+    assert (snapshot.number, environment.active_snapshot_id) == (3, second.pk)
+    return snapshot
+
+
+@pytest.fixture
+def nodes(environment):
+    """web-1, web-2, web-3: enrolled agents of shop/prod."""
+    return enroll_many(environment, 3)
+
+
+@pytest.fixture
+def rollout(candidate, nodes, environment) -> Rollout:
+    """A running rollout of #3 with web-1 as its canary, then a manual wave."""
+    return start(environment, candidate, [nodes[0]], waves=MANUAL_WAVES)
+
+
+@pytest.fixture
+def viewer(member):
+    return member("viewer")
+
+
+@pytest.fixture
+def deployer(member):
+    return member("deployer")
+
+
+@pytest.fixture
+def as_viewer(viewer):
+    return signed_in(viewer)
+
+
+@pytest.fixture
+def as_deployer(deployer):
+    return signed_in(deployer)
+
+
+# --- sign-in ---------------------------------------------------------------------------
+
+
+def test_login_page_renders_a_form_with_a_csrf_token(db):
+    response = Client().get("/login/?next=/e/shop/prod/")
+
+    assert response.status_code == 200
+    html = text(response)
+    assert "<h1>Sign in</h1>" in html
+    assert 'name="username"' in html and 'name="password" type="password"' in html
+    assert 'name="csrfmiddlewaretoken"' in html
+    assert '<input type="hidden" name="next" value="/e/shop/prod/">' in html
+
+
+def test_login_page_sends_a_signed_in_user_to_the_overview(environment, as_viewer):
+    response = as_viewer.get("/login/")
+
+    assert (response.status_code, response["Location"]) == (302, "/")
+
+
+def test_login_with_a_demo_style_user_redirects_to_the_overview(environment, member):
+    member("deployer", username="dev")
+    client = Client(enforce_csrf_checks=True)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"',
+                      text(client.get("/login/"))).group(1)
+
+    response = client.post("/login/", {"username": "dev", "password": "pw-dev",
+                                       "csrfmiddlewaretoken": token})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+    overview = client.get("/")
+    assert overview.status_code == 200
+    assert 'data-environment="shop/prod"' in text(overview)
+
+
+def test_login_follows_next_to_the_page_asked_for(environment, member):
+    member("deployer", username="dev")
+
+    response = Client().post("/login/?next=/e/shop/prod/",
+                             {"username": "dev", "password": "pw-dev", "next": "/e/shop/prod/"})
+
+    assert (response.status_code, response["Location"]) == (302, "/e/shop/prod/")
+
+
+def test_login_never_follows_next_to_another_site(environment, member):
+    member("deployer", username="dev")
+
+    response = Client().post("/login/", {"username": "dev", "password": "pw-dev",
+                                         "next": "https://evil.example.com/"})
+
+    assert (response.status_code, response["Location"]) == (302, "/")
+
+
+def test_login_with_a_wrong_password_says_so_and_signs_nobody_in(environment, member):
+    member("deployer", username="dev")
+    client = Client()
+
+    response = client.post("/login/", {"username": "dev", "password": "wrong"})
+
+    assert response.status_code == 200
+    assert "did not match" in text(response)
+    assert client.get("/").status_code == 302
+
+
+ANONYMOUS_PAGES = [
+    "/",
+    "/e/shop/prod/",
+    "/e/shop/prod/?panel=agents",
+    "/e/shop/prod/diff/",
+    "/e/shop/prod/diff/?to=1",
+    "/e/shop/prod/descriptor/",
+    "/e/shop/prod/snapshots/1/rollback/",
+    "/e/shop/prod/rollouts/new/",
+]
+
+
+@pytest.mark.parametrize("path", ANONYMOUS_PAGES)
+def test_anonymous_get_of_every_page_redirects_to_login_with_next(path, first):
+    response = Client().get(path)
+
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=" + quote(path, safe="/")
+
+
+@pytest.mark.parametrize("path", [
+    "/e/shop/prod/deploy/",
+    "/e/shop/prod/snapshots/1/rollback/",
+    "/e/shop/prod/descriptor/",
+    "/e/shop/prod/rollouts/new/",
+    "/e/shop/prod/rollouts/{rollout}/confirm/",
+    "/e/shop/prod/rollouts/{rollout}/rollback/",
+])
+def test_anonymous_posts_redirect_to_login_and_change_nothing(path, rollout):
+    before, state = stored(), rollout_state(rollout)
+
+    response = Client().post(path.format(rollout=rollout.pk), {
+        "expected_version": rollout.version, "snapshot": "3"}, headers=HTMX)
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/?next=")
+    assert (stored(), rollout_state(rollout)) == (before, state)
+
+
+def test_logout_is_post_only(environment, viewer):
+    client = signed_in(viewer)
+
+    refused = client.get("/logout/")
+    still_in = client.get("/")
+    signed_out = client.post("/logout/")
+
+    assert refused.status_code == 405
+    assert still_in.status_code == 200
+    assert (signed_out.status_code, signed_out["Location"]) == (302, "/login/")
+    assert client.get("/").status_code == 302
+
+
+def test_sign_out_is_a_post_form_with_a_csrf_token(environment, as_viewer):
+    html = text(as_viewer.get("/"))
+
+    form = re.search(r'<form class="signout" method="post" action="/logout/">.*?</form>',
+                     html, re.S)
+    assert form and 'name="csrfmiddlewaretoken"' in form.group(0)
+
+
+# --- overview --------------------------------------------------------------------------
+
+
+def test_overview_of_an_outsider_lists_none_of_the_tenants_environments(environment, outsider):
+    html = text(signed_in(outsider).get("/"))
+
+    assert 'data-environment="shop/prod"' not in html
+    assert 'data-environment="blog/prod"' in html
+
+
+def test_overview_of_a_user_without_a_tenant_lists_nothing(environment, make_user):
+    html = text(signed_in(make_user("nobody")).get("/"))
+
+    assert "data-environment=" not in html
+    assert "You see no environments yet." in html
+
+
+def test_overview_of_a_member_lists_their_tenants_environments_only(
+        environment, application, superuser, outsider, as_viewer):
+    staged_environment(application, "staging", superuser)
+
+    html = text(as_viewer.get("/"))
+
+    shown = re.findall(r'data-environment="([^"]+)"', html)
+    assert shown == ["shop/prod", "shop/staging"]
+
+
+def test_overview_shows_the_active_snapshot(second, as_viewer):
+    row = _overview_row(as_viewer)
+
+    assert f'<span class="snap">#2</span> <small>{second.label}</small>' in row
+
+
+def test_overview_without_a_snapshot_says_none_yet(environment, as_viewer):
+    assert "none yet" in _overview_row(as_viewer)
+
+
+def _overview_row(client, name: str = "shop/prod") -> str:
+    html = text(client.get("/"))
+    found = re.search(rf'<tr data-environment="{name}">.*?</tr>', html, re.S)
+    assert found, html[:1000]
+    return found.group(0)
+
+
+def _fleet_buckets(row: str) -> dict[str, int]:
+    return {bucket: int(count) for count, bucket in re.findall(
+        r'>(\d+) (in sync|behind|failed|offline)</span>', row)}
+
+
+def test_overview_counts_the_fleet_in_sync_behind_failed_and_offline(
+        environment, first, second, as_viewer):
+    synced, behind, failed, offline, never = enroll_many(environment, 5)
+    ack(synced, second)
+    ack(behind, first)
+    ack(failed, first)
+    ack(failed, second, status="failed", message="nginx -t failed")
+    ack(offline, second)
+    for node in (synced, behind, failed, never):  # offline never polls
+        assert poll(node.client).status_code == 200
+
+    buckets = _fleet_buckets(_overview_row(as_viewer))
+
+    # `never` polls but has applied nothing yet: it is behind too.
+    assert buckets == {"in sync": 1, "behind": 2, "failed": 1, "offline": 1}
+
+
+def test_overview_counts_changes_waiting_to_roll_out(environment, first, superuser, as_viewer):
+    assert "nothing waiting" in _overview_row(as_viewer)
+
+    environment_update(environment=environment, config=CONFIG + "extra: 1\n", actor=superuser)
+    one = _overview_row(as_viewer)
+    environment_file_put(environment=environment, kind="template", path="shop/extra.txt",
+                         text="x\n", actor=superuser)
+    two = _overview_row(as_viewer)
+
+    assert "1 change waiting to roll out" in one
+    assert "2 changes waiting to roll out" in two
+
+
+def test_overview_shows_an_active_rollout(rollout, as_viewer):
+    assert '<span class="badge running">#3 running</span>' in _overview_row(as_viewer)
+
+
+def test_overview_htmx_request_gets_only_the_environments_partial(first, as_viewer):
+    page = as_viewer.get("/")
+    partial = as_viewer.get("/", headers=HTMX)
+
+    assert page.status_code == partial.status_code == 200
+    assert "<html" in text(page)
+    assert is_partial(text(partial), "environments")
+    assert 'data-environment="shop/prod"' in text(partial)
+    for response in (page, partial):
+        assert "HX-Request" in response["Vary"]
+
+
+# --- an environment's page -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/e/shop/prod/", "/e/shop/prod/?panel=agents",
+                                  "/e/shop/prod/diff/", "/e/shop/prod/descriptor/",
+                                  "/e/shop/prod/snapshots/1/rollback/",
+                                  "/e/shop/prod/rollouts/new/"])
+def test_pages_of_an_environment_the_user_cannot_see_are_404(path, first, outsider):
+    response = signed_in(outsider).get(path, headers=HTMX)
+
+    assert response.status_code == 404
+    assert b"shop.example.com" not in response.content
+
+
+def test_an_unknown_environment_is_404(environment, as_viewer):
+    assert as_viewer.get("/e/shop/nosuch/").status_code == 404
+
+
+def test_environment_page_shows_every_panel(second, nodes, as_viewer):
+    response = as_viewer.get(url("environment"))
+
+    assert response.status_code == 200
+    html = text(response)
+    assert "<html" in html and "<h1>shop/prod</h1>" in html
+    for panel in ("rollout", "agents", "snapshots", "pending"):
+        section(html, panel)
+    assert "HX-Request" in response["Vary"]
+
+
+@pytest.mark.parametrize("panel", ["agents", "snapshots", "pending", "rollout"])
+def test_each_panel_with_hx_request_returns_just_that_section(panel, rollout, as_viewer):
+    response = as_viewer.get(url("environment") + f"?panel={panel}", headers=HTMX)
+
+    assert response.status_code == 200
+    html = text(response)
+    assert is_partial(html, panel)
+    assert html.count("<section") == 1
+    assert 'id="flash"' not in html
+
+
+def test_a_panel_asked_for_without_hx_request_gets_the_whole_page(first, as_viewer):
+    html = text(as_viewer.get(url("environment") + "?panel=agents"))
+
+    assert "<html" in html and 'id="snapshots"' in html
+
+
+def test_an_unknown_panel_with_hx_request_gets_the_whole_page(first, as_viewer):
+    html = text(as_viewer.get(url("environment") + "?panel=secrets", headers=HTMX))
+
+    assert "<html" in html
+
+
+def test_agent_rows_show_desired_and_applied_numbers(first, second, nodes, as_viewer):
+    behind, synced, fresh_agent = nodes
+    ack(behind, first)
+    ack(synced, second)
+
+    html = text(as_viewer.get(url("environment") + "?panel=agents", headers=HTMX))
+
+    assert '<td class="desired">#2</td>' in agent_row(html, behind.agent)
+    assert '<td class="applied">#1</td>' in agent_row(html, behind.agent)
+    assert 'data-sync="behind"' in agent_row(html, behind.agent)
+    assert '<td class="applied">#2</td>' in agent_row(html, synced.agent)
+    assert 'data-sync="in_sync"' in agent_row(html, synced.agent)
+    assert '<td class="applied">—</td>' in agent_row(html, fresh_agent.agent)
+    assert "<small class=\"muted\">3</small>" in html  # the total
+
+
+def test_a_pinned_agent_row_names_its_pin(rollout, nodes, as_viewer):
+    html = text(as_viewer.get(url("environment") + "?panel=agents", headers=HTMX))
+
+    canary = agent_row(html, nodes[0].agent)
+    assert '<td class="desired">#3</td>' in canary
+    assert f"pinned to #3 by rollout {rollout.pk}" in canary
+    assert '<td class="desired">#2</td>' in agent_row(html, nodes[1].agent)
+
+
+def test_pending_panel_lists_the_changes_since_the_latest_snapshot(
+        environment, first, superuser, as_viewer):
+    environment_update(environment=environment, config=CONFIG + "extra: 1\n", actor=superuser)
+
+    html = text(as_viewer.get(url("environment") + "?panel=pending", headers=HTMX))
+
+    assert "1 change waiting to roll out since #1." in html
+    assert "Changed config of shop/prod" in html
+
+
+# --- role-aware buttons and the server's own refusals ---------------------------------
+
+
+DEPLOYER_ONLY = ["Deploy #2 to all now", "Deploy now", "Submit a descriptor",
+                 "Start a rollout", ">Confirm the canaries<", ">Roll back<", "roll back to"]
+
+
+def test_a_viewer_sees_no_action_buttons(rollout, as_viewer):
+    html = text(as_viewer.get(url("environment")))
+
+    assert "Rollout" in html and "web-1" in html  # the page itself is there
+    for label in DEPLOYER_ONLY:
+        assert label not in html, label
+    assert "Deploy" not in html
+    assert 'method="post" action="/e/' not in html
+
+
+def test_a_deployer_sees_the_action_buttons(rollout, as_deployer):
+    html = text(as_deployer.get(url("environment")))
+
+    for label in DEPLOYER_ONLY:
+        assert label in html, label
+    assert f'value="{rollout.version}"' in html  # the version confirm and roll back expect
+
+
+@pytest.mark.parametrize("path", ["descriptor", "rollout-new"])
+def test_a_viewer_is_told_the_forms_need_the_deployer_role(path, second, as_viewer):
+    html = text(as_viewer.get(url(path)))
+
+    assert re.search(r"viewer role here|needs the deployer role here", html)
+
+
+def test_a_viewer_sees_the_rollback_page_without_its_button(second, as_viewer):
+    html = text(as_viewer.get(url("snapshot-rollback", 1)))
+
+    assert "Rolling back needs the deployer role here." in html
+    assert "<button" not in html.split("<main>")[1]
+
+
+@pytest.fixture
+def world(environment, second, nodes, application, superuser):
+    """shop/prod: #2 active over web-1..3, where a deployer could deploy, publish a
+    descriptor, roll back to #1 and start a rollout; shop/staging: a rollout whose
+    canary acknowledged, so it could be confirmed or rolled back."""
+    staging, _, staged = staged_environment(application, "staging", superuser)
+    canary, _ = enroll_many(staging, 2, prefix="stg")
+    staging_rollout = start(staging, staged, [canary], waves=MANUAL_WAVES)
+    ack(canary, staged)
+    return {"nodes": nodes, "rollout": staging_rollout, "staged": staged}
+
+
+def _minimal_descriptor() -> str:
+    return yaml.safe_dump({"apiVersion": "bellwether/v1", "application": "shop",
+                           "environment": "prod", "id": "rel-1", "version": "1"})
+
+
+ACTIONS = {
+    "deploy to all": lambda w: (url("deploy"), {}),
+    "deploy to one": lambda w: (url("deploy"), {"agent": w["nodes"][1].pk}),
+    "descriptor preview": lambda w: (url("descriptor"), {"descriptor": _minimal_descriptor(),
+                                                        "step": "preview"}),
+    "descriptor publish": lambda w: (url("descriptor"), {"descriptor": _minimal_descriptor(),
+                                                        "step": "publish"}),
+    "snapshot rollback": lambda w: (url("snapshot-rollback", 1), {}),
+    "rollout new": lambda w: (url("rollout-new"), {"snapshot": "2", "waves": "100",
+                                                   "canary": [w["nodes"][0].pk]}),
+    "rollout confirm": lambda w: (
+        url("rollout-confirm", w["rollout"].pk, env=("shop", "staging")),
+        {"expected_version": w["rollout"].version}),
+    "rollout rollback": lambda w: (
+        url("rollout-rollback", w["rollout"].pk, env=("shop", "staging")),
+        {"expected_version": w["rollout"].version}),
+}
+
+
+def _world_state(world) -> tuple:
+    generations = dict(Agent.objects.values_list("name", "generation"))
+    return stored(), rollout_state(world["rollout"]), generations
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["form", "htmx"])
+@pytest.mark.parametrize("action", list(ACTIONS))
+def test_a_viewers_post_is_refused_with_403_and_changes_nothing(action, htmx, world,
+                                                                as_viewer):
+    path, data = ACTIONS[action](world)
+    before = _world_state(world)
+
+    response = as_viewer.post(path, data, headers=HTMX if htmx else {})
+
+    assert response.status_code == 403, (response.status_code, response.content[:500])
+    assert _world_state(world) == before
+
+
+@pytest.mark.parametrize("action", list(ACTIONS))
+def test_a_deployers_same_post_is_carried_out(action, world, as_deployer):
+    path, data = ACTIONS[action](world)
+    before = _world_state(world)
+
+    response = as_deployer.post(path, data)
+
+    assert response.status_code in (200, 302), (response.status_code, response.content[:500])
+    if action != "descriptor preview":  # a preview records nothing
+        assert _world_state(world) != before
+
+
+# --- CSRF -------------------------------------------------------------------------------
+
+
+def test_a_post_without_the_csrf_token_is_refused(second, nodes, deployer):
+    client = signed_in(deployer, enforce_csrf_checks=True)
+    client.get(url("environment"))  # the CSRF cookie is set, but the token is not sent
+
+    response = client.post(url("deploy"), headers=HTMX)
+
+    assert response.status_code == 403
+    assert not Deployment.objects.exists()
+
+
+def test_an_htmx_post_with_the_token_from_hx_headers_succeeds(second, nodes, deployer):
+    client = signed_in(deployer, enforce_csrf_checks=True)
+    page = text(client.get(url("environment")))
+    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'""", page).group(1)
+
+    response = client.post(url("deploy"), headers={**HTMX, "X-CSRFToken": token})
+
+    assert response.status_code == 200, response.content[:500]
+    assert Deployment.objects.count() == 3
+
+
+# --- deploy now -------------------------------------------------------------------------
+
+
+def test_deploy_now_pushes_the_active_snapshot_to_every_enabled_agent(second, nodes,
+                                                                      as_deployer, deployer):
+    fleet_services.agent_update(agent=nodes[2].agent, actor=None, enabled=False)
+
+    response = as_deployer.post(url("deploy"))
+
+    page = follow_page(as_deployer, response)
+    pushes = Deployment.objects.order_by("agent__name")
+    assert [(d.agent.name, d.snapshot.number, d.kind, d.state, d.created_by) for d in pushes] == [
+        ("web-1", 2, "push", "pending", deployer), ("web-2", 2, "push", "pending", deployer)]
+    assert "Pushed #2 to 2 agent(s)." in flash(page)
+    assert AuditEvent.objects.filter(action="snapshot.deploy", actor=deployer).count() == 1
+
+
+def test_deploy_now_to_one_agent_answers_the_agents_panel_and_an_oob_flash(second, nodes,
+                                                                           as_deployer):
+    target = nodes[1]
+
+    response = as_deployer.post(url("deploy"), {"agent": target.pk}, headers=HTMX)
+
+    assert response.status_code == 200
+    html = text(response)
+    assert html.lstrip().startswith('<section id="agents"')
+    assert "<html" not in html
+    oob = flash(html)
+    assert 'hx-swap-oob="true"' in oob
+    assert "Pushed #2 to 1 agent(s)." in oob
+    assert list(Deployment.objects.values_list("agent_id", "kind", "snapshot__number")) == [
+        (target.pk, "push", 2)]
+
+
+@pytest.mark.parametrize(("agent", "status", "message"), [
+    ("abc", 400, "agent: not an agent id."),
+    ("-1", 400, "agent: not an agent id."),
+    ("", 400, "agent: not an agent id."),
+    ("999999", 404, "No agents [999999] in shop/prod."),
+])
+def test_deploy_now_to_a_bad_agent_id_is_refused_with_a_message_and_creates_nothing(
+        agent, status, message, second, nodes, as_deployer):
+    before = stored()
+
+    response = as_deployer.post(url("deploy"), {"agent": agent}, headers=HTMX)
+
+    assert response.status_code == status
+    assert message in flash(text(response))
+    assert is_partial(text(response).split('<div id="flash"')[0], "agents")
+    assert stored() == before
+
+
+def test_deploy_now_to_an_agent_of_another_tenant_is_refused(second, nodes, as_deployer,
+                                                             outsider):
+    blog = Environment.objects.get(application__name="blog")
+    (stranger,) = enroll_many(blog, 1, prefix="blog")
+    before = stored()
+
+    response = as_deployer.post(url("deploy"), {"agent": stranger.pk}, headers=HTMX)
+
+    assert response.status_code == 404
+    assert stored() == before
+
+
+def test_deploy_now_as_a_plain_form_with_a_bad_agent_redirects_with_the_message(
+        second, nodes, as_deployer):
+    response = as_deployer.post(url("deploy"), {"agent": "abc"})
+
+    assert "agent: not an agent id." in flash(follow_page(as_deployer, response))
+    assert not Deployment.objects.exists()
+
+
+def test_deploy_now_before_any_snapshot_says_to_publish_first(environment, nodes, as_deployer):
+    response = as_deployer.post(url("deploy"), headers=HTMX)
+
+    assert response.status_code == 400
+    assert "snapshot: nothing to deploy yet: publish a snapshot first." in flash(text(response))
+
+
+def test_deploy_is_post_only(second, as_deployer):
+    assert as_deployer.get(url("deploy")).status_code == 405
+
+
+# --- descriptors ------------------------------------------------------------------------
+
+
+RELEASE_TEMPLATE = """dest_dir = {{ params.dest_dir }}
+feature = {{ params.feature | default("off") }}
+"""
+
+
+def release(**fields) -> dict:
+    return {"apiVersion": "bellwether/v1", "application": "shop", "environment": "prod",
+            "id": "rel-2.4.0", "version": "2.4.0", "params": {"feature": "on"}, **fields}
+
+
+def as_yaml(value) -> str:
+    return yaml.safe_dump(value, sort_keys=False)
+
+
+@pytest.fixture
+def releasable(environment, superuser) -> Environment:
+    """shop/prod with params.dest_dir, a template showing the params, a platform
+    policy that lets a descriptor add params.feature, and #1 (feature off) active."""
+    policy_publish(content={"descriptor_policy": {"params": ["feature"]}}, actor=superuser)
+    env = environment_update(environment=environment,
+                             config=CONFIG + "params:\n  dest_dir: /opt/shop\n", actor=superuser)
+    environment_file_put(environment=env, kind="template", path="shop/release.conf",
+                         text=RELEASE_TEMPLATE, actor=superuser)
+    assert publish(env, superuser).number == 1
+    env.refresh_from_db()
+    return env
+
+
+def test_descriptor_form_renders_for_a_deployer(releasable, as_deployer):
+    response = as_deployer.get(url("descriptor"))
+
+    assert response.status_code == 200
+    html = text(response)
+    assert '<textarea name="descriptor"' in html
+    assert '<input type="file" name="file"' in html
+    assert 'enctype="multipart/form-data"' in html
+    assert "viewer role" not in html
+
+
+def _assert_preview(html: str) -> None:
+    preview = section(html, "preview")
+    assert '<span class="badge ready">renders</span>' in preview
+    config = yaml.safe_load(unescape(
+        re.search(r'<pre class="bw-file">(.*?)</pre>', preview, re.S).group(1)))
+    assert config["params"] == {"dest_dir": "/opt/shop", "feature": "on"}
+    assert config["descriptor"] == {"id": "rel-2.4.0", "version": "2.4.0"}
+    provenance = dict(re.findall(r'<td><code>([^<]+)</code></td><td><span class="badge '
+                                 r'layer-[a-z]+">([a-z]+)</span>', preview))
+    assert provenance["params.feature"] == "descriptor"
+    assert provenance["params.dest_dir"] == "environment"
+    assert provenance["workers"] == "environment"
+    assert "Diff against the active #1" in preview
+    assert '<h4 class="bw-file-head">shop/release.conf <small>(modified)</small></h4>' in preview
+    assert '<div class="del">-feature = off</div>' in preview
+    assert '<div class="add">+feature = on</div>' in preview
+    assert '<input type="hidden" name="step" value="publish">' in preview
+
+
+def test_preview_of_a_pasted_descriptor_shows_config_provenance_and_diff(releasable,
+                                                                         as_deployer):
+    before = stored()
+
+    response = as_deployer.post(url("descriptor"), {"descriptor": as_yaml(release()),
+                                                    "step": "preview"}, headers=HTMX)
+
+    assert response.status_code == 200
+    assert is_partial(text(response), "preview")
+    _assert_preview(text(response))
+    assert stored() == before
+
+
+def test_preview_of_an_uploaded_descriptor_file_works_too(releasable, as_deployer):
+    upload = SimpleUploadedFile("release.yaml", as_yaml(release()).encode(),
+                                content_type="application/yaml")
+    before = stored()
+
+    response = as_deployer.post(url("descriptor"), {"file": upload, "step": "preview"})
+
+    assert response.status_code == 200
+    html = text(response)
+    assert "<html" in html  # a plain post gets the whole page
+    _assert_preview(html)
+    assert "rel-2.4.0" in re.search(r"<textarea name=\"descriptor\".*?</textarea>", html,
+                                    re.S).group(0)
+    assert stored() == before
+
+
+def test_a_json_descriptor_previews_like_yaml(releasable, as_deployer):
+    response = as_deployer.post(url("descriptor"), {"descriptor": json.dumps(release())},
+                                headers=HTMX)
+
+    assert response.status_code == 200
+    _assert_preview(text(response))
+
+
+@transactional
+def test_publish_creates_a_snapshot_and_redirects_with_a_success_message(releasable,
+                                                                         as_deployer, deployer):
+    response = as_deployer.post(url("descriptor"), {"descriptor": as_yaml(release()),
+                                                    "step": "publish"})
+
+    assert (response.status_code, response["Location"]) == (302, url("environment"))
+    snapshot = Snapshot.objects.get(environment=releasable, number=2)
+    assert (snapshot.state, snapshot.author) == ("ready", deployer)
+    assert snapshot.effective_config["params"] == {"dest_dir": "/opt/shop", "feature": "on"}
+    assert Descriptor.objects.get().descriptor_id == "rel-2.4.0"
+    page = text(as_deployer.get(response["Location"]))
+    assert '<p class="msg success">Published #2.</p>' in flash(page)
+    assert 'id="snapshot-2"' in section(page, "snapshots")
+
+
+@transactional
+def test_publishing_the_same_descriptor_again_says_it_was_already_published(releasable,
+                                                                            as_deployer):
+    data = {"descriptor": as_yaml(release()), "step": "publish"}
+    as_deployer.post(url("descriptor"), data)
+    before = stored()
+
+    again = as_deployer.post(url("descriptor"), data)
+
+    assert "already published as #2" in flash(follow_page(as_deployer, again))
+    assert stored() == before
+
+
+BAD_DESCRIPTORS = {
+    "invalid yaml": ("apiVersion: bellwether/v1\napplication: shop\nid: rel: 1\n",
+                     ["descriptor:3:", "mapping values are not allowed here"]),
+    "another environment": (as_yaml(release(environment="staging")),
+                            ["The descriptor is for shop/staging, not shop/prod."]),
+    "another tenant's application": (as_yaml(release(application="blog")),
+                                     ["The descriptor is for blog/prod, not shop/prod."]),
+    "merge conflict": (as_yaml(release(params={"dest_dir": "/srv/other"})),
+                       ["does not merge", "params.dest_dir", "/opt/shop", "/srv/other"]),
+    "not a mapping": ("- just\n- a list\n", ["A descriptor must be a mapping."]),
+    "no id": (as_yaml({k: v for k, v in release().items() if k != "id"}),
+              ["descriptor id: required"]),
+    "empty": ("   \n", ["Paste a descriptor or choose a file."]),
+}
+
+
+@pytest.mark.parametrize("step", ["preview", "publish"])
+@pytest.mark.parametrize("case", list(BAD_DESCRIPTORS))
+def test_a_bad_descriptor_is_400_with_the_reason_and_nothing_is_written(case, step,
+                                                                        releasable,
+                                                                        as_deployer):
+    body, expected = BAD_DESCRIPTORS[case]
+    before = stored()
+
+    response = as_deployer.post(url("descriptor"), {"descriptor": body, "step": step},
+                                headers=HTMX)
+
+    assert response.status_code == 400, response.content[:500]
+    preview = section(text(response), "preview")
+    assert '<p class="msg error">' in preview
+    for words in expected:
+        assert words in preview, (words, preview)
+    assert stored() == before
+
+
+def test_an_invalid_uploaded_file_is_400_naming_the_file_and_line(releasable, as_deployer):
+    upload = SimpleUploadedFile("release.yaml", b"apiVersion: bellwether/v1\nid: [unclosed\n")
+    before = stored()
+
+    response = as_deployer.post(url("descriptor"), {"file": upload, "step": "publish"})
+
+    assert response.status_code == 400
+    assert re.search(r"release\.yaml:\d+:", section(text(response), "preview"))
+    assert stored() == before
+
+
+def test_an_uploaded_file_that_is_not_utf8_is_400(releasable, as_deployer):
+    upload = SimpleUploadedFile("release.yaml", b"id: \xff\xfe\n")
+
+    response = as_deployer.post(url("descriptor"), {"file": upload})
+
+    assert response.status_code == 400
+    assert "release.yaml: not UTF-8 text." in text(response)
+
+
+def test_a_descriptor_over_the_size_limit_is_400(releasable, as_deployer):
+    body = as_yaml(release(notes="x" * (256 * 1024)))
+
+    response = as_deployer.post(url("descriptor"), {"descriptor": body})
+
+    assert response.status_code == 400
+    assert "larger than 262144 bytes" in text(response)
+
+
+def test_descriptor_text_is_escaped_when_shown_again(releasable, as_deployer):
+    body = "id: rel\n# </textarea><script>alert(1)</script>\n"
+
+    response = as_deployer.post(url("descriptor"), {"descriptor": body})
+
+    assert response.status_code == 400
+    assert "<script>alert(1)</script>" not in text(response)
+    assert "&lt;/textarea&gt;&lt;script&gt;" in text(response)
+
+
+# --- the diff viewer --------------------------------------------------------------------
+
+
+@pytest.fixture
+def third(second, environment, superuser) -> Snapshot:
+    """#3: 8 workers become 16, active."""
+    snapshot = publish_variant(environment, superuser, workers=16)
+    assert snapshot.number == 3
+    return snapshot
+
+
+@pytest.mark.parametrize(("to", "against", "old", "new"), [
+    (2, 1, 4, 8), (1, 2, 8, 4), (3, 1, 4, 16), (3, None, 8, 16)])
+def test_diff_of_any_two_snapshots_colours_each_files_lines(to, against, old, new, third,
+                                                           as_viewer):
+    query = f"?to={to}" + (f"&from={against}" if against else "")
+
+    response = as_viewer.get(url("diff") + query)
+
+    assert response.status_code == 200
+    result = section(text(response), "result")
+    assert f"#{to} against #{against or to - 1}" in result
+    assert "1 file changed" in result
+    assert '<h4 class="bw-file-head">shop/app.json <small>(modified)</small></h4>' in result
+    assert (f'<div class="del">-{{&quot;log_level&quot;: &quot;info&quot;, '
+            f'&quot;workers&quot;: {old}}}</div>') in result
+    assert (f'<div class="add">+{{&quot;log_level&quot;: &quot;info&quot;, '
+            f'&quot;workers&quot;: {new}}}</div>') in result
+    assert '<div class="head">--- a/shop/app.json</div>' in result
+    assert '<div class="hunk">@@' in result
+
+
+def test_diff_of_the_first_snapshot_is_against_nothing(first, as_viewer):
+    result = section(text(as_viewer.get(url("diff") + "?to=1")), "result")
+
+    assert "against nothing (the first snapshot)" in result
+    assert "(added)" in result and '<div class="add">+' in result
+    assert '<div class="del">' not in result
+
+
+def test_diff_htmx_request_gets_only_the_result_partial(second, as_viewer):
+    response = as_viewer.get(url("diff") + "?to=2&from=1", headers=HTMX)
+
+    assert response.status_code == 200
+    assert is_partial(text(response), "result")
+    assert '<div class="add">' in text(response)
+    assert "HX-Request" in response["Vary"]
+
+
+def test_diff_page_without_a_choice_offers_the_ready_snapshots(second, as_viewer):
+    html = text(as_viewer.get(url("diff")))
+
+    assert "Pick two snapshots." in section(html, "result")
+    assert re.findall(r'<select name="to">(.*?)</select>', html, re.S)[0].count("<option") == 2
+
+
+@pytest.mark.parametrize("query", ["?to=abc", "?to=2&from=x", "?to=-1", "?to=2&from=-1",
+                                   "?to=1.5", "?to=2&from=0", "?to=0", "?to=" + "9" * 20])
+def test_diff_with_junk_numbers_is_400_with_a_message(query, second, as_viewer):
+    response = as_viewer.get(url("diff") + query, headers=HTMX)
+
+    assert response.status_code == 400
+    result = section(text(response), "result")
+    assert re.search(r'<p class="msg error">(to|from): pick a snapshot number\.</p>', result), (
+        result)
+
+
+@pytest.mark.parametrize(("query", "missing"), [("?to=99", 99), ("?to=2&from=42", 42)])
+def test_diff_of_an_unknown_snapshot_is_404_with_a_message(query, missing, second, as_viewer):
+    response = as_viewer.get(url("diff") + query)
+
+    assert response.status_code == 404
+    assert (f'<p class="msg error">Snapshot {missing} of shop/prod not found.</p>'
+            in section(text(response), "result"))
+
+
+def test_diff_lines_are_escaped(first, environment, superuser, as_viewer):
+    environment_file_put(environment=environment, kind="template", path="www/x.html",
+                         text="<script>alert(1)</script>\n", actor=superuser)
+    publish(environment, superuser)
+
+    html = text(as_viewer.get(url("diff") + "?to=2"))
+
+    assert "<script>alert(1)</script>" not in html
+    assert '<div class="add">+&lt;script&gt;alert(1)&lt;/script&gt;</div>' in html
+
+
+# --- rolling back to a snapshot ---------------------------------------------------------
+
+
+def test_rollback_confirmation_page_asks_before_rolling_back(second, as_deployer):
+    response = as_deployer.get(url("snapshot-rollback", 1))
+
+    assert response.status_code == 200
+    html = text(response)
+    assert "<h1>Roll back to #1?</h1>" in html
+    assert "replacing the active <span class=\"snap\">#2</span>" in html
+    assert f'action="{url("snapshot-rollback", 1)}"' in html
+    assert 'href="/e/shop/prod/diff/?from=2&amp;to=1"' in html  # what the rollback changes
+    assert not Publication.objects.filter(kind="rollback").exists()
+
+
+def test_rollback_page_of_an_unknown_snapshot_is_404(second, as_deployer):
+    assert as_deployer.get(url("snapshot-rollback", 9)).status_code == 404
+
+
+@transactional
+def test_rollback_creates_a_new_higher_snapshot_with_the_old_files(environment, second,
+                                                                   as_deployer, deployer):
+    old = Snapshot.objects.get(environment=environment, number=1)
+
+    response = as_deployer.post(url("snapshot-rollback", 1))
+
+    page = follow_page(as_deployer, response)
+    rolled = Snapshot.objects.get(environment=environment, number=3)
+    assert (rolled.state, rolled.rolled_back_from, rolled.author) == ("ready", old, deployer)
+    assert rolled.files == old.files and rolled.checksum == old.checksum
+    environment.refresh_from_db()
+    assert environment.active_snapshot == rolled
+    assert "Rolled back to #1 as #3." in flash(page)
+
+
+def test_rollback_during_an_active_rollout_is_refused_with_409(rollout, as_deployer):
+    before = stored()
+
+    response = as_deployer.post(url("snapshot-rollback", 1), headers=HTMX)
+
+    assert response.status_code == 409
+    assert is_partial(text(response).split('<div id="flash"')[0], "snapshots")
+    assert "has an active rollout; roll that back instead." in flash(text(response))
+    assert stored() == before
+
+
+# --- rollouts ---------------------------------------------------------------------------
+
+
+def test_rollout_form_offers_ready_snapshots_and_enabled_agents(candidate, nodes, superuser,
+                                                                as_deployer):
+    fleet_services.agent_update(agent=nodes[2].agent, actor=superuser, enabled=False)
+
+    response = as_deployer.get(url("rollout-new"))
+
+    assert response.status_code == 200
+    html = text(response)
+    assert re.findall(r'<option value="(\d+)">', html) == ["3", "2", "1"]
+    assert "#2 " in html and "(active)" in html
+    assert re.findall(r'name="canary" value="(\d+)"', html) == [str(nodes[0].pk),
+                                                                  str(nodes[1].pk)]
+
+
+def test_starting_a_rollout_with_chosen_canaries(candidate, nodes, as_deployer, deployer):
+    response = as_deployer.post(url("rollout-new"), {
+        "snapshot": "3", "canary": [nodes[0].pk, nodes[2].pk], "waves": "50, 100",
+        "gate": "manual"})
+
+    page = follow_page(as_deployer, response)
+    started = Rollout.objects.get()
+    assert (started.snapshot.number, started.state, started.created_by) == (3, "running",
+                                                                            deployer)
+    assert [w["gate"] for w in started.waves] == ["manual", "manual"]
+    canaries = RolloutTarget.objects.filter(rollout=started, wave=0)
+    assert sorted(canaries.values_list("agent__name", flat=True)) == ["web-1", "web-3"]
+    assert f"Rollout {started.pk} of #3 started" in flash(page)
+    assert "the canaries" in section(page, "rollout")
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"snapshot": "3"}, "Name the canaries"),
+    ({"snapshot": "", "canary": ["1"]}, "snapshot: pick a snapshot to roll out."),
+    ({"snapshot": "3", "canary": ["x"]}, "canary: not an agent id."),
+    ({"snapshot": "3", "canary": ["{web1}"], "waves": "0, 200"},
+     "waves: percentages from 1 to 100"),
+    ({"snapshot": "3", "canary": ["{web1}"], "gate": "yolo"}, "gate: one of manual, auto."),
+    ({"snapshot": "99", "canary": ["{web1}"]}, "Snapshot 99 of shop/prod not found."),
+    ({"snapshot": "3", "canary": ["999999"]}, "are not among the targets"),
+])
+def test_a_rollout_with_bad_choices_is_refused_with_a_message(data, message, candidate,
+                                                              nodes, as_deployer):
+    data = {k: [c.format(web1=nodes[0].pk) for c in v] if isinstance(v, list) else v
+            for k, v in data.items()}
+
+    response = as_deployer.post(url("rollout-new"), data)
+
+    assert response.status_code in (400, 404)
+    assert message in re.search(r'<p class="msg error">(.*?)</p>', text(response)).group(1)
+    assert not Rollout.objects.exists()
+
+
+def test_a_second_rollout_while_one_is_active_is_409(rollout, nodes, as_deployer):
+    response = as_deployer.post(url("rollout-new"), {"snapshot": "3", "canary": [nodes[1].pk]})
+
+    assert response.status_code == 409
+    assert "already has an active rollout" in text(response)
+    assert Rollout.objects.count() == 1
+
+
+def test_confirm_after_the_canary_acknowledged_advances_the_rollout(rollout, candidate,
+                                                                    nodes, as_deployer):
+    ack(nodes[0], candidate)  # web-1 reports #3 with its exact checksum
+    page = text(as_deployer.get(url("environment") + "?panel=rollout", headers=HTMX))
+    version = int(re.search(r'name="expected_version" value="(\d+)"', page).group(1))
+    assert ">web-1</dd>" in page  # acknowledged
+
+    response = as_deployer.post(url("rollout-confirm", rollout.pk),
+                                {"expected_version": version}, headers=HTMX)
+
+    assert response.status_code == 200
+    assert is_partial(text(response).split('<div id="flash"')[0], "rollout")
+    assert f"Rollout {rollout.pk} confirmed: the next wave has it." in flash(text(response))
+    assert rollout_state(rollout) == ("running", version + 1, 1)
+    assert set(RolloutTarget.objects.filter(rollout=rollout).values_list("state", flat=True)
+               ) == {"activated"}
+
+
+def test_confirm_as_a_plain_form_redirects_to_the_page_with_the_message(rollout, candidate,
+                                                                        nodes, as_deployer):
+    ack(nodes[0], candidate)
+
+    response = as_deployer.post(url("rollout-confirm", rollout.pk),
+                                {"expected_version": rollout.version})
+
+    assert response["Location"] == url("environment")
+    assert "confirmed" in flash(follow_page(as_deployer, response))
+    assert fresh(rollout).current_wave == 1
+
+
+@pytest.mark.parametrize("action", ["rollout-confirm", "rollout-rollback"])
+def test_a_stale_expected_version_is_409_saying_it_changed_and_changes_nothing(
+        action, rollout, candidate, nodes, as_deployer):
+    ack(nodes[0], candidate)
+    before, state = stored(), rollout_state(rollout)
+
+    response = as_deployer.post(url(action, rollout.pk),
+                                {"expected_version": rollout.version + 1}, headers=HTMX)
+
+    assert response.status_code == 409
+    message = flash(text(response))
+    assert "changed since you loaded it" in message
+    assert "Nothing was done" in message
+    assert rollout_state(rollout) == state
+    assert stored() == before
+    # The panel it answers with shows the current version to try again with.
+    assert f'name="expected_version" value="{rollout.version}"' in text(response)
+
+
+def test_rollback_rolls_the_rollout_back_to_a_new_snapshot(rollout, nodes, second,
+                                                           as_deployer):
+    response = as_deployer.post(url("rollout-rollback", rollout.pk),
+                                {"expected_version": rollout.version}, headers=HTMX)
+
+    assert response.status_code == 200
+    assert f"Rollout {rollout.pk} rolled back." in flash(text(response))
+    rolled = fresh(rollout)
+    assert (rolled.state, rolled.version) == ("rolled_back", rollout.version + 1)
+    replacement = rolled.rollback_snapshot
+    assert (replacement.number, replacement.rolled_back_from) == (4, second)
+    assert replacement.files == second.files
+    # The canary's pin is released; targets still pending keep theirs (docs/rollouts.md).
+    assert dict(Agent.objects.values_list("name", "pin_rollout")) == {
+        "web-1": None, "web-2": rollout.pk, "web-3": rollout.pk}
+    assert "rolled back as <span class=\"snap\">#4</span>" in text(response)
+
+
+def test_confirm_before_the_canary_acknowledged_is_409_with_the_reason(rollout, as_deployer):
+    before, state = stored(), rollout_state(rollout)
+
+    response = as_deployer.post(url("rollout-confirm", rollout.pk),
+                                {"expected_version": rollout.version}, headers=HTMX)
+
+    assert response.status_code == 409
+    assert ("The wave cannot be confirmed: not yet acknowledged (fresh and exact): web-1."
+            in flash(text(response)))
+    assert (rollout_state(rollout), stored()) == (state, before)
+
+
+@pytest.mark.parametrize("action", ["rollout-confirm", "rollout-rollback"])
+def test_a_missing_expected_version_is_400(action, rollout, as_deployer):
+    state = rollout_state(rollout)
+
+    response = as_deployer.post(url(action, rollout.pk), {}, headers=HTMX)
+
+    assert response.status_code == 400
+    assert "expected_version: reload the page and try again." in flash(text(response))
+    assert rollout_state(rollout) == state
+
+
+def test_a_rollout_of_another_environment_is_404_through_this_one(rollout, application,
+                                                                  superuser, as_deployer):
+    staged_environment(application, "staging", superuser)
+
+    response = as_deployer.post(url("rollout-confirm", rollout.pk, env=("shop", "staging")),
+                                {"expected_version": rollout.version})
+
+    assert response.status_code == 404
+    assert as_deployer.post(url("rollout-rollback", 999999),
+                            {"expected_version": 1}).status_code == 404
+
+
+def test_confirm_and_rollback_are_post_only(rollout, as_deployer):
+    assert as_deployer.get(url("rollout-confirm", rollout.pk)).status_code == 405
+    assert as_deployer.get(url("rollout-rollback", rollout.pk)).status_code == 405
+
+
+@pytest.mark.parametrize(("path", "panel"), [("/", "environments"),
+                                             ("/e/shop/prod/", "agents")])
+def test_the_overview_and_the_agents_table_refresh_every_60_seconds_on_their_own(
+        path, panel, second, as_viewer):
+    # An agent going offline is an absence of polls, which sends no live event.
+    html = section(text(as_viewer.get(path)), panel)
+
+    trigger = re.search(r'hx-trigger="([^"]*)"', html).group(1)
+    assert re.search(r"\bevery 60s\b", trigger), trigger
+
+
+# --- query counts -----------------------------------------------------------------------
+
+
+def _mixed_fleet(environment, count: int, first: Snapshot, second: Snapshot, actor) -> None:
+    """`count` agents in every state a row can show: in sync, behind, failed, manual
+    with a pushed target, pinned by an operator, never seen."""
+    for index, node in enumerate(enroll_many(environment, count, prefix="node")):
+        kind = index % 6
+        if kind == 0:
+            ack(node, second)
+        elif kind == 1:
+            ack(node, first)
+        elif kind == 2:
+            ack(node, first)
+            ack(node, second, status="failed")
+        elif kind == 3:
+            fleet_services.agent_update(agent=node.agent, actor=actor, mode="manual")
+        elif kind == 4:
+            fleet_services.agent_pin(agent=node.agent, snapshot=second, actor=actor,
+                                     expected_generation=node.fresh().generation)
+        if kind != 5:
+            poll(node.client)
+
+
+# Session, user, environments, agents (with their desired snapshots), active
+# rollouts, then per environment: latest ready snapshot, its newest request, the
+# count of pending changes. The same for 3 agents as for 30.
+OVERVIEW_QUERIES = 8
+# Session, user, environment, its owners and the user's membership (the role), the
+# agents (with their desired and pinned snapshots), their total.
+AGENTS_PANEL_QUERIES = 7
+
+
+@pytest.mark.parametrize("count", [3, 30])
+def test_overview_query_count_does_not_grow_with_the_agents(count, environment, first,
+                                                            second, superuser, viewer,
+                                                            django_assert_num_queries):
+    _mixed_fleet(environment, count, first, second, superuser)
+    client = signed_in(viewer)
+
+    with django_assert_num_queries(OVERVIEW_QUERIES):
+        response = client.get("/", headers=HTMX)
+
+    assert response.status_code == 200
+    assert sum(_fleet_buckets(text(response)).values()) == count
+
+
+@pytest.mark.parametrize("count", [3, 30])
+def test_agents_panel_query_count_does_not_grow_with_the_agents(count, environment, first,
+                                                                second, superuser, deployer,
+                                                                django_assert_num_queries):
+    _mixed_fleet(environment, count, first, second, superuser)
+    client = signed_in(deployer)
+
+    with django_assert_num_queries(AGENTS_PANEL_QUERIES):
+        response = client.get(url("environment") + "?panel=agents", headers=HTMX)
+
+    assert response.status_code == 200
+    assert text(response).count('<tr id="agent-') == count
+    assert text(response).count("Deploy now") == count
+
+
+# --- hostile numbers and history restores --------------------------------------------
+
+# "²" is a digit to str.isdigit() but not to int().
+SUPERSCRIPT_TWO = "\u00b2"
+NUMBER_FIELDS = {
+    "diff to": lambda r: ("get", url("diff") + "?to=" + quote(SUPERSCRIPT_TWO), {}),
+    "diff from": lambda r: ("get", url("diff") + "?to=2&from=" + quote(SUPERSCRIPT_TWO), {}),
+    "deploy agent": lambda r: ("post", url("deploy"), {"agent": SUPERSCRIPT_TWO}),
+    "rollout snapshot": lambda r: ("post", url("rollout-new"), {"snapshot": SUPERSCRIPT_TWO,
+                                                                 "canary": ["1"]}),
+    "rollout canary": lambda r: ("post", url("rollout-new"), {"snapshot": "3",
+                                                              "canary": [SUPERSCRIPT_TWO]}),
+    "rollout waves": lambda r: ("post", url("rollout-new"), {"snapshot": "3", "canary": ["1"],
+                                                             "waves": SUPERSCRIPT_TWO}),
+    "confirm version": lambda r: ("post", url("rollout-confirm", r.pk),
+                                  {"expected_version": SUPERSCRIPT_TWO}),
+    "rollback version": lambda r: ("post", url("rollout-rollback", r.pk),
+                                   {"expected_version": SUPERSCRIPT_TWO}),
+}
+
+
+@pytest.mark.parametrize("field", list(NUMBER_FIELDS))
+def test_a_unicode_digit_in_a_number_field_is_400_not_a_server_error(field, rollout,
+                                                                     as_deployer):
+    method, path, data = NUMBER_FIELDS[field](rollout)
+    before, state = stored(), rollout_state(rollout)
+
+    response = getattr(as_deployer, method)(path, data, headers=HTMX)
+
+    assert response.status_code == 400
+    assert (stored(), rollout_state(rollout)) == (before, state)
+
+
+def test_deploy_to_an_agent_id_beyond_64_bits_is_refused_not_a_server_error(second, nodes,
+                                                                           as_deployer):
+    response = as_deployer.post(url("deploy"), {"agent": "9" * 23}, headers=HTMX)
+
+    assert response.status_code in (400, 404)
+    assert not Deployment.objects.exists()
+
+
+@pytest.mark.parametrize("query", ["", "?to=2&from=1"])
+def test_an_htmx_history_restore_of_the_diff_page_gets_the_whole_page(query, second,
+                                                                      as_viewer):
+    response = as_viewer.get(url("diff") + query,
+                             headers={**HTMX, "HX-History-Restore-Request": "true"})
+
+    assert response.status_code == 200
+    assert "<html" in text(response) and '<select name="to">' in text(response)
