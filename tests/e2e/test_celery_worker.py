@@ -4,6 +4,7 @@ The worker runs `celery -A project worker` on its own queue, against the same
 PostgreSQL test database and Redis broker as this process; nothing runs inline.
 """
 
+import asyncio
 import logging
 import os
 import re
@@ -15,9 +16,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 
+from apps.core.events import environment_group
 from apps.snapshots.models import Publication, Snapshot
 from apps.tenancy.models import Role
 from project.celery import app as celery_app
@@ -172,3 +176,25 @@ def test_publish_is_rendered_by_a_celery_worker(
     here = [r.getMessage() for r in caplog.records if r.name.startswith("apps.snapshots")]
     assert any(f"publication {body['id']} (publish) queued" in m for m in here), here
     assert not any("stored as" in m for m in here), here
+
+
+def test_a_snapshot_rendered_by_the_worker_reaches_live_subscribers_through_redis(
+    celery_worker, environment, member, api_client
+):
+    """The worker's on-commit event crosses processes through channels_redis: a
+    socket on any web node hears that the snapshot exists."""
+    layer = get_channel_layer()
+    assert type(layer).__module__.startswith("channels_redis"), type(layer)
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(environment_group(environment.pk), channel)
+    client = api_client(member(Role.DEPLOYER))
+
+    response = client.post("/api/v1/environments/shop/prod/publish")
+    assert response.status_code == 202, response.content
+    _poll_until_finished(client, response["Location"], celery_worker)
+
+    async def next_event():
+        return await asyncio.wait_for(layer.receive(channel), RENDER_TIMEOUT_S)
+
+    events = [async_to_sync(next_event)()["event"] for _ in range(3)]
+    assert {"kind": "snapshot", "environment": environment.pk, "number": 1} in events, events
