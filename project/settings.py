@@ -147,7 +147,11 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "bellwether"},
+            # A consumer waits on Redis in 5 s blocking pops; redis-py's default
+            # socket timeout is also 5 s, which would drop idle sockets
+            # (django/channels_redis#422): give the reads room.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                       "prefix": "bellwether"},
         }
     }
 else:

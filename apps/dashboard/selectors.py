@@ -88,7 +88,9 @@ def agents_panel(environment: Environment) -> dict:
                       "sync": status["sync"].replace("_", " ")}
                      for agent, status in rows],
             "total": Agent.objects.filter(environment=environment).count(),
-            "shown": len(rows)}
+            "shown": len(rows),
+            # A rollout decides what its agents get: pushes to them are refused.
+            "in_rollout": any(agent.pin_rollout_id for agent, _ in rows)}
 
 
 def snapshots_panel(environment: Environment) -> dict:
