@@ -216,6 +216,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "dashboard:login"
+CSRF_FAILURE_VIEW = "apps.dashboard.views.csrf_failure"
 
 # The live consumer checks a socket's session again before forwarding an event once
 # this many seconds passed since the last check (sign-outs through Django end the

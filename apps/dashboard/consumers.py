@@ -2,28 +2,41 @@
 the router), joins the groups of the environments the user may see — through the
 same Environment.objects.visible_to as every other surface — and forwards events.
 
-Before forwarding an event, once BELLWETHER_LIVE_RECHECK_S passed since the last
-check, the session and the subscriptions are checked again: a user who signed out
-elsewhere, whose session expired, who was deactivated or who lost access to an
-environment stops receiving its events. Signing out through Django ends this
-session's sockets at once (apps.dashboard.receivers).
+Before forwarding an event or answering the page's ping (every 25 s), once
+BELLWETHER_LIVE_RECHECK_S passed since the last check, the session and the
+subscriptions are checked again: a user who signed out elsewhere, whose session
+expired or changed, who was deactivated or who lost access to an environment stops
+receiving its events, and one who gained access starts. Signing out through Django
+ends this session's sockets at once (apps.dashboard.receivers).
 """
 
 import asyncio
+import json
 import time
 from importlib import import_module
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_user_model,
+)
 from django.utils.crypto import constant_time_compare
 
 from apps.core.events import environment_group, serving_loop_is, user_group
 from apps.environments.models import Environment
 
-# Close codes the page understands: it stops reconnecting on SIGNED_OUT.
+# Close codes the page understands. SIGNED_OUT (this session signed out): it stops.
+# SESSION_CHANGED (the check failed): it reconnects, and the handshake decides with
+# whatever session its cookie holds now.
 SIGNED_OUT = 4401
+SESSION_CHANGED = 4403
+# Channel layers drop a group member a day (group_expiry) after it joined: join again
+# well before that.
+GROUP_REFRESH_S = 3600
 
 
 @database_sync_to_async
@@ -43,7 +56,8 @@ def signed_in_user(session_key: str | None, user_id: int):
         return None
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     data = store.load()
-    if str(data.get(SESSION_KEY)) != str(user_id):
+    if (str(data.get(SESSION_KEY)) != str(user_id)
+            or data.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS):
         return None
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     if user is None:
@@ -74,20 +88,38 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.session_key = self.scope["session"].session_key
         self.wanted = _wanted(self.scope.get("query_string", b""))
         self.environment_ids: set[int] = set()
-        await self.channel_layer.group_add(user_group(user.pk), self.channel_name)
-        await self._subscribe(user)
+        await self._subscribe(user, refresh=True)
         await self.accept()
         await self.send_json({"kind": "hello", "environments": sorted(self.environment_ids)})
 
-    async def _subscribe(self, user) -> None:
-        """Be in exactly the groups of the environments `user` may see now."""
+    async def _subscribe(self, user, *, refresh: bool) -> None:
+        """Be in exactly the groups of the environments `user` may see now; with
+        `refresh`, join every group again (and the user's own)."""
         visible = set(await visible_environment_ids(user, self.wanted))
         for gone in self.environment_ids - visible:
             await self.channel_layer.group_discard(environment_group(gone), self.channel_name)
-        for new in visible - self.environment_ids:
-            await self.channel_layer.group_add(environment_group(new), self.channel_name)
+        joining = visible if refresh else visible - self.environment_ids
+        if refresh:
+            await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
+            self.refreshed_at = time.monotonic()
+        for environment_id in joining:
+            await self.channel_layer.group_add(environment_group(environment_id),
+                                               self.channel_name)
         self.environment_ids = visible
         self.checked_at = time.monotonic()
+
+    async def _still_allowed(self) -> bool:
+        """Check the session and the subscriptions again once due; closes the socket
+        and answers False when the session no longer holds."""
+        now = time.monotonic()
+        if now - self.checked_at < settings.BELLWETHER_LIVE_RECHECK_S:
+            return True
+        user = await signed_in_user(self.session_key, self.user_id)
+        if user is None:
+            await self.close(code=SESSION_CHANGED)
+            return False
+        await self._subscribe(user, refresh=now - self.refreshed_at >= GROUP_REFRESH_S)
+        return True
 
     async def disconnect(self, code):
         if not hasattr(self, "environment_ids"):
@@ -97,9 +129,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(environment_group(environment_id),
                                                    self.channel_name)
 
-    async def receive_json(self, content, **kwargs):
-        """The page sends nothing but pings; answer so it can tell the socket is alive."""
-        if isinstance(content, dict) and content.get("kind") == "ping":
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """The page sends only pings: they keep the checks going while no events come,
+        and the pong tells the page the socket is alive. Anything else is ignored."""
+        try:
+            content = json.loads(text_data) if text_data else None
+        except ValueError:
+            return
+        if isinstance(content, dict) and content.get("kind") == "ping" and (
+                not getattr(self, "closing", False) and await self._still_allowed()):
             await self.send_json({"kind": "pong"})
 
     async def close(self, code=None, reason=None):
@@ -107,14 +145,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await super().close(code=code, reason=reason)
 
     async def live_event(self, message):
-        if getattr(self, "closing", False):
+        if getattr(self, "closing", False) or not await self._still_allowed():
             return
-        if time.monotonic() - self.checked_at >= settings.BELLWETHER_LIVE_RECHECK_S:
-            user = await signed_in_user(self.session_key, self.user_id)
-            if user is None:
-                await self.close(code=SIGNED_OUT)
-                return
-            await self._subscribe(user)  # memberships may have changed since
         if message["event"].get("environment") in self.environment_ids:
             await self.send_json(message["event"])
 

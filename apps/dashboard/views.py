@@ -7,15 +7,17 @@ a plain form post is redirected back to the page with the message.
 """
 
 import logging
+from functools import wraps
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -36,6 +38,7 @@ from apps.tenancy.models import Role
 logger = logging.getLogger(__name__)
 
 PANELS = {
+    "summary": lambda environment: {},  # the page head: the environment itself
     "agents": selectors.agents_panel,
     "snapshots": selectors.snapshots_panel,
     "pending": selectors.pending_panel,
@@ -88,9 +91,17 @@ def _panel_response(request, env, panel: str, status: int = 200) -> HttpResponse
     return HttpResponse(html, status=status)
 
 
+def _render_environment(request, env, status: int = 200) -> HttpResponse:
+    context = _page_context(request, env)
+    for build in PANELS.values():
+        context.update(build(env))
+    return render(request, "dashboard/environment.html", context, status=status)
+
+
 def _act(request, env, panel: str, action) -> HttpResponse:
     """Run `action` (a service call) for a deployer; answer with the changed panel
-    (htmx) or a redirect to the page (plain form)."""
+    (htmx), or the page: redirected to after a success, with the refusal and its
+    status after a refusal (plain form)."""
     status = 200
     try:
         require_role(user=request.user, environment=env, required=Role.DEPLOYER)
@@ -103,8 +114,8 @@ def _act(request, env, panel: str, action) -> HttpResponse:
         status = error.status
     if request.htmx:
         return _panel_response(request, env, panel, status)
-    if status == 403:
-        raise PermissionDenied("This needs the deployer role here.")
+    if status != 200:
+        return _render_environment(request, env, status)
     return redirect(_page_context(request, env)["env_url"])
 
 
@@ -125,10 +136,7 @@ def environment_page(request, application, environment):
     if panel in PANELS and _wants_partial(request):
         return render(request, f"dashboard/environment.html#{panel}",
                       {**_page_context(request, env), **PANELS[panel](env)})
-    context = _page_context(request, env)
-    for build in PANELS.values():
-        context.update(build(env))
-    return render(request, "dashboard/environment.html", context)
+    return _render_environment(request, env)
 
 
 @login_required
@@ -229,7 +237,19 @@ def _publication_message(publication: Publication, created: bool) -> tuple[int, 
     return messages.SUCCESS, f"Published #{number}."
 
 
-@login_required
+def _signed_in_action(view):
+    """login_required for a POST-only action: after signing in, the user comes back
+    to the environment's page (a GET of the action itself would be refused)."""
+    @wraps(view)
+    def wrapper(request, application, environment, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(reverse("dashboard:environment",
+                                             args=[application, environment]))
+        return view(request, application, environment, *args, **kwargs)
+    return wrapper
+
+
+@_signed_in_action
 @require_POST
 def deploy(request, application, environment):
     """Deploy now: push a snapshot (default: the active one) to one agent or all."""
@@ -325,14 +345,14 @@ def _rollout_action(request, application, environment, rollout_id, service, verb
     return _act(request, env, "rollout", act)
 
 
-@login_required
+@_signed_in_action
 @require_POST
 def rollout_confirm_view(request, application, environment, rollout_id):
     return _rollout_action(request, application, environment, rollout_id, rollout_confirm,
                            "confirmed: the next wave has it")
 
 
-@login_required
+@_signed_in_action
 @require_POST
 def rollout_rollback_view(request, application, environment, rollout_id):
     def rollback(**kwargs):
@@ -340,3 +360,16 @@ def rollout_rollback_view(request, application, environment, rollout_id):
 
     return _rollout_action(request, application, environment, rollout_id, rollback,
                            "rolled back")
+
+
+def csrf_failure(request, reason=""):
+    """CSRF_FAILURE_VIEW: an htmx request whose token went stale (signed in again in
+    another tab) gets the reason in the flash and changes nothing on the page."""
+    if not request.headers.get("HX-Request"):
+        return django_csrf_failure(request, reason)
+    messages.error(request, "This page's session has changed (signed in again "
+                            "elsewhere?). Nothing was done: reload the page and try again.")
+    response = HttpResponse(render_to_string("dashboard/base.html#flash", {"oob": True},
+                                             request=request), status=403)
+    response["HX-Reswap"] = "none"
+    return response

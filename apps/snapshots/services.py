@@ -152,6 +152,7 @@ def publication_finish(*, publication_id: str, rendered: Rendered) -> Publicatio
             publication.snapshot = newest
             publication.finished_at = now
             publication.save(update_fields=["state", "snapshot", "finished_at"])
+            emit("pending", environment_id=environment.pk)
             logger.info("publication %s superseded by %s #%s", publication.pk,
                         environment.full_name, newest.number)
             return publication

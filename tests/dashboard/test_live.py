@@ -23,14 +23,15 @@ from apps.environments.services import environment_create, environment_update
 from apps.fleet import services as fleet
 from apps.snapshots.services import snapshot_publish
 from apps.tenancy.models import Membership
-from apps.tenancy.services import membership_remove
+from apps.tenancy.services import membership_remove, membership_set
 from tests.api.support import publish
 from tests.conftest import CONFIG
 from tests.rollouts.support import enroll_many, staged_environment, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SIGNED_OUT = 4401
+SIGNED_OUT = 4401  # this session signed out: the page stops
+SESSION_CHANGED = 4403  # the check failed: the page reconnects, the handshake decides
 SECRET = "s3cr3t-marker"  # put into configs, labels and messages; never in an event
 QUIET_S = 0.5  # how long "nothing arrives" is watched for
 
@@ -443,7 +444,7 @@ async def test_recheck_of_a_valid_session_forwards_the_event(
         "kind": "pending", "environment": environment.pk}
 
 
-async def test_deactivated_user_is_signed_out_instead_of_receiving_the_event(
+async def test_deactivated_user_is_disconnected_instead_of_receiving_the_event(
     live, viewer, environment, superuser, settings
 ):
     settings.BELLWETHER_LIVE_RECHECK_S = 0
@@ -455,11 +456,11 @@ async def test_deactivated_user_is_signed_out_instead_of_receiving_the_event(
               config=_bump_workers(environment, 5), actor=superuser)
 
     assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
-                                                  "code": SIGNED_OUT}
+                                                  "code": SESSION_CHANGED}
     assert await ws.receive_nothing(timeout=QUIET_S)
 
 
-async def test_deleted_session_is_signed_out_instead_of_receiving_the_event(
+async def test_deleted_session_is_disconnected_instead_of_receiving_the_event(
     live, viewer, environment, superuser, settings
 ):
     settings.BELLWETHER_LIVE_RECHECK_S = 0
@@ -472,11 +473,11 @@ async def test_deleted_session_is_signed_out_instead_of_receiving_the_event(
               config=_bump_workers(environment, 5), actor=superuser)
 
     assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
-                                                  "code": SIGNED_OUT}
+                                                  "code": SESSION_CHANGED}
     assert await ws.receive_nothing(timeout=QUIET_S)
 
 
-async def test_password_change_elsewhere_signs_the_socket_out(
+async def test_password_change_elsewhere_disconnects_the_socket(
     live, viewer, environment, superuser, settings
 ):
     settings.BELLWETHER_LIVE_RECHECK_S = 0
@@ -487,7 +488,7 @@ async def test_password_change_elsewhere_signs_the_socket_out(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert (await ws.receive_output(timeout=2))["code"] == SIGNED_OUT
+    assert (await ws.receive_output(timeout=2))["code"] == SESSION_CHANGED
 
 
 async def test_without_a_recheck_due_events_are_forwarded_without_a_session_lookup(
@@ -548,3 +549,71 @@ async def test_anything_but_a_ping_is_ignored(live, viewer):
     await ws.send_json_to(["ping"])
 
     assert await ws.receive_nothing(timeout=QUIET_S)
+
+
+async def test_a_frame_that_is_not_json_is_ignored_and_the_socket_stays(live, viewer):
+    ws, _ = await live(await session_of(viewer))
+
+    await ws.send_to(text_data="not json {")
+    await ws.send_to(bytes_data=b"\x00\x01")
+    await ws.send_json_to({"kind": "ping"})
+
+    assert await ws.receive_json_from() == {"kind": "pong"}
+
+
+async def test_a_ping_checks_the_session_when_no_event_comes(live, viewer, settings):
+    settings.BELLWETHER_LIVE_RECHECK_S = 0
+    ws, _ = await live(await session_of(viewer))
+    viewer.is_active = False
+    await database_sync_to_async(viewer.save)(update_fields=["is_active"])
+
+    await ws.send_json_to({"kind": "ping"})
+
+    assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
+                                                  "code": SESSION_CHANGED}
+
+
+async def test_a_user_given_access_after_connecting_starts_receiving_its_events(
+    live, outsider, environment, tenant, superuser, settings
+):
+    settings.BELLWETHER_LIVE_RECHECK_S = 0
+    ws, hello = await live(await session_of(outsider))
+    assert environment.pk not in hello["environments"]
+    await run(membership_set, tenant=tenant, user=outsider, role="viewer", actor=superuser)
+
+    await ws.send_json_to({"kind": "ping"})  # the page pings every 25 s
+    assert await ws.receive_json_from() == {"kind": "pong"}
+    await run(environment_update, environment=environment,
+              config=_bump_workers(environment, 5), actor=superuser)
+
+    assert await ws.receive_json_from(timeout=2) == {
+        "kind": "pending", "environment": environment.pk}
+
+
+async def test_groups_are_joined_again_before_the_channel_layer_expires_them(
+    live, viewer, environment, settings, monkeypatch
+):
+    """Channel layers drop a group member group_expiry (a day) after it joined."""
+    from channels.layers import get_channel_layer
+
+    from apps.dashboard import consumers
+
+    settings.BELLWETHER_LIVE_RECHECK_S = 0
+    ws, _ = await live(await session_of(viewer))
+    layer, joined = get_channel_layer(), []
+    group_add = layer.group_add
+
+    async def spy(group, channel):
+        joined.append(group)
+        await group_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", spy)
+
+    await ws.send_json_to({"kind": "ping"})
+    assert await ws.receive_json_from() == {"kind": "pong"}
+    assert joined == []  # checked, nothing new, not due for a refresh
+
+    monkeypatch.setattr(consumers, "GROUP_REFRESH_S", 0)
+    await ws.send_json_to({"kind": "ping"})
+    assert await ws.receive_json_from() == {"kind": "pong"}
+    assert f"environment.{environment.pk}" in joined and f"user.{viewer.pk}" in joined

@@ -618,6 +618,19 @@ def test_a_post_without_the_csrf_token_is_refused(second, nodes, deployer):
 
     assert response.status_code == 403
     assert not Deployment.objects.exists()
+    # htmx keeps the page as it is and shows why in the flash.
+    assert response["HX-Reswap"] == "none"
+    assert "Nothing was done: reload the page" in flash(text(response))
+
+
+def test_a_plain_post_without_the_csrf_token_gets_djangos_page(second, nodes, deployer):
+    client = signed_in(deployer, enforce_csrf_checks=True)
+
+    response = client.post(url("deploy"))
+
+    assert response.status_code == 403
+    assert "CSRF verification failed" in text(response)
+    assert not Deployment.objects.exists()
 
 
 def test_an_htmx_post_with_the_token_from_hx_headers_succeeds(second, nodes, deployer):
@@ -695,12 +708,44 @@ def test_deploy_now_to_an_agent_of_another_tenant_is_refused(second, nodes, as_d
     assert stored() == before
 
 
-def test_deploy_now_as_a_plain_form_with_a_bad_agent_redirects_with_the_message(
+def test_deploy_now_as_a_plain_form_with_a_bad_agent_answers_400_with_the_page(
         second, nodes, as_deployer):
     response = as_deployer.post(url("deploy"), {"agent": "abc"})
 
-    assert "agent: not an agent id." in flash(follow_page(as_deployer, response))
+    assert response.status_code == 400
+    assert "agent: not an agent id." in flash(text(response))
+    assert '<section id="agents"' in text(response)  # the whole page, to go on from
     assert not Deployment.objects.exists()
+
+
+def test_deploy_now_never_pushes_another_snapshot_than_the_button_named(
+        second, nodes, environment, superuser, as_deployer):
+    page = text(as_deployer.get(url("environment")))
+    assert '<input type="hidden" name="snapshot" value="2">' in page
+    publish_variant(environment, superuser, workers=16)  # #3 active after the page loaded
+
+    response = as_deployer.post(url("deploy"), {"snapshot": "2", "agent": nodes[0].pk},
+                                headers=HTMX)
+
+    # #2 is older than the active #3 now: refused with the reason, #3 not pushed either.
+    assert response.status_code == 409
+    assert "#2" in flash(text(response))
+    assert not Deployment.objects.exists()
+
+
+def test_an_anonymous_action_comes_back_to_the_environment_page_after_signing_in(rollout):
+    for name, args in (("deploy", ()), ("rollout-confirm", (rollout.pk,)),
+                       ("rollout-rollback", (rollout.pk,))):
+        response = Client().post(url(name, *args))
+
+        assert response["Location"] == "/login/?next=" + quote("/e/shop/prod/", safe="/")
+
+
+def test_the_page_head_refetches_the_active_snapshot_on_its_own(second, as_viewer):
+    html = text(as_viewer.get(url("environment") + "?panel=summary", headers=HTMX))
+
+    assert html.lstrip().startswith('<p id="summary"') and "#2" in html
+
 
 
 def test_deploy_now_before_any_snapshot_says_to_publish_first(environment, nodes, as_deployer):
@@ -1225,7 +1270,7 @@ def test_the_overview_and_the_agents_table_refresh_every_60_seconds_on_their_own
     # An agent going offline is an absence of polls, which sends no live event.
     html = text(as_viewer.get(path))
 
-    live_panel = re.search(rf'<div class="live-panel"[^>]*hx-target="#{panel}"[^>]*>', html)
+    live_panel = re.search(rf'<div class="live-panel" id="{panel}-panel"[^>]*>', html)
     trigger = re.search(r'hx-trigger="([^"]*)"', live_panel.group(0)).group(1)
     assert re.search(r"\bevery 60s\b", trigger), trigger
 
