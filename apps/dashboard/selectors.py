@@ -5,13 +5,13 @@ from collections import Counter
 
 from apps.audit.selectors import pending_change_count, pending_events
 from apps.environments.models import Environment
-from apps.environments.selectors import environment_role
+from apps.environments.selectors import has_role
 from apps.fleet.models import Agent
 from apps.fleet.selectors import agent_status, agents_with_desired, last_seen
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.snapshots.models import Publication, Snapshot
-from apps.tenancy.models import ROLE_RANK, Role
+from apps.tenancy.models import Role
 
 AGENTS_SHOWN = 500
 SNAPSHOTS_SHOWN = 25
@@ -76,8 +76,18 @@ def environment_for(user, application: str, name: str) -> Environment | None:
 
 
 def may_deploy(user, environment: Environment) -> bool:
-    role = environment_role(user=user, environment=environment)
-    return role is not None and ROLE_RANK[role] >= ROLE_RANK[Role.DEPLOYER]
+    return has_role(user=user, environment=environment, required=Role.DEPLOYER)
+
+
+def canary_choices(environment: Environment) -> list[Agent]:
+    """The agents a rollout form offers as canaries (the API takes any of them)."""
+    return list(Agent.objects.filter(environment=environment, enabled=True)
+                .order_by("name")[:AGENTS_SHOWN])
+
+
+def rollout_in(environment: Environment, rollout_id: int) -> Rollout | None:
+    return (Rollout.objects.filter(pk=rollout_id, environment=environment)
+            .select_related("environment", "snapshot").first())
 
 
 def agents_panel(environment: Environment) -> dict:

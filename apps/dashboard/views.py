@@ -25,7 +25,6 @@ from apps.core.errors import ApplicationError, ValidationFailed
 from apps.dashboard import selectors
 from apps.environments.selectors import require_role
 from apps.environments.services import descriptor_check, descriptor_submit
-from apps.fleet.models import Agent
 from apps.fleet.services import snapshot_deploy
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import rollout_confirm, rollout_create, rollout_rollback
@@ -299,7 +298,7 @@ def rollout_new(request, application, environment):
     """Start a staged rollout: canaries by agent, then waves by percent."""
     env = _environment(request, application, environment)
     context = {**_page_context(request, env), **selectors.snapshots_panel(env),
-               "agents": Agent.objects.filter(environment=env, enabled=True).order_by("name")}
+               "agents": selectors.canary_choices(env)}
     if request.method == "GET":
         return render(request, "dashboard/rollout_new.html", context)
     try:
@@ -332,7 +331,7 @@ def _waves(text: str, gate: str) -> list[dict]:
 
 def _rollout_action(request, application, environment, rollout_id, service, verb):
     env = _environment(request, application, environment)
-    rollout = Rollout.objects.filter(pk=rollout_id, environment=env).first()
+    rollout = selectors.rollout_in(env, rollout_id)
     if rollout is None:
         raise Http404("Rollout not found.")
     version = request.POST.get("expected_version", "")

@@ -40,10 +40,15 @@ def environment_get(
     return environment
 
 
+def has_role(*, user, environment: Environment, required: Role) -> bool:
+    """Whether `user` holds at least `required` on `environment`."""
+    role = environment_role(user=user, environment=environment)
+    return role is not None and ROLE_RANK[role] >= ROLE_RANK[required]
+
+
 def require_role(*, user, environment: Environment, required: Role) -> None:
     """403 unless `user` holds at least `required` on an environment they can see."""
-    role = environment_role(user=user, environment=environment)
-    if role is None or ROLE_RANK[role] < ROLE_RANK[required]:
+    if not has_role(user=user, environment=environment, required=required):
         raise PermissionDenied(
             f"This needs the {required.label.lower()} role on {environment.full_name}."
         )
