@@ -3,7 +3,7 @@ scoped with Environment.objects.visible_to like every other surface."""
 
 from collections import Counter
 
-from apps.audit.selectors import pending_change_count, pending_events
+from apps.audit.selectors import pending_events, with_pending_counts
 from apps.environments.models import Environment
 from apps.environments.selectors import has_role
 from apps.fleet.models import Agent
@@ -50,9 +50,9 @@ def _statuses(agents: list[Agent]) -> list[tuple[Agent, dict]]:
 def overview_for(user) -> list[dict]:
     """Each environment `user` may see: its active snapshot, its fleet by bucket,
     how many changes wait and its active rollout."""
-    environments = list(_without_content(
+    environments = list(with_pending_counts(_without_content(
         Environment.objects.visible_to(user).select_related("application", "active_snapshot")
-        .order_by("application__name", "name"), "active_snapshot"))
+        .order_by("application__name", "name"), "active_snapshot")))
     agents = list(_agents(Agent.objects.filter(environment__in=environments)))
     fleets = {environment.pk: Counter() for environment in environments}
     for agent, status in _statuses(agents):
@@ -63,7 +63,7 @@ def overview_for(user) -> list[dict]:
         "environment": environment,
         "fleet": {bucket: fleets[environment.pk][bucket] for bucket in FLEET_BUCKETS},
         "agents": sum(fleets[environment.pk].values()),
-        "pending": pending_change_count(environment),
+        "pending": environment.pending_count,
         "rollout": rollouts.get(environment.pk),
     } for environment in environments]
 

@@ -23,6 +23,7 @@ from django.urls import reverse
 from apps.audit.models import AuditEvent
 from apps.environments.models import Descriptor, Environment
 from apps.environments.services import (
+    environment_create,
     environment_file_put,
     environment_update,
     policy_publish,
@@ -1299,10 +1300,10 @@ def _mixed_fleet(environment, count: int, first: Snapshot, second: Snapshot, act
             poll(node.client)
 
 
-# Session, user, environments, agents (with their desired snapshots), active
-# rollouts, then per environment: latest ready snapshot, its newest request, the
-# count of pending changes. The same for 3 agents as for 30.
-OVERVIEW_QUERIES = 8
+# Session, user, environments (with their pending-change counts), agents (with
+# their desired snapshots), active rollouts. The same for 3 agents as for 30, and
+# for 1 environment as for 6.
+OVERVIEW_QUERIES = 5
 # Session, user, environment, its owners and the user's membership (the role), the
 # agents (with their desired and pinned snapshots), their total.
 AGENTS_PANEL_QUERIES = 7
@@ -1320,6 +1321,23 @@ def test_overview_query_count_does_not_grow_with_the_agents(count, environment, 
 
     assert response.status_code == 200
     assert sum(_fleet_buckets(text(response)).values()) == count
+
+
+@pytest.mark.parametrize("extra", [0, 5])
+def test_overview_query_count_does_not_grow_with_the_environments(
+        extra, environment, first, superuser, application, viewer, django_assert_num_queries):
+    for index in range(extra):
+        other = environment_create(application=application, name=f"edge-{index}",
+                                   config=CONFIG, actor=superuser)
+        publish(other, superuser)
+        environment_update(environment=other, config=CONFIG + "# changed\n", actor=superuser)
+    client = signed_in(viewer)
+
+    with django_assert_num_queries(OVERVIEW_QUERIES):
+        response = client.get("/", headers=HTMX)
+
+    assert response.status_code == 200
+    assert text(response).count("1 change waiting to roll out") == extra
 
 
 @pytest.mark.parametrize("count", [3, 30])
