@@ -111,6 +111,7 @@ def _act(request, env, panel: str, action) -> HttpResponse:
         logger.info("dashboard %s refused for %s: %s", request.path, request.user, error.message)
         messages.error(request, _explain(error))
         status = error.status
+    env = _environment(request, env.application.name, env.name)  # as the action left it
     if request.htmx:
         return _panel_response(request, env, panel, status)
     if status != 200:
