@@ -7,7 +7,13 @@ from apps.audit.selectors import pending_events, with_pending_counts
 from apps.environments.models import Environment
 from apps.environments.selectors import has_role
 from apps.fleet.models import Agent
-from apps.fleet.selectors import agent_status, agents_with_desired, last_seen
+from apps.fleet.selectors import (
+    agent_status,
+    agents_with_desired,
+    is_online,
+    last_seen,
+    with_sync,
+)
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.snapshots.models import Publication, Snapshot
@@ -23,12 +29,12 @@ SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files
                     "fallback_files", "report")
 
 
-def fleet_bucket(status: dict) -> str:
+def fleet_bucket(online: bool, sync: str) -> str:
     """One of FLEET_BUCKETS: offline wins, then failed, then in sync; the rest is behind."""
-    if not status["online"]:
+    if not online:
         return "offline"
-    if status["sync"] in ("in_sync", "failed"):
-        return status["sync"]
+    if sync in ("in_sync", "failed"):
+        return sync
     return "behind"
 
 
@@ -53,10 +59,16 @@ def overview_for(user) -> list[dict]:
     environments = list(with_pending_counts(_without_content(
         Environment.objects.visible_to(user).select_related("application", "active_snapshot")
         .order_by("application__name", "name"), "active_snapshot")))
-    agents = list(_agents(Agent.objects.filter(environment__in=environments)))
+    # Counted from a few columns per agent with the sync computed by the database:
+    # no snapshot is loaded, whatever the size of the fleet.
+    intervals = {environment.pk: environment.poll_interval_s for environment in environments}
+    agents = list(with_sync(Agent.objects.filter(environment__in=environments))
+                  .only("pk", "environment_id", "last_seen_at"))
+    seen = last_seen(agents)
     fleets = {environment.pk: Counter() for environment in environments}
-    for agent, status in _statuses(agents):
-        fleets[agent.environment_id][fleet_bucket(status)] += 1
+    for agent in agents:
+        online = is_online(seen.get(agent.pk), intervals[agent.environment_id])
+        fleets[agent.environment_id][fleet_bucket(online, agent.sync)] += 1
     rollouts = {r.environment_id: r for r in Rollout.objects.filter(
         environment__in=environments, state__in=ACTIVE_STATES).select_related("snapshot")}
     return [{
@@ -94,7 +106,8 @@ def agents_panel(environment: Environment) -> dict:
     agents = list(_agents(Agent.objects.filter(environment=environment))
                   .order_by("name")[:AGENTS_SHOWN])
     rows = _statuses(agents)
-    return {"rows": [{"agent": agent, "status": status, "bucket": fleet_bucket(status),
+    return {"rows": [{"agent": agent, "status": status,
+                      "bucket": fleet_bucket(status["online"], status["sync"]),
                       "sync": status["sync"].replace("_", " ")}
                      for agent, status in rows],
             "total": Agent.objects.filter(environment=environment).count(),

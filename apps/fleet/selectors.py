@@ -4,6 +4,7 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from apps.fleet import cache
@@ -84,13 +85,38 @@ def last_seen(agents) -> dict[int, datetime | None]:
     return seen
 
 
+def is_online(seen_at: datetime | None, poll_interval_s: int) -> bool:
+    """Seen within the last OFFLINE_AFTER_POLL_INTERVALS poll intervals."""
+    return seen_at is not None and timezone.now() - seen_at <= (
+        OFFLINE_AFTER_POLL_INTERVALS * timedelta(seconds=poll_interval_s))
+
+
+def _desired(field: str):
+    """The desired snapshot's `field`, resolved in SQL like desired_snapshot_for."""
+    pinned = Q(pinned_snapshot__isnull=False) | Q(pin_rollout__isnull=False)
+    return Case(When(pinned, then=F(f"pinned_snapshot__{field}")),
+                When(mode=Agent.Mode.MANUAL, then=F(f"target_snapshot__{field}")),
+                default=F(f"environment__active_snapshot__{field}"))
+
+
+def with_sync(queryset):
+    """Agents annotated with `sync`, agent_status's rule computed by the database:
+    for counting many agents without loading their snapshots."""
+    return queryset.annotate(
+        desired_number=_desired("number"), desired_checksum=_desired("checksum"),
+    ).annotate(sync=Case(
+        When(applied_number__isnull=True, then=Value("never_applied")),
+        When(applied_number=F("desired_number"), applied_checksum=F("desired_checksum"),
+             then=Value("in_sync")),
+        When(last_status="failed", then=Value("failed")),
+        default=Value("behind"),
+    ))
+
+
 def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
     """What operators see of an agent."""
     desired = desired_snapshot_for(agent)
-    interval = timedelta(seconds=agent.environment.poll_interval_s)
-    online = seen_at is not None and timezone.now() - seen_at <= (
-        OFFLINE_AFTER_POLL_INTERVALS * interval
-    )
+    online = is_online(seen_at, agent.environment.poll_interval_s)
     if agent.applied_number is None:
         sync = "never_applied"
     elif desired is not None and (agent.applied_number, agent.applied_checksum) == (

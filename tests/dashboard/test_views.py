@@ -1404,3 +1404,20 @@ def test_an_htmx_history_restore_of_the_diff_page_gets_the_whole_page(query, sec
 
     assert response.status_code == 200
     assert "<html" in text(response) and '<select name="to">' in text(response)
+
+
+def test_the_overview_counts_each_agent_as_its_row_in_the_agents_table_shows_it(
+        environment, first, second, superuser, viewer):
+    """The overview computes sync in SQL (apps.fleet.selectors.with_sync); the table
+    with agent_status in Python: the same rule, so the same buckets."""
+    _mixed_fleet(environment, 12, first, second, superuser)
+    client = signed_in(viewer)
+
+    overview = _fleet_buckets(text(client.get("/", headers=HTMX)))
+    table = text(client.get(url("environment") + "?panel=agents", headers=HTMX))
+    rows = re.findall(r'<td class="sync"><span class="badge (\w+)">', table)
+
+    labels = {"in_sync": "in sync", "behind": "behind", "failed": "failed",
+              "offline": "offline"}
+    assert overview == {labels[b]: rows.count(b) for b in labels}
+    assert len(rows) == 12 and len([b for b in labels if rows.count(b)]) >= 3
