@@ -72,7 +72,7 @@ def _wanted(query_string: bytes) -> list[int]:
     ids = []
     for pair in query_string.decode("latin-1").split("&"):
         key, _, value = pair.partition("=")
-        if key == "environment" and value.isdigit():
+        if key == "environment" and value.isascii() and value.isdigit():
             ids.append(int(value))
     return ids
 
@@ -134,7 +134,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         and the pong tells the page the socket is alive. Anything else is ignored."""
         try:
             content = json.loads(text_data) if text_data else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if isinstance(content, dict) and content.get("kind") == "ping" and (
                 not getattr(self, "closing", False) and await self._still_allowed()):

@@ -3,6 +3,8 @@ scoped with Environment.objects.visible_to like every other surface."""
 
 from collections import Counter
 
+from django.db.models import Q
+
 from apps.audit.selectors import pending_events, with_pending_counts
 from apps.environments.models import Environment
 from apps.environments.selectors import has_role
@@ -112,8 +114,9 @@ def agents_panel(environment: Environment) -> dict:
                      for agent, status in rows],
             "total": Agent.objects.filter(environment=environment).count(),
             "shown": len(rows),
-            # A rollout decides what its agents get: pushes to them are refused.
-            "in_rollout": any(agent.pin_rollout_id for agent, _ in rows)}
+            # Pins win (an operator's or a rollout's): a push to all would be refused.
+            "any_pinned": Agent.objects.filter(environment=environment).filter(
+                Q(pinned_snapshot__isnull=False) | Q(pin_rollout__isnull=False)).exists()}
 
 
 def snapshots_panel(environment: Environment) -> dict:

@@ -4,23 +4,30 @@
 // Events of one kind and environment are coalesced: the first starts a window of
 // COALESCE_MS and one bw-<kind> fires at its end, however many came meanwhile, so a
 // burst costs one refetch per panel and never postpones it.
-// On every (re)connect the page resyncs every panel (bw-resync): nothing committed
-// between rendering the page and joining the groups is missed. While the socket is
-// down it polls by sending bw-resync every POLL_MS. It pings every PING_MS; no pong
-// within PONG_WAIT_MS means a dead connection, which it replaces. A 4401 close
-// means this session signed out: it stops.
+// Every time a socket opens the page resyncs every panel (bw-resync): nothing
+// committed between rendering the page and joining the groups is missed. Until a
+// socket is open, and whenever it is lost, the page polls (bw-resync every
+// POLL_MS) and reconnects with a jittered backoff. It pings every PING_MS; a
+// socket that does not open within OPEN_WAIT_MS or answer within PONG_WAIT_MS is
+// dropped at once. A 4401 close means this session signed out: one resync (which
+// leads to the login page if the browser is signed out too), then reconnecting
+// slowly, for a sign-in in another tab.
 // (The page is loaded once; htmx only swaps parts of it, so this runs once.)
 (function () {
   "use strict";
   var POLL_MS = 10000, MAX_BACKOFF_MS = 30000, COALESCE_MS = 300;
-  var PING_MS = 25000, PONG_WAIT_MS = 10000, SIGNED_OUT = 4401;
-  var body, url, socket, pollTimer = null, pingTimer = null, pongTimer = null;
-  var backoff = 1000, pending = {};
+  var PING_MS = 25000, PONG_WAIT_MS = 10000, OPEN_WAIT_MS = 10000, SIGNED_OUT = 4401;
+  var body, url, socket = null, pollTimer = null, backoff = 1000, pending = {};
+  var liveText = "connecting";
 
   function setState(state, text) {
     body.dataset.live = state;
+    liveText = text;
+    showState();
+  }
+  function showState() {
     var label = document.querySelector("#live-status .live-text");
-    if (label) label.textContent = text;
+    if (label) label.textContent = liveText;
   }
   function fire(name, detail) {
     if (window.htmx) window.htmx.trigger(body, name, detail || {});
@@ -39,43 +46,60 @@
   function stopPolling() {
     if (pollTimer !== null) { window.clearInterval(pollTimer); pollTimer = null; }
   }
-  function stopPinging() {
-    window.clearInterval(pingTimer); window.clearTimeout(pongTimer);
-    pingTimer = pongTimer = null;
+  function reconnectLater(delay) {
+    window.setTimeout(connect, delay * (0.5 + Math.random()));  // jitter: no herd
   }
-  function ping() {
-    if (!socket || socket.readyState !== WebSocket.OPEN) return;
-    socket.send(JSON.stringify({kind: "ping"}));
-    if (pongTimer === null) {
-      pongTimer = window.setTimeout(function () { socket.close(); }, PONG_WAIT_MS);
+  // Forget `ws` (its handlers and timers) and carry on without it.
+  function lost(ws, code) {
+    if (ws !== socket) return;
+    socket = null;
+    window.clearTimeout(ws.openTimer); window.clearInterval(ws.pingTimer);
+    window.clearTimeout(ws.pongTimer);
+    ws.onopen = ws.onmessage = ws.onclose = null;
+    try { ws.close(); } catch (e) { /* already closed */ }
+    startPolling();
+    if (code === SIGNED_OUT) {
+      setState("signed-out", "signed out");
+      fire("bw-resync");
+      reconnectLater(MAX_BACKOFF_MS);
+      return;
     }
+    setState("polling", "reconnecting");
+    reconnectLater(backoff);
+    backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
   }
   function connect() {
+    if (socket !== null) return;
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    var ws;
     try {
-      socket = new WebSocket(scheme + window.location.host + url);
+      ws = new WebSocket(scheme + window.location.host + url);
     } catch (e) {
       setState("polling", "polling"); startPolling(); return;
     }
-    socket.onopen = function () {
-      backoff = 1000; stopPolling(); setState("live", "live");
+    socket = ws;
+    ws.openTimer = window.setTimeout(function () { lost(ws); }, OPEN_WAIT_MS);
+    ws.onopen = function () {
+      window.clearTimeout(ws.openTimer);
+      stopPolling(); setState("live", "live");
       fire("bw-resync");
-      pingTimer = window.setInterval(ping, PING_MS);
+      ws.pingTimer = window.setInterval(function () {
+        ws.send(JSON.stringify({kind: "ping"}));
+        if (!ws.pongTimer) ws.pongTimer = window.setTimeout(function () { lost(ws); }, PONG_WAIT_MS);
+      }, PING_MS);
     };
-    socket.onmessage = function (message) {
+    ws.onmessage = function (message) {
       var event;
       try { event = JSON.parse(message.data); } catch (e) { return; }
       if (!event || !event.kind) return;
-      if (event.kind === "pong") { window.clearTimeout(pongTimer); pongTimer = null; }
-      else if (event.kind !== "hello") coalesce(event);
+      if (event.kind === "pong") {
+        window.clearTimeout(ws.pongTimer); ws.pongTimer = null;
+        backoff = 1000;  // a socket that answers is a healthy one
+      } else if (event.kind !== "hello") {
+        coalesce(event);
+      }
     };
-    socket.onclose = function (closed) {
-      stopPinging();
-      if (closed.code === SIGNED_OUT) { stopPolling(); setState("signed-out", "signed out"); return; }
-      setState("polling", "reconnecting"); startPolling();
-      window.setTimeout(connect, backoff);
-      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
-    };
+    ws.onclose = function (closed) { lost(ws, closed.code); };
   }
   // A panel refresh after the session ended is redirected to the login page: go
   // there as a whole page, to come back here, instead of swapping the form in.
@@ -87,10 +111,14 @@
         encodeURIComponent(window.location.pathname + window.location.search));
     }
   });
+  // Going back restores a saved copy of the page, header included.
+  document.addEventListener("htmx:historyRestore", function () { if (body) showState(); });
   document.addEventListener("DOMContentLoaded", function () {
     body = document.body;
     url = body.dataset.liveUrl;
-    if (url && "WebSocket" in window) connect();
-    else if (url) { setState("polling", "polling"); startPolling(); }
+    if (!url) return;
+    startPolling();  // until a socket opens
+    if ("WebSocket" in window) connect();
+    else setState("polling", "polling");
   });
 })();

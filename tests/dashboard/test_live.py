@@ -555,6 +555,7 @@ async def test_a_frame_that_is_not_json_is_ignored_and_the_socket_stays(live, vi
     ws, _ = await live(await session_of(viewer))
 
     await ws.send_to(text_data="not json {")
+    await ws.send_to(text_data="[" * 200_000)  # nested past the parser's recursion limit
     await ws.send_to(bytes_data=b"\x00\x01")
     await ws.send_json_to({"kind": "ping"})
 
@@ -617,3 +618,9 @@ async def test_groups_are_joined_again_before_the_channel_layer_expires_them(
     await ws.send_json_to({"kind": "ping"})
     assert await ws.receive_json_from() == {"kind": "pong"}
     assert f"environment.{environment.pk}" in joined and f"user.{viewer.pk}" in joined
+
+
+def test_environment_ids_in_the_query_are_ascii_digits_only():
+    from apps.dashboard.consumers import _wanted
+
+    assert _wanted(b"environment=\xb2&environment=3&environment=x&other=4") == [3]

@@ -1305,8 +1305,9 @@ def _mixed_fleet(environment, count: int, first: Snapshot, second: Snapshot, act
 # for 1 environment as for 6.
 OVERVIEW_QUERIES = 5
 # Session, user, environment, its owners and the user's membership (the role), the
-# agents (with their desired and pinned snapshots), their total.
-AGENTS_PANEL_QUERIES = 7
+# agents (with their desired and pinned snapshots), their total, whether any is
+# pinned.
+AGENTS_PANEL_QUERIES = 8
 
 
 @pytest.mark.parametrize("count", [3, 30])
@@ -1352,7 +1353,8 @@ def test_agents_panel_query_count_does_not_grow_with_the_agents(count, environme
 
     assert response.status_code == 200
     assert text(response).count('<tr id="agent-') == count
-    assert text(response).count("Deploy now") == count
+    pinned = len([i for i in range(count) if i % 6 == 4])  # pinned by an operator
+    assert text(response).count(">Deploy now</button>") == count - pinned
 
 
 # --- hostile numbers and history restores --------------------------------------------
@@ -1421,3 +1423,15 @@ def test_the_overview_counts_each_agent_as_its_row_in_the_agents_table_shows_it(
               "offline": "offline"}
     assert overview == {labels[b]: rows.count(b) for b in labels}
     assert len(rows) == 12 and len([b for b in labels if rows.count(b)]) >= 3
+
+
+def test_agents_pinned_by_an_operator_offer_no_push_it_would_refuse(
+        second, nodes, superuser, as_deployer):
+    fleet_services.agent_pin(agent=nodes[0].agent, snapshot=second, actor=superuser,
+                             expected_generation=nodes[0].fresh().generation)
+
+    html = text(as_deployer.get(url("environment")))
+
+    assert "Deploy #2 to all now" not in html  # the push to all would be refused
+    assert str(nodes[0].agent.pk) not in re.findall(r'name="agent" value="(\d+)"', html)
+    assert html.count(">Deploy now</button>") == len(nodes) - 1
