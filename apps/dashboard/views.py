@@ -229,7 +229,8 @@ def _publication_message(publication: Publication, created: bool) -> tuple[int, 
         return messages.INFO, "Queued for rendering; the snapshot list updates when it is ready."
     number = publication.snapshot.number
     if publication.state == Publication.State.INVALID:
-        return messages.ERROR, f"#{number} is invalid; open it to read its report."
+        return messages.ERROR, (f"#{number} is invalid and was not activated; its report "
+                                "is in the admin's snapshots and the API.")
     if publication.state == Publication.State.SUPERSEDED:
         return messages.WARNING, f"A later request finished first as #{number}."
     if not created:
