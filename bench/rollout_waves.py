@@ -17,16 +17,10 @@ agent of each, and the per-agent ratio.
 """
 
 import argparse
-import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from fresh_db import report, run_child  # bench/ is on the path of its scripts
 
 
 def child(agents: int) -> dict:
@@ -129,27 +123,14 @@ def main() -> int:
     if args.agents < 3:
         parser.error("--agents must be at least 3")
     if args.child:
-        print("RESULT=" + json.dumps(child(args.agents)))
+        report(child(args.agents))
         return 0
 
-    workdir = tempfile.mkdtemp(prefix="bellwether-bench-")
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", DEBUG="0",
-               SQLITE_PATH=os.path.join(workdir, "bench.sqlite3"), LOG_LEVEL="WARNING",
-               CELERY_TASK_ALWAYS_EAGER="1", PYTHONPATH=str(ROOT),
-               BELLWETHER_ROLLOUT_MAX_TARGETS=str(max(args.agents, 10_000)))
-    env.pop("DATABASE_URL", None)
-    env["REDIS_URL"] = ""
-    try:
-        out = subprocess.run([sys.executable, __file__, "--child", "--agents",
-                              str(args.agents)], env=env, cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout
-    except subprocess.CalledProcessError as exc:
-        sys.stderr.write(exc.stdout + exc.stderr)
+    result = run_child(__file__, ["--agents", str(args.agents)],
+                       extra_env={"BELLWETHER_ROLLOUT_MAX_TARGETS":
+                                  str(max(args.agents, 10_000))})
+    if result is None:
         return 1
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    result = json.loads(next(line for line in out.splitlines()
-                             if line.startswith("RESULT="))[len("RESULT="):])
 
     agents = result["agents"]
     print(f"{agents} agents, embedded SQLite, one process")
