@@ -82,10 +82,15 @@ def _explain(error: ApplicationError) -> str:
     return error.message
 
 
+def _panel_html(request, env, panel: str) -> str:
+    return render_to_string(f"dashboard/environment.html#{panel}",
+                            {**_page_context(request, env), **PANELS[panel](env)},
+                            request=request)
+
+
 def _panel_response(request, env, panel: str, status: int = 200) -> HttpResponse:
     """The panel's partial, with the flash messages swapped in out of band."""
-    context = {**_page_context(request, env), **PANELS[panel](env)}
-    html = render_to_string(f"dashboard/environment.html#{panel}", context, request=request)
+    html = _panel_html(request, env, panel)
     html += render_to_string("dashboard/base.html#flash", {"oob": True}, request=request)
     return HttpResponse(html, status=status)
 
@@ -134,8 +139,7 @@ def environment_page(request, application, environment):
     env = _environment(request, application, environment)
     panel = request.GET.get("panel")
     if panel in PANELS and _wants_partial(request):
-        return render(request, f"dashboard/environment.html#{panel}",
-                      {**_page_context(request, env), **PANELS[panel](env)})
+        return HttpResponse(_panel_html(request, env, panel))
     return _render_environment(request, env)
 
 

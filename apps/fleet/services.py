@@ -41,6 +41,13 @@ def forget_polls_on_commit(agents_or_keys) -> None:
         transaction.on_commit(lambda: cache.forget_poll_states(keys))
 
 
+def agent_changed_on_commit(agent: Agent, *, token_key: str | None = None) -> None:
+    """The agent's poll answer changed: drop its cached poll state (kept under
+    `token_key`, its key before a rotation) and tell live pages, on commit."""
+    forget_polls_on_commit([token_key or agent.token_key])
+    emit("agent", environment_id=agent.environment_id, id=agent.pk)
+
+
 def environment_polls_changed(environment: Environment) -> None:
     """The poll answer of every agent of `environment` changed (e.g. its interval):
     drop their cached ETags on commit."""
@@ -161,8 +168,7 @@ def agent_token_rotate(*, agent: Agent, actor) -> str:
         locked.save(update_fields=["token_key", "token_hash", "token_revoked_at"])
         audit_record(actor=actor, action="agent.token_rotate", obj=locked,
                      environment=locked.environment, summary=f"Rotated the token of {locked}")
-        forget_polls_on_commit([old_key])
-        emit("agent", environment_id=locked.environment_id, id=locked.pk)
+        agent_changed_on_commit(locked, token_key=old_key)
     return issued.plaintext
 
 
@@ -175,8 +181,7 @@ def agent_token_revoke(*, agent: Agent, actor) -> Agent:
             audit_record(actor=actor, action="agent.token_revoke", obj=locked,
                          environment=locked.environment,
                          summary=f"Revoked the token of {locked}")
-            forget_polls_on_commit([locked])
-            emit("agent", environment_id=locked.environment_id, id=locked.pk)
+            agent_changed_on_commit(locked)
     return locked
 
 
@@ -233,8 +238,7 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
                      environment=locked.environment,
                      summary=f"Changed {', '.join(changed)} of {locked}",
                      data={f: changes[f] for f in changed})
-        forget_polls_on_commit([locked])
-        emit("agent", environment_id=locked.environment_id, id=locked.pk)
+        agent_changed_on_commit(locked)
     return locked
 
 
@@ -403,8 +407,7 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
         audit_record(actor=actor, action="agent.pin", obj=locked, environment=locked.environment,
                      summary=f"Pinned {locked} to #{snapshot.number}",
                      data={"number": snapshot.number})
-        forget_polls_on_commit([locked])
-        emit("agent", environment_id=locked.environment_id, id=locked.pk)
+        agent_changed_on_commit(locked)
     return locked
 
 
@@ -426,8 +429,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
                      environment=locked.environment,
                      summary=f"Released the pin of {locked} (#{number})",
                      data={"number": number})
-        forget_polls_on_commit([locked])
-        emit("agent", environment_id=locked.environment_id, id=locked.pk)
+        agent_changed_on_commit(locked)
     return locked
 
 

@@ -1,0 +1,24 @@
+"""Template tags of the dashboard."""
+
+from django import template
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+@register.simple_tag
+def live_panel(panel: str, url: str, kinds: str, environment=None, every: str = ""):
+    """The attributes of a panel's stable wrapper: it listens for the live events
+    `kinds` (of `environment` only, when given; its partial is then
+    `url?panel=<panel>`), for resyncs and every `every`; refetches, one request
+    queued behind one in flight; and is the target, so the section inside is
+    replaced and the listener stays."""
+    only = "" if environment is None else f"[detail.environment=={environment.pk}]"
+    triggers = [f"bw-{kind}{only} from:body" for kind in kinds.split()]
+    triggers.append("bw-resync from:body")
+    if every:
+        triggers.append(f"every {every}")
+    return format_html(
+        'id="{}-panel" hx-get="{}" hx-target="this" hx-swap="innerHTML" '
+        'hx-sync="this:queue last" hx-disinherit="*" hx-trigger="{}"',
+        panel, url if environment is None else f"{url}?panel={panel}", ", ".join(triggers))
