@@ -1,4 +1,4 @@
-"""Applying a snapshot bundle on this host (seed 001's policy).
+"""Applying a snapshot bundle on this host (the agent rules in docs/design.md).
 
 verify checksum -> refuse a lower number -> resolve secrets -> back up -> write
 atomically -> remove stale files -> validate -> reload (start if not running).

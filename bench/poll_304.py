@@ -43,8 +43,8 @@ from django.core.management import call_command
 from django.contrib.auth import get_user_model
 from apps.tenancy.services import tenant_create, application_create
 from apps.environments.services import environment_create, environment_file_put
-from apps.snapshots.services import snapshot_publish
-from apps.fleet.services import enrollment_token_create, agent_enroll
+from apps.releases.services import snapshot_publish
+from apps.fleet.enrollment import enrollment_token_create, agent_enroll
 from django.utils import timezone
 from datetime import timedelta
 call_command("migrate", verbosity=0)

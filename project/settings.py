@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "apps.audit",
     "apps.fleet",
     "apps.rollouts",
+    "apps.releases",
     "apps.dashboard",
 ]
 
@@ -173,7 +174,7 @@ CELERY_TIMEZONE = "UTC"
 # schedule runs in-process (project/embedded.py, started by runserver).
 CELERY_BEAT_SCHEDULE = {
     "reconcile-publications": {
-        "task": "apps.snapshots.tasks.publication_reconcile_task",
+        "task": "apps.releases.tasks.publication_reconcile_task",
         "schedule": 60.0,
     },
     "flush-heartbeats": {

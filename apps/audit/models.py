@@ -4,6 +4,76 @@ from django.conf import settings
 from django.db import models
 
 
+class Action(models.TextChoices):
+    """What an audit event records. Stored as its value; never a free string."""
+
+    TENANT_CREATE = "tenant.create"
+    TENANT_UPDATE = "tenant.update"
+    MEMBERSHIP_SET = "membership.set"
+    MEMBERSHIP_REMOVE = "membership.remove"
+    APPLICATION_CREATE = "application.create"
+    APPLICATION_UPDATE = "application.update"
+    API_TOKEN_CREATE = "api_token.create"
+    API_TOKEN_REVOKE = "api_token.revoke"
+    POLICY_PUBLISH = "policy.publish"
+    ENVIRONMENT_CREATE = "environment.create"
+    ENVIRONMENT_UPDATE = "environment.update"  # its config or schema
+    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, activation policy
+    ENVIRONMENT_OWNERS = "environment.owners"
+    TEMPLATE_CREATE = "template.create"
+    TEMPLATE_UPDATE = "template.update"
+    TEMPLATE_DELETE = "template.delete"
+    FALLBACK_CREATE = "fallback.create"
+    FALLBACK_UPDATE = "fallback.update"
+    FALLBACK_DELETE = "fallback.delete"
+    PUBLICATION_CREATE = "publication.create"
+    SNAPSHOT_CREATE = "snapshot.create"
+    SNAPSHOT_INVALID = "snapshot.invalid"
+    SNAPSHOT_ROLLBACK = "snapshot.rollback"
+    SNAPSHOT_ACTIVATE = "snapshot.activate"
+    SNAPSHOT_DEPLOY = "snapshot.deploy"
+    ENROLLMENT_TOKEN_CREATE = "enrollment_token.create"
+    ENROLLMENT_TOKEN_REVOKE = "enrollment_token.revoke"
+    AGENT_ENROLL = "agent.enroll"
+    AGENT_UPDATE = "agent.update"
+    AGENT_TOKEN_ROTATE = "agent.token_rotate"
+    AGENT_TOKEN_REVOKE = "agent.token_revoke"
+    AGENT_PIN = "agent.pin"
+    AGENT_PIN_RELEASE = "agent.pin_release"
+    ROLLOUT_CREATE = "rollout.create"
+    ROLLOUT_ADVANCE = "rollout.advance"
+    ROLLOUT_PAUSE = "rollout.pause"
+    ROLLOUT_COMPLETE = "rollout.complete"
+    ROLLOUT_ROLLBACK = "rollout.rollback"
+    ROLLOUT_RELEASE = "rollout.release"
+    ROLLOUT_DELETE = "rollout.delete"
+
+    @classmethod
+    def file_change(cls, kind: str, change: str) -> "Action":
+        """The action of a template or fallback file being created, updated or deleted."""
+        return cls(f"{kind}.{change}")
+
+    @property
+    def changes_render_inputs(self) -> bool:
+        """Whether the change is to what a snapshot is rendered from: those wait in
+        "pending changes" until a snapshot holds them. Owners, agents, tokens and
+        activation do not wait for a rollout."""
+        return self in RENDER_INPUTS
+
+
+RENDER_INPUTS = frozenset({
+    Action.ENVIRONMENT_CREATE, Action.ENVIRONMENT_UPDATE,
+    Action.TEMPLATE_CREATE, Action.TEMPLATE_UPDATE, Action.TEMPLATE_DELETE,
+    Action.FALLBACK_CREATE, Action.FALLBACK_UPDATE, Action.FALLBACK_DELETE,
+})
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def render_inputs(self) -> "AuditEventQuerySet":
+        """Events that changed what a snapshot is rendered from."""
+        return self.filter(action__in=RENDER_INPUTS)
+
+
 class AuditEvent(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -13,7 +83,7 @@ class AuditEvent(models.Model):
         related_name="+",
     )
     actor_name = models.CharField(max_length=150, blank=True)
-    action = models.CharField(max_length=64, db_index=True)
+    action = models.CharField(max_length=64, db_index=True, choices=Action.choices)
     object_type = models.CharField(max_length=64)
     object_id = models.CharField(max_length=64, blank=True)
     object_repr = models.CharField(max_length=200, blank=True)
@@ -30,6 +100,8 @@ class AuditEvent(models.Model):
     summary = models.CharField(max_length=500, blank=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = AuditEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["-id"]

@@ -2,19 +2,20 @@
 
 from django.db import models
 
-from apps.audit.models import AuditEvent
+from apps.audit.models import Action, AuditEvent
 
 
 def audit_record(
     *,
     actor,
-    action: str,
+    action: Action,
     obj: models.Model,
     summary: str = "",
     environment=None,
     tenant=None,
     data: dict | None = None,
 ) -> AuditEvent:
+    action = Action(action)  # refuses an unknown action
     is_user = actor is not None and getattr(actor, "is_authenticated", False)
     return AuditEvent.objects.create(
         actor=actor if is_user else None,

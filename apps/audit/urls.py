@@ -6,6 +6,5 @@ from apps.audit import api
 from apps.core.urls import ENV
 
 urlpatterns = [
-    path(f"{ENV}/pending", api.PendingChangesApi.as_view(), name="environment-pending"),
     path(f"{ENV}/audit", api.AuditListApi.as_view(), name="environment-audit"),
 ]

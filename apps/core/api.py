@@ -1,4 +1,4 @@
-"""The single exception handler: every API error leaves as the DESIGN.md envelope."""
+"""The single exception handler: every API error leaves as the error envelope of docs/design.md."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""Live events: ids only, sent to channel groups after the change commits (seed 000).
+"""Live events: ids only, sent to channel groups after the change commits.
 
 A page that receives one refetches what it shows; it never trusts data in the event.
 Kinds: agent {id} (no id: many agents of the environment), deployment {id, agent,

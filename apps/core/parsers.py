@@ -8,7 +8,7 @@ from django.core.exceptions import RequestDataTooBig
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, JSONParser
 
-from apps.snapshots.yamlconfig import load_yaml
+from configlang.yamlconfig import load_yaml
 
 
 def _read_limited(stream, parser_context) -> bytes:

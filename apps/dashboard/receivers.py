@@ -1,4 +1,4 @@
-"""Signing out ends the live updates of that session at once (seed 000)."""
+"""Signing out ends the live updates of that session at once."""
 
 from apps.core.events import emit_session_end
 

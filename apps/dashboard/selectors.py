@@ -3,9 +3,6 @@ scoped with Environment.objects.visible_to like every other surface."""
 
 from collections import Counter
 
-from django.db.models import Q
-
-from apps.audit.selectors import pending_events, with_pending_counts
 from apps.environments.models import Environment
 from apps.environments.selectors import has_role
 from apps.fleet.models import Agent
@@ -19,6 +16,7 @@ from apps.fleet.selectors import (
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.selectors import pending_events, with_pending_counts
 from apps.tenancy.models import Role
 
 AGENTS_SHOWN = 500
@@ -115,8 +113,7 @@ def agents_panel(environment: Environment) -> dict:
             "total": Agent.objects.filter(environment=environment).count(),
             "shown": len(rows),
             # Pins win (an operator's or a rollout's): a push to all would be refused.
-            "any_pinned": Agent.objects.filter(environment=environment).filter(
-                Q(pinned_snapshot__isnull=False) | Q(pin_rollout__isnull=False)).exists()}
+            "any_pinned": Agent.objects.filter(environment=environment).held().exists()}
 
 
 def snapshots_panel(environment: Environment) -> dict:

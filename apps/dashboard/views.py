@@ -24,15 +24,14 @@ from django.views.decorators.vary import vary_on_headers
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.dashboard import selectors
 from apps.environments.selectors import require_role
-from apps.environments.services import descriptor_check, descriptor_submit
-from apps.fleet.services import snapshot_deploy
+from apps.environments.services import descriptor_check
+from apps.releases.services import descriptor_submit, snapshot_deploy, snapshot_rollback
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import rollout_confirm, rollout_create, rollout_rollback
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
-from apps.snapshots.services import snapshot_rollback
-from apps.snapshots.yamlconfig import load_yaml
 from apps.tenancy.models import Role
+from configlang.yamlconfig import load_yaml
 
 logger = logging.getLogger(__name__)
 

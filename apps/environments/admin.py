@@ -8,15 +8,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
-from apps.audit.selectors import pending_changes
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
 from apps.core.errors import ApplicationError
 from apps.core.templatetags.bellwether import render_diff
 from apps.environments import services
 from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
 from apps.environments.selectors import environment_limits
-from apps.snapshots.rendering import path_collisions
-from apps.snapshots.services import snapshot_publish
+from apps.releases import services as releases
+from apps.snapshots.selectors import pending_changes
+from configlang.rendering import path_collisions
 
 
 class CodeField(forms.CharField):
@@ -170,7 +170,7 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
             changes = {f: form.cleaned_data[f] for f in form.changed_data
                        if f in services.EDITABLE_FIELDS}
             if changes:
-                services.environment_update(environment=obj, actor=request.user, **changes)
+                releases.environment_update(environment=obj, actor=request.user, **changes)
         else:
             created = services.environment_create(
                 application=form.cleaned_data["application"],
@@ -213,7 +213,7 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Publish a snapshot of the selected environments")
     def publish(self, request, queryset):
         for environment in queryset:
-            publication = snapshot_publish(environment=environment, actor=request.user)
+            publication = releases.snapshot_publish(environment=environment, actor=request.user)
             publication.refresh_from_db()
             if publication.snapshot is None:
                 self.message_user(request, f"{environment}: publication queued for rendering.")

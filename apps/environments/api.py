@@ -9,10 +9,11 @@ from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
 from apps.core.parsers import BoundedJSONParser, TextYAMLParser, YAMLParser
-from apps.core.views import EnvironmentAPIView
 from apps.environments import services
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_get, environment_role
+from apps.environments.views import EnvironmentAPIView
+from apps.releases import services as releases
 from apps.snapshots.api import PublicationSerializer, publication_response
 from apps.snapshots.selectors import descriptor_dry_run
 from apps.tenancy.models import Role
@@ -89,7 +90,7 @@ class EnvironmentDetailApi(EnvironmentAPIView):
         env = self.environment(Role.OWNER)
         data = self.EnvironmentUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        env = services.environment_update(environment=env, actor=request.user,
+        env = releases.environment_update(environment=env, actor=request.user,
                                           **data.validated_data)
         return Response(_detail(env, request.user))
 
@@ -206,6 +207,6 @@ class DescriptorSubmitApi(APIView):
                                       name=descriptor["environment"], required=Role.DEPLOYER)
         if request.query_params.get("dry_run", "").lower() in ("1", "true", "yes"):
             return Response(descriptor_dry_run(environment, descriptor))
-        publication, created = services.descriptor_submit(
+        publication, created = releases.descriptor_submit(
             environment=environment, descriptor=descriptor, actor=request.user)
         return publication_response(publication, repeated=not created)

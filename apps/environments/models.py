@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.core import locks
 from apps.tenancy.models import Application, slug_validator
 
 
@@ -28,6 +29,11 @@ class EnvironmentQuerySet(models.QuerySet):
             application__tenant__memberships__role="owner",
         )
         return self.filter(pk__in=Environment.objects.filter(owned).values("pk"))
+
+    def lock(self, pk: int) -> "Environment":
+        """The environment, locked: the first lock every writer of it takes."""
+        return locks.lock_one(self.select_related("application__tenant", "active_snapshot"),
+                              pk=pk)
 
 
 class Environment(models.Model):

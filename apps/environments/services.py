@@ -1,13 +1,14 @@
 """State changes of environments and their files; each writes its audit event."""
 
-import hashlib
 import json
 import re
 
 from django.conf import settings
 from django.db import transaction
 
+from apps.audit.models import Action
 from apps.audit.services import audit_record
+from apps.core import locks
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import (
@@ -18,20 +19,18 @@ from apps.environments.models import (
     Template,
 )
 from apps.environments.selectors import environment_limits
-from apps.fleet.services import environment_polls_changed
-from apps.snapshots.models import Publication
-from apps.snapshots.rendering import (
+from apps.tenancy.models import Application
+from configlang.rendering import (
     path_collisions,
     path_problem,
     schema_problems,
     template_syntax_problems,
 )
-from apps.snapshots.selectors import descriptor_source
-from apps.snapshots.services import locked_environment, publication_create
-from apps.snapshots.yamlconfig import load_config, value_problems
-from apps.tenancy.models import Application
+from configlang.yamlconfig import load_config, value_problems
 
 EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "require_activation")
+# What a snapshot is rendered from; the other fields are settings.
+RENDERED_FIELDS = ("config", "config_schema")
 
 
 def check_config(config: str, limits: dict) -> None:
@@ -99,7 +98,7 @@ def environment_create(
         environment.save()
         audit_record(
             actor=actor,
-            action="environment.create",
+            action=Action.ENVIRONMENT_CREATE,
             obj=environment,
             environment=environment,
             tenant=application.tenant,
@@ -108,8 +107,7 @@ def environment_create(
     return environment
 
 
-def environment_update(*, environment: Environment, actor, **changes) -> Environment:
-    """Change the config, schema or poll interval. Refuses YAML that does not parse."""
+def _check_changes(environment: Environment, changes: dict) -> None:
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValidationFailed(f"Cannot change {', '.join(sorted(unknown))}.")
@@ -119,27 +117,31 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
         check_config_schema(changes["config_schema"])
     if "poll_interval_s" in changes:
         _check_poll_interval(changes["poll_interval_s"])
-    with transaction.atomic():
-        locked = Environment.objects.select_for_update().get(pk=environment.pk)
-        changed = [f for f, v in changes.items() if getattr(locked, f) != v]
-        if not changed:
-            return locked
-        for field in changed:
-            setattr(locked, field, changes[field])
-        locked.save(update_fields=[*changed, "updated_at"])
-        if "poll_interval_s" in changed:
-            environment_polls_changed(locked)
-        audit_record(
-            actor=actor,
-            action="environment.update",
-            obj=locked,
-            environment=locked,
-            tenant=locked.application.tenant,
-            summary=f"Changed {', '.join(changed)} of {locked.full_name}",
-            data={"fields": changed},
-        )
-        emit("pending", environment_id=locked.pk)
-    return locked
+
+
+def environment_change(*, environment: Environment, actor, **changes) -> Environment:
+    """Change the config, schema or settings of `environment` (locked). Refuses
+    YAML that does not parse. A change of what snapshots render from and a change
+    of settings are audited apart: only the first waits in pending changes."""
+    locks.require_transaction()
+    _check_changes(environment, changes)
+    changed = [f for f, v in changes.items() if getattr(environment, f) != v]
+    if not changed:
+        return environment
+    for field in changed:
+        setattr(environment, field, changes[field])
+    environment.save(update_fields=[*changed, "updated_at"])
+    inputs = [f for f in changed if f in RENDERED_FIELDS]
+    for action, fields in ((Action.ENVIRONMENT_UPDATE, inputs),
+                           (Action.ENVIRONMENT_SETTINGS,
+                            [f for f in changed if f not in inputs])):
+        if fields:
+            audit_record(actor=actor, action=action, obj=environment, environment=environment,
+                         tenant=environment.application.tenant,
+                         summary=f"Changed {', '.join(fields)} of {environment.full_name}",
+                         data={"fields": fields})
+    emit("pending", environment_id=environment.pk)
+    return environment
 
 
 _FILE_MODELS = {"template": (Template, "source"), "fallback": (FallbackFile, "content")}
@@ -171,7 +173,7 @@ def environment_file_put(
     model, text_field = _FILE_MODELS[kind]
     check_file(kind, path, text, environment_limits(environment))
     with transaction.atomic():
-        locked = Environment.objects.select_for_update().get(pk=environment.pk)
+        locked = Environment.objects.lock(environment.pk)
         others = model.objects.filter(environment=locked).exclude(path=path)
         collisions = path_collisions([path, *others.values_list("path", flat=True)])
         if collisions:
@@ -189,7 +191,7 @@ def environment_file_put(
         entry.save()
         audit_record(
             actor=actor,
-            action=f"{kind}.{'create' if created else 'update'}",
+            action=Action.file_change(kind, "create" if created else "update"),
             obj=entry,
             environment=locked,
             tenant=locked.application.tenant,
@@ -203,13 +205,13 @@ def environment_file_put(
 def environment_file_delete(*, environment: Environment, kind: str, path: str, actor) -> None:
     model, _ = _FILE_MODELS[kind]
     with transaction.atomic():
-        locked = Environment.objects.select_for_update().get(pk=environment.pk)
+        locked = Environment.objects.lock(environment.pk)
         entry = model.objects.filter(environment=locked, path=path).first()
         if entry is None:
             return
         audit_record(
             actor=actor,
-            action=f"{kind}.delete",
+            action=Action.file_change(kind, "delete"),
             obj=entry,
             environment=locked,
             tenant=locked.application.tenant,
@@ -225,7 +227,7 @@ def environment_set_owners(*, environment: Environment, owners, actor) -> Enviro
     """Replace the environment's owners (users who administer it besides tenant owners)."""
     wanted = {user.pk: user for user in owners}
     with transaction.atomic():
-        locked = Environment.objects.select_for_update().get(pk=environment.pk)
+        locked = Environment.objects.lock(environment.pk)
         current = set(locked.owners.values_list("pk", flat=True))
         if current == set(wanted):
             return locked
@@ -233,7 +235,7 @@ def environment_set_owners(*, environment: Environment, owners, actor) -> Enviro
         names = sorted(user.get_username() for user in wanted.values())
         audit_record(
             actor=actor,
-            action="environment.owners",
+            action=Action.ENVIRONMENT_OWNERS,
             obj=locked,
             environment=locked,
             tenant=locked.application.tenant,
@@ -246,11 +248,6 @@ def environment_set_owners(*, environment: Environment, owners, actor) -> Enviro
 # --- descriptors -------------------------------------------------------------------
 
 DESCRIPTOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-
-
-def _descriptor_hash(content: dict) -> str:
-    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def descriptor_check(descriptor) -> None:
@@ -279,30 +276,13 @@ def descriptor_check(descriptor) -> None:
                                code="descriptor_invalid", details=problems)
 
 
-def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> tuple:
-    """Publish the environment with an app team's descriptor. Returns (publication,
-    created): the same id with the same content returns the first publication; the
-    same id with other content is refused (409)."""
-    descriptor_check(descriptor)
-    digest = _descriptor_hash(descriptor)
-    with transaction.atomic():
-        locked = locked_environment(environment.pk)
-        existing = Descriptor.objects.filter(environment=locked,
-                                             descriptor_id=descriptor["id"]).first()
-        if existing is not None:
-            if existing.content_hash != digest:
-                raise Conflict(f"Descriptor {descriptor['id']} was already submitted to "
-                               f"{locked.full_name} with other content.",
-                               code="descriptor_conflict")
-            return existing.publication, False
-        source = descriptor_source(locked, descriptor)
-        publication = publication_create(environment=locked, actor=actor,
-                                         kind=Publication.Kind.PUBLISH, source=source)
-        Descriptor.objects.create(
-            environment=locked, descriptor_id=descriptor["id"], content=descriptor,
-            content_hash=digest, publication=publication,
-            submitted_by=actor if getattr(actor, "is_authenticated", False) else None)
-    return publication, True
+def descriptor_record(*, environment: Environment, descriptor: dict, content_hash: str,
+                      publication, actor) -> Descriptor:
+    """Remember a submitted descriptor by its id, for idempotency."""
+    return Descriptor.objects.create(
+        environment=environment, descriptor_id=descriptor["id"], content=descriptor,
+        content_hash=content_hash, publication=publication,
+        submitted_by=actor if getattr(actor, "is_authenticated", False) else None)
 
 
 def policy_publish(*, content: dict, actor) -> PlatformPolicy:
@@ -311,10 +291,10 @@ def policy_publish(*, content: dict, actor) -> PlatformPolicy:
             content.get("descriptor_policy", {}), dict):
         raise ValidationFailed("A policy is a mapping with a descriptor_policy mapping.")
     with transaction.atomic():
-        newest = PlatformPolicy.objects.select_for_update().order_by("-version").first()
+        newest = locks.lock_first(PlatformPolicy.objects.order_by("-version"))
         policy = PlatformPolicy.objects.create(
             version=(newest.version + 1) if newest else 1, content=content,
             created_by=actor if getattr(actor, "is_authenticated", False) else None)
-        audit_record(actor=actor, action="policy.publish", obj=policy,
+        audit_record(actor=actor, action=Action.POLICY_PUBLISH, obj=policy,
                      summary=f"Platform policy v{policy.version}")
     return policy

@@ -10,9 +10,9 @@ from django.utils import timezone
 from apps.core.admin import OwnedAdminMixin, ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
-from apps.fleet import selectors, services
+from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, EnrollmentToken
-from apps.rollouts.services import rollout_pin_release
+from apps.releases import services as releases
 
 
 class EnrollmentTokenForm(forms.ModelForm):
@@ -55,7 +55,7 @@ class EnrollmentTokenAdmin(OwnedAdminMixin, admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request, obj, form, change):
-        token, secret = services.enrollment_token_create(
+        token, secret = enrollment.enrollment_token_create(
             environment=form.cleaned_data["environment"], name=form.cleaned_data["name"],
             max_uses=form.cleaned_data["max_uses"], actor=request.user,
             expires_at=timezone.now() + timedelta(hours=form.cleaned_data["expires_in_hours"]))
@@ -66,7 +66,7 @@ class EnrollmentTokenAdmin(OwnedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Revoke the selected enrollment tokens")
     def revoke(self, request, queryset):
         for token in queryset.filter(revoked_at__isnull=True):
-            services.enrollment_token_revoke(token=token, actor=request.user)
+            enrollment.enrollment_token_revoke(token=token, actor=request.user)
         self.message_user(request, "Revoked.")
 
 
@@ -135,7 +135,7 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.action(description="Revoke the agents' tokens")
     def revoke_token(self, request, queryset):
         for agent in queryset:
-            services.agent_token_revoke(agent=agent, actor=request.user)
+            enrollment.agent_token_revoke(agent=agent, actor=request.user)
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
     def _each(self, request, queryset, verb: str, act) -> None:
@@ -162,7 +162,7 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                                   messages.ERROR)
                 continue
             try:
-                pushed = services.snapshot_deploy(snapshot=snapshot, agent_ids=agent_ids,
+                pushed = releases.snapshot_deploy(snapshot=snapshot, agent_ids=agent_ids,
                                                   actor=request.user)
             except ApplicationError as error:
                 self.message_user(request, f"{environment}: {error.message}", messages.ERROR)
@@ -173,7 +173,7 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.action(description="Rotate the agents' tokens (new secrets shown once)")
     def rotate_token(self, request, queryset):
         for agent in queryset:
-            secret = services.agent_token_rotate(agent=agent, actor=request.user)
+            secret = enrollment.agent_token_rotate(agent=agent, actor=request.user)
             self.message_user(request, f"New token for {agent} (shown only once; put it "
                                        f"in the agent's config now): {secret}", messages.WARNING)
 
@@ -182,12 +182,7 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         def release(agent):
             # An admin action carries no generation from the page, so this is the one
             # read now: it only refuses a change racing this action.
-            if agent.pin_rollout_id is not None:
-                rollout_pin_release(agent=agent, rollout=agent.pin_rollout,
-                                    expected_generation=agent.generation, actor=request.user)
-            else:
-                services.agent_pin_release(agent=agent, expected_generation=agent.generation,
-                                           actor=request.user)
+            releases.pin_release(agent=agent, rollout_id=agent.pin_rollout_id,
+                                 expected_generation=agent.generation, actor=request.user)
 
-        self._each(request, queryset.select_related("pin_rollout"), "Released the pins of",
-                   release)
+        self._each(request, queryset, "Released the pins of", release)

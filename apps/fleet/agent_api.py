@@ -1,4 +1,4 @@
-"""The agent protocol (DESIGN.md): enroll, desired (ETag polling), bundle, reports.
+"""The agent protocol (docs/design.md): enroll, desired (ETag polling), bundle, reports.
 
 GET desired is the hot path: `desired_etag` answers 304 from the cache before any
 view machinery or SQL runs; on a miss the view computes the answer from the
@@ -16,9 +16,10 @@ from rest_framework.views import APIView
 
 from apps.core import tokens
 from apps.core.errors import NotFound
-from apps.fleet import cache, selectors, services
+from apps.fleet import cache, enrollment, selectors
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
+from apps.releases import services as releases
 from apps.snapshots.models import Snapshot
 
 
@@ -64,7 +65,7 @@ class EnrollApi(APIView):
     def post(self, request):
         data = self.EnrollRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        agent, token = services.agent_enroll(**data.validated_data)
+        agent, token = enrollment.agent_enroll(**data.validated_data)
         return Response(
             {"agent_id": agent.pk, "token": token, "environment": agent.environment.full_name},
             status=status.HTTP_201_CREATED,
@@ -156,7 +157,7 @@ class ReportApi(AgentAPIView):
         data = self.ReportRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        deployment, created = services.report_record(
+        deployment, created = releases.report_intake(
             agent=self.agent, deployment_id=v["deployment_id"], number=v["snapshot"],
             checksum=v["checksum"], status=v["status"], message=v["message"])
         return Response(

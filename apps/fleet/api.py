@@ -10,11 +10,12 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
 from apps.core.errors import NotFound
-from apps.core.views import EnvironmentAPIView
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
-from apps.fleet import selectors, services
+from apps.environments.views import EnvironmentAPIView
+from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, Deployment
+from apps.releases import services as releases
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
 
@@ -105,14 +106,14 @@ class AgentTokenRotateApi(_AgentApi):
     @extend_schema(request=None, responses=AgentTokenSerializer,
                    summary="Replace the agent's token (shown only here)")
     def post(self, request, agent_id):
-        token = services.agent_token_rotate(agent=self.agent_for(Role.OWNER), actor=request.user)
+        token = enrollment.agent_token_rotate(agent=self.agent_for(Role.OWNER), actor=request.user)
         return Response({"token": token})
 
 
 class AgentTokenRevokeApi(_AgentApi):
     @extend_schema(request=None, responses=AgentSerializer, summary="Revoke the agent's token")
     def post(self, request, agent_id):
-        agent = services.agent_token_revoke(agent=self.agent_for(Role.OWNER),
+        agent = enrollment.agent_token_revoke(agent=self.agent_for(Role.OWNER),
                                             actor=request.user)
         return Response(_agent_body(agent))
 
@@ -147,7 +148,7 @@ class EnrollmentTokenApi(EnvironmentAPIView):
         data = self.EnrollmentTokenRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        token, secret = services.enrollment_token_create(
+        token, secret = enrollment.enrollment_token_create(
             environment=env, max_uses=v["uses"], name=v["name"], actor=request.user,
             expires_at=timezone.now() + timedelta(seconds=v["expires_in_s"]))
         return Response({"key": token.key, "token": secret, "uses": token.max_uses,
@@ -159,7 +160,7 @@ class SnapshotActivateApi(EnvironmentAPIView):
                    summary="Make a ready snapshot the one auto_pull agents follow")
     def post(self, request, application, environment, number):
         snapshot = snapshot_get(environment=self.environment(Role.DEPLOYER), number=number)
-        services.snapshot_activate(snapshot=snapshot, actor=request.user)
+        releases.snapshot_activate(snapshot=snapshot, actor=request.user)
         return Response({"active": snapshot.number})
 
 
@@ -176,7 +177,7 @@ class SnapshotDeployApi(EnvironmentAPIView):
         snapshot = snapshot_get(environment=self.environment(Role.DEPLOYER), number=number)
         data = self.DeployRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        deployments = services.snapshot_deploy(snapshot=snapshot,
+        deployments = releases.snapshot_deploy(snapshot=snapshot,
                                                agent_ids=data.validated_data["agents"],
                                                actor=request.user)
         for deployment in deployments:
@@ -205,7 +206,7 @@ class AgentPinApi(_AgentApi):
         data.is_valid(raise_exception=True)
         snapshot = snapshot_get(environment=agent.environment,
                                 number=data.validated_data["snapshot"])
-        services.agent_pin(agent=agent, snapshot=snapshot, actor=request.user,
+        releases.agent_pin(agent=agent, snapshot=snapshot, actor=request.user,
                            expected_generation=data.validated_data["expected_generation"])
         return Response(_agent_body(self.agent_for(Role.VIEWER)))
 
@@ -218,11 +219,6 @@ class AgentPinReleaseApi(_AgentApi):
         data = AgentPinReleaseRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         generation = data.validated_data["expected_generation"]
-        if data.validated_data.get("rollout"):
-            from apps.rollouts.api import release_rollout_pin  # rollouts build on fleet
-
-            release_rollout_pin(request, agent, data.validated_data["rollout"], generation)
-        else:
-            services.agent_pin_release(agent=agent, actor=request.user,
-                                       expected_generation=generation)
+        releases.pin_release(agent=agent, rollout_id=data.validated_data.get("rollout"),
+                             expected_generation=generation, actor=request.user)
         return Response(_agent_body(self.agent_for(Role.VIEWER)))

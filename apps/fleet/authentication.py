@@ -7,8 +7,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from apps.core import tokens
+from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
 from apps.fleet.models import Agent
-from apps.fleet.services import AGENT_TOKEN_PREFIX
 
 
 class AgentPrincipal:

@@ -6,8 +6,13 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.core import locks
 from apps.environments.models import Environment
+from apps.fleet import rules
 from apps.snapshots.models import Snapshot
+
+# The rule of apps.fleet.rules.is_held, for the database.
+HELD = Q(pinned_snapshot__isnull=False) | Q(pin_rollout__isnull=False)
 
 
 class EnrollmentToken(models.Model):
@@ -40,6 +45,21 @@ class EnrollmentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} for {self.environment}"
+
+
+class AgentQuerySet(models.QuerySet):
+    def held(self) -> "AgentQuerySet":
+        return self.filter(HELD)
+
+    def following_active(self) -> "AgentQuerySet":
+        """The agents that follow the environment's active snapshot."""
+        return self.filter(mode=Agent.Mode.AUTO_PULL).exclude(HELD)
+
+    def lock(self, pk: int) -> "Agent":
+        return locks.lock_one(self, pk=pk)
+
+    def lock_all(self) -> list:
+        return locks.lock_all(self)
 
 
 class Agent(models.Model):
@@ -86,6 +106,8 @@ class Agent(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = AgentQuerySet.as_manager()
+
     class Meta:
         ordering = ["environment", "name"]
         constraints = [
@@ -96,6 +118,10 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.environment})"
+
+    @property
+    def is_held(self) -> bool:
+        return rules.is_held(self)
 
 
 class Deployment(models.Model):

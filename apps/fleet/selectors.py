@@ -4,11 +4,11 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from apps.fleet import cache
-from apps.fleet.models import Agent, Deployment
+from apps.fleet.models import HELD, Agent, Deployment
 from apps.snapshots.models import Snapshot
 
 OFFLINE_AFTER_POLL_INTERVALS = 3
@@ -16,7 +16,7 @@ OFFLINE_AFTER_POLL_INTERVALS = 3
 
 def desired_snapshot_for(agent: Agent) -> Snapshot | None:
     """Its pin if any, else the manual target, else the environment's active snapshot."""
-    if agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None:
+    if agent.is_held:
         return agent.pinned_snapshot  # a rollout may hold a target at "nothing yet"
     if agent.mode == Agent.Mode.MANUAL:
         return agent.target_snapshot
@@ -93,8 +93,7 @@ def is_online(seen_at: datetime | None, poll_interval_s: int) -> bool:
 
 def _desired(field: str):
     """The desired snapshot's `field`, resolved in SQL like desired_snapshot_for."""
-    pinned = Q(pinned_snapshot__isnull=False) | Q(pin_rollout__isnull=False)
-    return Case(When(pinned, then=F(f"pinned_snapshot__{field}")),
+    return Case(When(HELD, then=F(f"pinned_snapshot__{field}")),
                 When(mode=Agent.Mode.MANUAL, then=F(f"target_snapshot__{field}")),
                 default=F(f"environment__active_snapshot__{field}"))
 

@@ -21,7 +21,7 @@ urlpatterns = [
     path("agents/<int:agent_id>/pin", api.AgentPinApi.as_view(), name="agent-pin"),
     path("agents/<int:agent_id>/pin/release", api.AgentPinReleaseApi.as_view(),
          name="agent-pin-release"),
-    # The agent protocol (DESIGN.md)
+    # The agent protocol (docs/design.md)
     path("agent/enroll", agent_api.EnrollApi.as_view(), name="agent-enroll"),
     path("agent/desired", agent_api.desired_view, name="agent-desired"),
     path("agent/snapshots/<int:number>/bundle", agent_api.BundleApi.as_view(),

@@ -7,10 +7,9 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
 from apps.core.errors import NotFound
-from apps.core.views import EnvironmentAPIView
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
-from apps.fleet.models import Agent
+from apps.environments.views import EnvironmentAPIView
 from apps.rollouts import selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
@@ -167,12 +166,3 @@ class RolloutRollbackApi(_RolloutApi):
                                   expected_version=data.validated_data["expected_version"],
                                   reason="rolled back by an operator")
         return Response(_detail(_rollouts().get(pk=rollout.pk)))
-
-
-def release_rollout_pin(request, agent: Agent, rollout_id: int, expected_generation: int):
-    """Used by the agents' pin/release route when the pin is a rollout's."""
-    rollout = Rollout.objects.filter(pk=rollout_id, environment=agent.environment).first()
-    if rollout is None:
-        raise NotFound(f"Rollout {rollout_id} not found.")
-    return services.rollout_pin_release(agent=agent, rollout=rollout, actor=request.user,
-                                        expected_generation=expected_generation)

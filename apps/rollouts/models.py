@@ -1,15 +1,28 @@
-"""Staged rollouts (seed 004): a snapshot rolled out in waves, canaries first, with
+"""Staged rollouts (docs/rollouts.md): a snapshot rolled out in waves, canaries first, with
 gates, pins on every target, and rollback to a new, higher snapshot."""
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.core import locks
 from apps.environments.models import Environment
 from apps.fleet.models import Agent
 from apps.snapshots.models import Snapshot
 
 ACTIVE_STATES = ("running", "paused")
+
+
+class RolloutQuerySet(models.QuerySet):
+    def active(self) -> "RolloutQuerySet":
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def active_in(self, environment) -> "RolloutQuerySet":
+        """The environment's active rollout (at most one: a constraint says so)."""
+        return self.active().filter(environment=environment)
+
+    def lock(self, pk: int) -> "Rollout | None":
+        return locks.lock_first(self.select_related("snapshot", "environment").filter(pk=pk))
 
 
 class Rollout(models.Model):
@@ -46,6 +59,8 @@ class Rollout(models.Model):
                                    on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RolloutQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

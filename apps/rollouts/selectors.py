@@ -1,6 +1,5 @@
 """Reads about rollouts: acknowledgement evidence for a wave, freshness, listing."""
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import Count, Exists, Max, OuterRef, Q
@@ -9,6 +8,7 @@ from django.utils import timezone
 from apps.fleet.models import Deployment
 from apps.fleet.selectors import last_seen
 from apps.rollouts.models import Rollout, RolloutTarget
+from apps.rollouts.rules import WaveEvidence
 
 FRESHNESS_INTERVALS = 3
 FRESHNESS_MIN = timedelta(seconds=180)
@@ -21,23 +21,9 @@ def freshness_window(rollout: Rollout) -> timedelta:
     return min(FRESHNESS_MAX, max(FRESHNESS_MIN, FRESHNESS_INTERVALS * interval))
 
 
-@dataclass
-class WaveEvidence:
-    acknowledged: list = field(default_factory=list)
-    failed: list = field(default_factory=list)
-    waiting: list = field(default_factory=list)
-    released: list = field(default_factory=list)
-    changed: list = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.acknowledged) and not (self.failed or self.waiting or self.released
-                                                or self.changed)
-
-
 def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
     """Who in `wave` has reported success for the exact snapshot number and checksum,
-    strictly after activation and within the freshness window (seed 004)."""
+    strictly after activation and within the freshness window (docs/rollouts.md)."""
     wave = rollout.current_wave if wave is None else wave
     snapshot = rollout.snapshot
     now = timezone.now()

@@ -1,33 +1,28 @@
 """Rollout transitions: create, confirm, advance, complete, roll back, reconcile,
-release a pin, delete. Each locks the rollout row (after the environment's, the
-order every writer uses), checks the transition and the CAS `version`, changes
-pins with set-based updates, and writes its audit event in the same transaction.
+release a pin, delete. Each locks the environment, then the rollout row (the order
+of apps.core.locks), checks the transition and the CAS `version`, changes pins
+with set-based updates, and writes its audit event in the same transaction.
 """
 
 import logging
-import math
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
+from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
-from apps.fleet.models import Agent, Deployment
+from apps.fleet.models import Agent
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
-from apps.fleet.services import (
-    check_generation,
-    environment_activate,
-    forget_polls_on_commit,
-)
-from apps.rollouts import selectors
+from apps.fleet.services import check_generation, environment_activate, pins_set
+from apps.rollouts import rules, selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget, SnapshotQuarantine
-from apps.snapshots.models import Snapshot
-from apps.snapshots.services import locked_environment, publication_render, snapshot_rollback
+from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.services import publication_create, publication_rendered, publication_store
 
 logger = logging.getLogger(__name__)
 
@@ -36,25 +31,14 @@ def _limits() -> dict:
     return settings.BELLWETHER_ROLLOUT_LIMITS
 
 
-def _enqueue_reconcile(rollout: Rollout) -> None:
-    from apps.rollouts.tasks import rollout_reconcile_task
-
-    rollout_reconcile_task.delay_on_commit(rollout.pk)
-
-
-def _pin(agent_ids, snapshot: Snapshot | None, rollout: Rollout | None) -> None:
-    """Point these agents' pins at `snapshot` (None: release) in one UPDATE."""
-    Agent.objects.filter(pk__in=agent_ids).update(
-        pinned_snapshot=snapshot, pin_rollout=rollout, pinned_by=None,
-        pinned_at=timezone.now() if snapshot is not None else None,
-        generation=F("generation") + 1,
-    )
-    if snapshot is not None:  # pins win: pushes of other snapshots will never apply
-        Deployment.objects.filter(agent_id__in=agent_ids, kind=Deployment.Kind.PUSH,
-                                  state=Deployment.State.PENDING).exclude(
-            snapshot=snapshot).update(state=Deployment.State.SUPERSEDED)
-    forget_polls_on_commit(Agent.objects.filter(pk__in=agent_ids)
-                           .values_list("token_key", flat=True))
+def refuse_quarantined(snapshot: Snapshot) -> None:
+    """A snapshot a rollout rolled back is not activated, pushed, pinned or rolled
+    out again (a rollout may override it explicitly)."""
+    quarantine = SnapshotQuarantine.objects.filter(snapshot=snapshot).first()
+    if quarantine is not None:
+        by = f"rollout {quarantine.rollout_id}" if quarantine.rollout_id else "a rollout"
+        raise Conflict(f"#{snapshot.number} was rolled back by {by} and is quarantined; "
+                       "roll out a fixed snapshot instead.", code="quarantined")
 
 
 def _record_generations(targets) -> None:
@@ -67,30 +51,117 @@ def _activate_wave(rollout: Rollout, wave: int) -> int:
     targets = RolloutTarget.objects.filter(rollout=rollout, wave=wave,
                                            state=RolloutTarget.State.PENDING)
     agent_ids = list(targets.values_list("agent_id", flat=True))
-    _pin(agent_ids, rollout.snapshot, rollout)
+    pins_set(agent_ids, snapshot=rollout.snapshot, rollout=rollout)
     targets.update(state=RolloutTarget.State.ACTIVATED, activated_at=timezone.now())
     _record_generations(RolloutTarget.objects.filter(rollout=rollout, wave=wave,
                                                      agent_id__in=agent_ids))
     return len(agent_ids)
 
 
-def _wave_sizes(total: int, canaries: int, waves: list[dict]) -> list[int]:
-    remaining, sizes = total - canaries, [canaries]
-    for index, wave in enumerate(waves):
-        if remaining <= 0:
-            break
-        if index == len(waves) - 1:
-            size = remaining
-        elif "percent" in wave:
-            size = max(1, math.ceil(total * wave["percent"] / 100))
-        else:
-            size = wave["count"]
-        size = min(size, remaining)
-        sizes.append(size)
-        remaining -= size
-    if remaining > 0:
-        sizes.append(remaining)
-    return sizes
+# --- create ----------------------------------------------------------------------------
+
+
+def _check_environment(env: Environment, snapshot: Snapshot, override_quarantine: bool) -> None:
+    """What the environment (locked) says about starting a rollout of `snapshot`."""
+    limits = _limits()
+    if not snapshot.is_ready or snapshot.environment_id != env.pk:
+        raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
+                               f"{env.full_name}.")
+    if not override_quarantine:
+        refuse_quarantined(snapshot)
+    if Rollout.objects.active_in(env).exists():
+        raise Conflict(f"{env.full_name} already has an active rollout.", code="rollout_active")
+    if Rollout.objects.active().count() >= limits["max_active"]:
+        raise Conflict(f"At most {limits['max_active']} rollouts may be active at once.",
+                       code="too_many_rollouts")
+    if Rollout.objects.exclude(state__in=ACTIVE_STATES).count() >= limits["max_history"]:
+        raise Conflict(f"At most {limits['max_history']} finished rollouts are kept; "
+                       "delete old ones first.", code="history_full")
+    active = env.active_snapshot
+    if active is not None and snapshot.number < active.number:
+        raise Conflict(f"#{snapshot.number} is older than the active #{active.number}; "
+                       "roll back instead.", code="rollback_required")
+
+
+def _check_count(count: int) -> None:
+    if count > _limits()["max_targets"]:
+        raise ValidationFailed(f"{count} targets; at most {_limits()['max_targets']}.",
+                               code="too_many_targets")
+
+
+def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -> list[Agent]:
+    """The rollout's agents, locked: those `targets` names [{agent,
+    expected_generation}] at exactly those generations, or every enabled agent."""
+    if targets is not None and not targets:
+        raise ValidationFailed("targets is empty; leave it out to target every enabled agent.")
+    _check_count(len(targets or []))
+    expected = {t["agent"]: t["expected_generation"] for t in targets} if targets else None
+    agents = Agent.objects.filter(environment=env)
+    agents = agents.filter(pk__in=expected) if expected else agents.filter(enabled=True)
+    agents = agents_with_desired(agents).lock_all()
+    if expected is not None and len(agents) != len(expected):
+        raise NotFound(f"No agents {sorted(set(expected) - {a.pk for a in agents})} in "
+                       f"{env.full_name}.")
+    if not agents:
+        raise ValidationFailed(f"{env.full_name} has no enabled agents.", code="no_agents")
+    _check_count(len(agents))
+    stale = [{"agent": a.pk, "name": a.name, "generation": a.generation,
+              "expected_generation": expected[a.pk]}
+             for a in agents if expected is not None and a.generation != expected[a.pk]]
+    if stale:
+        raise Conflict(f"{len(stale)} target(s) changed since you loaded them.",
+                       code="stale", details=stale)
+    held = [a.name for a in agents if a.is_held]
+    if held:
+        raise Conflict(f"Pinned agents cannot be rolled out to: {', '.join(held)}.",
+                       code="agent_pinned")
+    ahead = [a.name for a in agents
+             if a.applied_number is not None and a.applied_number > snapshot.number]
+    if ahead:
+        raise Conflict(f"{', '.join(ahead)} already have a newer snapshot; they refuse "
+                       "lower numbers.", code="rollback_required")
+    return agents
+
+
+def _canaries(agents: list[Agent], ids: list[int] | None, labels: dict | None) -> tuple:
+    """(canaries, others): the others ordered by name, as their waves take them."""
+    ids = set(ids or [])
+    strangers = ids - {a.pk for a in agents}
+    if strangers:
+        raise ValidationFailed(f"Canaries {sorted(strangers)[:20]} are not among the "
+                               "targets.", code="canary_not_target")
+    canaries = [a for a in agents if rules.is_canary(a, ids=ids, labels=labels)]
+    if not canaries:
+        raise ValidationFailed("The canary wave would be empty.", code="no_canaries")
+    chosen = {a.pk for a in canaries}
+    others = sorted((a for a in agents if a.pk not in chosen), key=lambda a: (a.name, a.pk))
+    return canaries, others
+
+
+def _rollout_store(env: Environment, snapshot: Snapshot, plan: list[dict],
+                   assignment: list[tuple], actor, **fields) -> Rollout:
+    """The rollout row and its targets; every target frozen on what it desires
+    now with a pin, then the canaries moved to the new snapshot."""
+    try:
+        with transaction.atomic():
+            rollout = Rollout.objects.create(
+                environment=env, snapshot=snapshot, previous_snapshot=env.active_snapshot,
+                waves=plan, wave_started_at=timezone.now(), **fields,
+                created_by=actor if getattr(actor, "is_authenticated", False) else None)
+    except IntegrityError:
+        raise Conflict(f"{env.full_name} already has an active rollout.",
+                       code="rollout_active") from None
+    RolloutTarget.objects.bulk_create([
+        RolloutTarget(rollout=rollout, agent=a, wave=w, previous_snapshot=desired_snapshot_for(a))
+        for a, w in assignment], batch_size=1000)
+    by_previous: dict = {}
+    for agent, _ in assignment:
+        by_previous.setdefault(desired_snapshot_for(agent), []).append(agent.pk)
+    for previous, ids in by_previous.items():
+        pins_set(ids, snapshot=previous, rollout=rollout)
+    _record_generations(RolloutTarget.objects.filter(rollout=rollout))
+    _activate_wave(rollout, 0)
+    return rollout
 
 
 def rollout_create(
@@ -104,128 +175,23 @@ def rollout_create(
     [{agent, expected_generation}]). Freezes every target's desired snapshot with a
     pin, then pins the canaries to the new one — all in one transaction."""
     waves = waves or [{"percent": 100, "gate": Rollout.Gate.AUTO, "bake_s": 0}]
-    for wave in waves:
-        if not (("percent" in wave and 0 < wave["percent"] <= 100)
-                or ("count" in wave and wave["count"] >= 1)):
-            raise ValidationFailed("Each wave needs a percent (1-100) or a count (>= 1).")
+    problem = rules.wave_specs_problem(waves)
+    if problem:
+        raise ValidationFailed(problem)
     if not canary_agents and not canary_labels:
         raise ValidationFailed("Name the canaries: agent ids or labels.", code="no_canaries")
-    limits = _limits()
     with transaction.atomic():
-        env = locked_environment(environment.pk)
-        if not snapshot.is_ready or snapshot.environment_id != env.pk:
-            raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
-                                   f"{env.full_name}.")
-        if not override_quarantine and SnapshotQuarantine.objects.filter(
-                snapshot=snapshot).exists():
-            raise Conflict(f"#{snapshot.number} was rolled back; roll it out again only with "
-                           "an explicit override.", code="quarantined")
-        if Rollout.objects.filter(environment=env, state__in=ACTIVE_STATES).exists():
-            raise Conflict(f"{env.full_name} already has an active rollout.",
-                           code="rollout_active")
-        if Rollout.objects.filter(state__in=ACTIVE_STATES).count() >= limits["max_active"]:
-            raise Conflict(f"At most {limits['max_active']} rollouts may be active at once.",
-                           code="too_many_rollouts")
-        if Rollout.objects.exclude(state__in=ACTIVE_STATES).count() >= limits["max_history"]:
-            raise Conflict(f"At most {limits['max_history']} finished rollouts are kept; "
-                           "delete old ones first.", code="history_full")
-
-        active = env.active_snapshot
-        if active is not None and snapshot.number < active.number:
-            raise Conflict(f"#{snapshot.number} is older than the active #{active.number}; "
-                           "roll back instead.", code="rollback_required")
-        if targets is not None and not targets:
-            raise ValidationFailed("targets is empty; leave it out to target every enabled "
-                                   "agent.")
-        if targets is not None and len(targets) > limits["max_targets"]:
-            raise ValidationFailed(f"{len(targets)} targets; at most {limits['max_targets']}.",
-                                   code="too_many_targets")
-        agents = Agent.objects.filter(environment=env)
-        expected = None
-        if targets:
-            expected = {t["agent"]: t["expected_generation"] for t in targets}
-            agents = agents.filter(pk__in=expected)
-        else:
-            agents = agents.filter(enabled=True)
-        agents = list(agents_with_desired(agents).select_for_update(of=("self",))
-                      .order_by("pk"))
-        if expected is not None and len(agents) != len(expected):
-            missing = sorted(set(expected) - {a.pk for a in agents})
-            raise NotFound(f"No agents {missing} in {env.full_name}.")
-        if not agents:
-            raise ValidationFailed(f"{env.full_name} has no enabled agents.", code="no_agents")
-        if len(agents) > limits["max_targets"]:
-            raise ValidationFailed(f"{len(agents)} targets; at most {limits['max_targets']}.",
-                                   code="too_many_targets")
-        stale = [{"agent": a.pk, "name": a.name, "generation": a.generation,
-                  "expected_generation": expected[a.pk]}
-                 for a in agents if expected is not None and a.generation != expected[a.pk]]
-        if stale:
-            raise Conflict(f"{len(stale)} target(s) changed since you loaded them.",
-                           code="stale", details=stale)
-        held = [a.name for a in agents
-                if a.pinned_snapshot_id is not None or a.pin_rollout_id is not None]
-        if held:
-            raise Conflict(f"Pinned agents cannot be rolled out to: {', '.join(held)}.",
-                           code="agent_pinned")
-        ahead = [a.name for a in agents
-                 if a.applied_number is not None and a.applied_number > snapshot.number]
-        if ahead:
-            raise Conflict(f"{', '.join(ahead)} already have a newer snapshot; they refuse "
-                           "lower numbers.", code="rollback_required")
-
-        canary_ids = set(canary_agents or [])
-
-        def is_canary(agent: Agent) -> bool:
-            if agent.pk in canary_ids:
-                return True
-            return bool(canary_labels) and all(agent.labels.get(k) == v
-                                               for k, v in canary_labels.items())
-
-        strangers = canary_ids - {a.pk for a in agents}
-        if strangers:
-            raise ValidationFailed(f"Canaries {sorted(strangers)[:20]} are not among the "
-                                   "targets.", code="canary_not_target")
-        canaries = [a for a in agents if is_canary(a)]
-        if not canaries:
-            raise ValidationFailed("The canary wave would be empty.", code="no_canaries")
-        others = sorted((a for a in agents if not is_canary(a)), key=lambda a: (a.name, a.pk))
-        sizes = _wave_sizes(len(agents), len(canaries), waves)
-        plan = [{"size": len(canaries), "gate": canary_gate, "bake_s": bake_s}]
-        for index, size in enumerate(sizes[1:]):
-            spec = waves[min(index, len(waves) - 1)]
-            plan.append({"size": size, "gate": spec.get("gate", Rollout.Gate.AUTO),
-                         "bake_s": spec.get("bake_s", 0)})
-        now = timezone.now()
-        try:
-            with transaction.atomic():
-                rollout = Rollout.objects.create(
-                    environment=env, snapshot=snapshot, previous_snapshot=env.active_snapshot,
-                    waves=plan, wave_started_at=now, wave_timeout_s=wave_timeout_s,
-                    failure_threshold=failure_threshold,
-                    created_by=actor if getattr(actor, "is_authenticated", False) else None)
-        except IntegrityError:
-            raise Conflict(f"{env.full_name} already has an active rollout.",
-                           code="rollout_active") from None
-        assignment, offset = [(a, 0) for a in canaries], 0
-        for wave, size in enumerate(sizes[1:], start=1):
-            assignment += [(a, wave) for a in others[offset:offset + size]]
-            offset += size
-        RolloutTarget.objects.bulk_create([
-            RolloutTarget(rollout=rollout, agent=a, wave=w,
-                          previous_snapshot=desired_snapshot_for(a)) for a, w in assignment
-        ], batch_size=1000)
-        # Freeze: every target holds what it has now...
-        by_previous: dict = {}
-        for agent, _ in assignment:
-            by_previous.setdefault(desired_snapshot_for(agent), []).append(agent.pk)
-        for previous, ids in by_previous.items():
-            _pin(ids, previous, rollout)
-        _record_generations(RolloutTarget.objects.filter(rollout=rollout))
-        # ...and the canaries move to the new snapshot.
-        _activate_wave(rollout, 0)
+        env = Environment.objects.lock(environment.pk)
+        _check_environment(env, snapshot, override_quarantine)
+        agents = _targets(env, targets, snapshot)
+        canaries, others = _canaries(agents, canary_agents, canary_labels)
+        plan = rules.plan_waves(total=len(agents), canaries=len(canaries), waves=waves,
+                                canary_gate=canary_gate, bake_s=bake_s)
+        rollout = _rollout_store(env, snapshot, plan, rules.assign_waves(canaries, others, plan),
+                                 actor, wave_timeout_s=wave_timeout_s,
+                                 failure_threshold=failure_threshold)
         emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
-        audit_record(actor=actor, action="rollout.create", obj=rollout, environment=env,
+        audit_record(actor=actor, action=Action.ROLLOUT_CREATE, obj=rollout, environment=env,
                      tenant=env.application.tenant,
                      summary=f"Rollout of #{snapshot.number} to {len(agents)} agent(s) in "
                              f"{len(plan)} wave(s); {len(canaries)} canary(ies)",
@@ -235,9 +201,11 @@ def rollout_create(
     return rollout
 
 
-def _locked(rollout_id: int, expected_version: int | None) -> Rollout:
-    rollout = (Rollout.objects.select_for_update(of=("self",))
-               .select_related("snapshot", "environment").filter(pk=rollout_id).first())
+# --- transitions -----------------------------------------------------------------------
+
+
+def locked_rollout(rollout_id: int, expected_version: int | None) -> Rollout:
+    rollout = Rollout.objects.lock(rollout_id)
     if rollout is None:
         raise NotFound(f"Rollout {rollout_id} not found.")
     if expected_version is not None and rollout.version != expected_version:
@@ -247,43 +215,43 @@ def _locked(rollout_id: int, expected_version: int | None) -> Rollout:
     return rollout
 
 
-def _advance(rollout: Rollout, actor, why: str) -> Rollout:
+def transition(rollout: Rollout, actor, action: Action, summary: str, **fields) -> None:
+    """Save the rollout's new state with its version bumped; announce and audit it."""
+    for name, value in fields.items():
+        setattr(rollout, name, value)
+    rollout.version += 1
+    rollout.save(update_fields=[*fields, "version"])
+    emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
+    audit_record(actor=actor, action=action, obj=rollout, environment=rollout.environment,
+                 summary=summary)
+
+
+def advance(rollout: Rollout, actor, why: str) -> Rollout:
     """Open the next wave, or complete the rollout after the last one."""
-    now = timezone.now()
-    if rollout.current_wave + 1 < len(rollout.waves):
-        rollout.current_wave += 1
-        rollout.wave_started_at = now
-        rollout.version += 1
-        rollout.state = Rollout.State.RUNNING
-        rollout.reason = ""
-        rollout.save(update_fields=["current_wave", "wave_started_at", "version", "state",
-                                    "reason"])
-        count = _activate_wave(rollout, rollout.current_wave)
-        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
-        audit_record(actor=actor, action="rollout.advance", obj=rollout,
-                     environment=rollout.environment,
-                     summary=f"Wave {rollout.current_wave + 1} of {len(rollout.waves)} "
-                             f"({count} agent(s)) of rollout {rollout.pk}: {why}")
-        return rollout
-    return _complete(rollout, actor)
+    if rollout.current_wave + 1 >= len(rollout.waves):
+        return _complete(rollout, actor)
+    wave = rollout.current_wave + 1
+    rollout.current_wave = wave
+    count = _activate_wave(rollout, wave)
+    transition(rollout, actor, Action.ROLLOUT_ADVANCE,
+                f"Wave {wave + 1} of {len(rollout.waves)} ({count} agent(s)) of rollout "
+                f"{rollout.pk}: {why}", current_wave=wave, wave_started_at=timezone.now(),
+                state=Rollout.State.RUNNING, reason="")
+    return rollout
 
 
 def _complete(rollout: Rollout, actor) -> Rollout:
     """The snapshot becomes the environment's active one and the pins are released."""
-    env = rollout.environment
-    environment_activate(environment=env, snapshot=rollout.snapshot)
+    environment_activate(environment=rollout.environment, snapshot=rollout.snapshot)
     agent_ids = list(Agent.objects.filter(pin_rollout=rollout).values_list("pk", flat=True))
     # Manual agents follow their target once released: keep them on the new snapshot.
     Agent.objects.filter(pk__in=agent_ids, mode=Agent.Mode.MANUAL).update(
         target_snapshot=rollout.snapshot)
-    _pin(agent_ids, None, None)
+    pins_set(agent_ids, snapshot=None)
     RolloutTarget.objects.filter(rollout=rollout).update(state=RolloutTarget.State.RELEASED)
-    rollout.state, rollout.finished_at = Rollout.State.COMPLETED, timezone.now()
-    rollout.version += 1
-    rollout.save(update_fields=["state", "finished_at", "version"])
-    emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
-    audit_record(actor=actor, action="rollout.complete", obj=rollout, environment=env,
-                 summary=f"Rollout {rollout.pk} completed: #{rollout.snapshot.number} active")
+    transition(rollout, actor, Action.ROLLOUT_COMPLETE,
+                f"Rollout {rollout.pk} completed: #{rollout.snapshot.number} active",
+                state=Rollout.State.COMPLETED, finished_at=timezone.now())
     logger.info("rollout %s completed", rollout.pk)
     return rollout
 
@@ -292,54 +260,50 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
     """Confirm the current wave: only with fresh, exact acknowledgements from every
     agent of it, received after its activation."""
     with transaction.atomic():
-        locked_environment(rollout.environment_id)
-        locked = _locked(rollout.pk, expected_version)
-        if locked.state != Rollout.State.RUNNING and locked.state != Rollout.State.PAUSED:
+        Environment.objects.lock(rollout.environment_id)
+        locked = locked_rollout(rollout.pk, expected_version)
+        if not locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
         evidence = selectors.wave_evidence(locked)
         if not evidence.complete:
-            reasons = []
-            for label, names in (("released by an operator", evidence.released),
-                                 ("reported a failure", evidence.failed),
-                                 ("changed since activation", evidence.changed),
-                                 ("not yet acknowledged (fresh and exact)", evidence.waiting)):
-                if names:
-                    reasons.append(f"{label}: {', '.join(names[:20])}")
-            raise Conflict("The wave cannot be confirmed: " + "; ".join(reasons) + ".",
+            blockers = evidence.blockers()
+            raise Conflict("The wave cannot be confirmed: "
+                           + rules.describe(blockers, rules.BLOCKER_REASONS) + ".",
                            code="not_acknowledged",
-                           details=[{"reason": k, "agents": getattr(evidence, k)[:100]}
-                                    for k in ("released", "failed", "changed", "waiting")
-                                    if getattr(evidence, k)])
-        result = _advance(locked, actor, "confirmed")
-    return result
+                           details=[{"reason": k, "agents": names[:100]}
+                                    for k, names in blockers])
+        return advance(locked, actor, "confirmed")
+
+
+def _replacement(environment: Environment, previous: Snapshot, actor) -> Snapshot:
+    """Re-render `previous` as a new, higher snapshot and make it active. Rendered
+    here, not on a worker: it is bounded, and a rollback must not wait on a queue."""
+    publication = publication_create(environment=environment, actor=actor,
+                                     kind=Publication.Kind.ROLLBACK, source=previous.source,
+                                     rolled_back_from=previous)
+    publication, _ = publication_store(environment=environment, publication_id=publication.pk,
+                                       rendered=publication_rendered(publication))
+    if publication.state != Publication.State.READY:
+        raise Conflict(f"Re-rendering #{previous.number} failed; the rollout is unchanged.",
+                       code="rollback_failed")
+    environment_activate(environment=environment, snapshot=publication.snapshot)
+    return publication.snapshot
 
 
 def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
                      reason: str = "") -> Rollout:
     """Roll back: re-render the previous content as a new, higher snapshot, make it
     active, and release the pins of activated targets. Pending and released targets
-    stay as they are; the rolled-back snapshot is quarantined."""
-    # One transaction under the rollout's lock, the version checked first: of two
-    # rollbacks (or a rollback and a confirm) at one version exactly one wins, and
-    # only the winner creates the replacement snapshot. The render runs here, not
-    # on a worker (it is bounded, and a rollback must not wait on a queue); the
-    # task queued on commit then finds the publication finished.
+    stay as they are; the rolled-back snapshot is quarantined. Under the rollout's
+    lock with the version checked first: of two rollbacks (or a rollback and a
+    confirm) at one version exactly one wins, and only it renders."""
     with transaction.atomic():
-        locked_environment(rollout.environment_id)
-        locked = _locked(rollout.pk, expected_version)
+        environment = Environment.objects.lock(rollout.environment_id)
+        locked = locked_rollout(rollout.pk, expected_version)
         if not locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
-        # Finished before the replacement is rendered, so that it is activated.
-        locked.state = Rollout.State.ROLLED_BACK
-        locked.save(update_fields=["state"])
-        previous, replacement = locked.previous_snapshot, None
-        if previous is not None:
-            publication = snapshot_rollback(snapshot=previous, actor=actor)
-            publication = publication_render(publication_id=str(publication.pk))
-            if publication.state != "ready":
-                raise Conflict(f"Re-rendering #{previous.number} failed; the rollout is "
-                               "unchanged.", code="rollback_failed")
-            replacement = publication.snapshot
+        previous = locked.previous_snapshot
+        replacement = _replacement(environment, previous, actor) if previous else None
         activated = RolloutTarget.objects.filter(rollout=locked,
                                                  state=RolloutTarget.State.ACTIVATED)
         agent_ids = list(activated.filter(agent__pin_rollout=locked)
@@ -347,91 +311,21 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
         if replacement is not None:
             Agent.objects.filter(pk__in=agent_ids, mode=Agent.Mode.MANUAL).update(
                 target_snapshot=replacement)
-        _pin(agent_ids, None, None)
+        pins_set(agent_ids, snapshot=None)
         activated.update(state=RolloutTarget.State.RELEASED)
         SnapshotQuarantine.objects.get_or_create(
             snapshot=locked.snapshot, defaults={"rollout": locked, "reason": reason})
-        locked.state, locked.finished_at = Rollout.State.ROLLED_BACK, timezone.now()
-        locked.rollback_snapshot, locked.reason = replacement, reason
-        locked.version += 1
-        locked.save(update_fields=["state", "finished_at", "rollback_snapshot", "reason",
-                                   "version"])
-        emit("rollout", environment_id=locked.environment_id, id=locked.pk)
-        audit_record(actor=actor, action="rollout.rollback", obj=locked,
-                     environment=locked.environment,
-                     summary=f"Rollout {locked.pk} rolled back"
-                             + (f" to #{replacement.number}" if replacement else "")
-                             + (f": {reason}" if reason else ""))
+        transition(locked, actor, Action.ROLLOUT_ROLLBACK,
+                    f"Rollout {locked.pk} rolled back"
+                    + (f" to #{replacement.number}" if replacement else "")
+                    + (f": {reason}" if reason else ""),
+                    state=Rollout.State.ROLLED_BACK, finished_at=timezone.now(),
+                    rollback_snapshot=replacement, reason=reason)
     logger.warning("rollout %s rolled back%s", locked.pk, f": {reason}" if reason else "")
     return locked
 
 
-def rollout_reconcile(*, rollout_id: int) -> str:
-    """Drive an active rollout by its automatic rules. Idempotent and safe to run
-    concurrently: it works under the rollout's row lock. Returns what it did."""
-    with transaction.atomic():
-        rollout = Rollout.objects.filter(pk=rollout_id).select_related("environment").first()
-        if rollout is None or not rollout.is_active:
-            return "idle"
-        locked_environment(rollout.environment_id)
-        rollout = _locked(rollout_id, None)
-        if not rollout.is_active:
-            return "idle"
-        if selectors.failures(rollout) <= rollout.failure_threshold:
-            # A paused rollout waits for an operator, but still rolls back on failures.
-            return _drive(rollout) if rollout.state == Rollout.State.RUNNING else "idle"
-        version = rollout.version
-    # Outside the lock: a rollback re-renders a snapshot and takes the locks itself.
-    try:
-        rollout_rollback(rollout=rollout, expected_version=version, actor=None,
-                         reason=f"more than {rollout.failure_threshold} target(s) failed")
-    except Conflict as exc:  # an operator (or another reconcile) acted first
-        return f"skipped: {exc.code}"
-    return "rolled_back"
-
-
-def _drive(rollout: Rollout) -> str:
-    """Advance an acknowledged, baked wave behind an automatic gate, or pause a wave
-    that timed out. Called with the rollout locked."""
-    wave = rollout.waves[rollout.current_wave]
-    evidence = selectors.wave_evidence(rollout)
-    now = timezone.now()
-    baked = now - rollout.wave_started_at >= timedelta(seconds=wave.get("bake_s", 0))
-    # Failures within the threshold are tolerated by an automatic gate.
-    settled = evidence.acknowledged and not (evidence.waiting or evidence.released
-                                             or evidence.changed)
-    if settled and wave.get("gate") == Rollout.Gate.AUTO and baked:
-        _advance(rollout, None, "acknowledged and baked")
-        return "advanced"
-    if now - rollout.wave_started_at > timedelta(seconds=rollout.wave_timeout_s):
-        rollout.state, rollout.version = Rollout.State.PAUSED, rollout.version + 1
-        blockers = "; ".join(f"{label}: {', '.join(names[:20])}" for label, names in (
-            ("waiting", evidence.waiting), ("changed", evidence.changed),
-            ("released", evidence.released), ("failed", evidence.failed)) if names)
-        rollout.reason = (f"wave {rollout.current_wave + 1} not acknowledged within "
-                          f"{rollout.wave_timeout_s}s ({blockers or 'waiting for a gate'})")
-        rollout.save(update_fields=["state", "version", "reason"])
-        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
-        audit_record(actor=None, action="rollout.pause", obj=rollout,
-                     environment=rollout.environment,
-                     summary=f"Rollout {rollout.pk} paused: {rollout.reason}")
-        return "paused"
-    return "waiting"
-
-
-def rollouts_reconcile() -> dict:
-    """Reconcile every running rollout (the beat task and embedded loop call this)."""
-    return {rollout_id: rollout_reconcile(rollout_id=rollout_id)
-            for rollout_id in Rollout.objects.filter(state__in=ACTIVE_STATES)
-            .values_list("pk", flat=True)}
-
-
-def rollout_report_received(*, environment_id: int) -> None:
-    """A report arrived: reconcile the environment's active rollout after commit."""
-    rollout = Rollout.objects.filter(environment_id=environment_id,
-                                     state__in=ACTIVE_STATES).first()
-    if rollout is not None:
-        _enqueue_reconcile(rollout)
+# --- pins and history ------------------------------------------------------------------
 
 
 def rollout_pin_release(*, agent: Agent, rollout: Rollout, expected_generation: int,
@@ -439,17 +333,17 @@ def rollout_pin_release(*, agent: Agent, rollout: Rollout, expected_generation: 
     """Release a rollout's pin on one agent. A released canary is abandoned: the
     wave can no longer be confirmed; a rollback leaves it alone."""
     with transaction.atomic():
-        locked_environment(agent.environment_id)
-        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        Environment.objects.lock(agent.environment_id)
+        locked = Agent.objects.lock(agent.pk)
         if locked.pin_rollout_id != rollout.pk:
             raise Conflict(f"{locked.name} is not pinned by rollout {rollout.pk}.",
                            code="not_pinned")
         check_generation(locked, expected_generation)
-        _pin([locked.pk], None, None)
+        pins_set([locked.pk], snapshot=None)
         RolloutTarget.objects.filter(rollout=rollout, agent=locked).update(
             state=RolloutTarget.State.RELEASED)
         emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
-        audit_record(actor=actor, action="rollout.release", obj=rollout,
+        audit_record(actor=actor, action=Action.ROLLOUT_RELEASE, obj=rollout,
                      environment=locked.environment,
                      summary=f"Released {locked.name} from rollout {rollout.pk}")
     locked.refresh_from_db()
@@ -459,7 +353,8 @@ def rollout_pin_release(*, agent: Agent, rollout: Rollout, expected_generation: 
 def rollout_delete(*, rollout: Rollout, actor) -> None:
     """Delete a finished rollout's history once none of its pins remain."""
     with transaction.atomic():
-        locked = _locked(rollout.pk, None)
+        Environment.objects.lock(rollout.environment_id)
+        locked = locked_rollout(rollout.pk, None)
         if locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}; finish it first.",
                            code="rollout_active")
@@ -468,7 +363,7 @@ def rollout_delete(*, rollout: Rollout, actor) -> None:
             raise Conflict(f"{pinned} agent(s) are still pinned by rollout {locked.pk}; "
                            "release them first.", code="pins_remain")
         emit("rollout", environment_id=locked.environment_id, id=locked.pk)
-        audit_record(actor=actor, action="rollout.delete", obj=locked,
+        audit_record(actor=actor, action=Action.ROLLOUT_DELETE, obj=locked,
                      environment=locked.environment,
                      summary=f"Deleted rollout {locked.pk} of #{locked.snapshot.number}")
         locked.delete()

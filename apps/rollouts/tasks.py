@@ -2,15 +2,15 @@
 
 from celery import shared_task
 
-from apps.rollouts import services
+from apps.rollouts import reconcile
 
 
 @shared_task(acks_late=True)  # reconcile is idempotent
 def rollout_reconcile_task(rollout_id: int) -> str:
-    return services.rollout_reconcile(rollout_id=rollout_id)
+    return reconcile.rollout_reconcile(rollout_id=rollout_id)
 
 
 @shared_task
 def rollouts_reconcile_task() -> dict:
     """Periodic (beat): advance, pause or roll back running rollouts."""
-    return services.rollouts_reconcile()
+    return reconcile.rollouts_reconcile()

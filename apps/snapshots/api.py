@@ -8,11 +8,13 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.audit.api import AuditEventSerializer
 from apps.core.api import error_response
 from apps.core.errors import NotFound
-from apps.core.views import EnvironmentAPIView
 from apps.environments.models import Environment
-from apps.snapshots import selectors, services
+from apps.environments.views import EnvironmentAPIView
+from apps.releases import services as releases
+from apps.snapshots import selectors
 from apps.snapshots.models import Publication, Snapshot
 from apps.tenancy.models import Role
 
@@ -177,7 +179,7 @@ class PublishApi(EnvironmentAPIView):
                                             202: PublicationSerializer},
                    summary="Render, validate and store a snapshot of the current config")
     def post(self, request, application, environment):
-        publication = services.snapshot_publish(
+        publication = releases.snapshot_publish(
             environment=self.environment(Role.DEPLOYER), actor=request.user
         )
         return publication_response(publication)
@@ -246,5 +248,34 @@ class SnapshotRollbackApi(EnvironmentAPIView):
         snapshot = selectors.snapshot_get(
             environment=self.environment(Role.DEPLOYER), number=number
         )
-        return publication_response(services.snapshot_rollback(snapshot=snapshot,
+        return publication_response(releases.snapshot_rollback(snapshot=snapshot,
                                                                actor=request.user))
+
+
+class PendingChangesSerializer(serializers.Serializer):
+    class PendingSnapshotSerializer(serializers.Serializer):
+        number = serializers.IntegerField()
+        label = serializers.CharField()
+
+    snapshot = PendingSnapshotSerializer(allow_null=True)
+    count = serializers.IntegerField()
+    events = AuditEventSerializer(many=True)
+    valid = serializers.BooleanField()
+    errors = ProblemSerializer(many=True)
+    files = FileDiffSerializer(many=True)
+
+
+class PendingChangesApi(EnvironmentAPIView):
+    @extend_schema(responses=PendingChangesSerializer,
+                   summary="Changes since the latest ready snapshot, and their diff")
+    def get(self, request, application, environment):
+        pending = selectors.pending_changes(self.environment())
+        snapshot = pending["snapshot"]
+        return Response({
+            "snapshot": {"number": snapshot.number, "label": snapshot.label} if snapshot else None,
+            "count": len(pending["events"]),
+            "events": AuditEventSerializer(pending["events"], many=True).data,
+            "valid": pending["valid"],
+            "errors": pending["errors"],
+            "files": pending["files"],
+        })

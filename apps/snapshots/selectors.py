@@ -1,13 +1,21 @@
-"""Reads about snapshots: the source to render, preview, lookups and diffs."""
+"""Reads about snapshots: the source to render, preview, lookups, diffs, stale
+publications and the changes waiting to roll out."""
 
+from datetime import timedelta
+
+from django.db.models import Count, Max, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.audit.models import AuditEvent
 from apps.core.errors import Conflict, NotFound, ValidationFailed
-from apps.environments.merge import merge
 from apps.environments.models import Environment
 from apps.environments.selectors import current_policy, environment_limits
-from apps.snapshots.diff import diff_files
-from apps.snapshots.models import Snapshot
-from apps.snapshots.rendering import SOURCE_FORMAT, Rendered, render_source
-from apps.snapshots.yamlconfig import load_config
+from apps.snapshots.models import Publication, Snapshot
+from configlang.diff import diff_files
+from configlang.merge import merge
+from configlang.rendering import SOURCE_FORMAT, Rendered, render_source
+from configlang.yamlconfig import load_config
 
 
 def render_source_for(environment: Environment) -> dict:
@@ -112,4 +120,68 @@ def descriptor_dry_run(environment: Environment, descriptor: dict) -> dict:
         "files": rendered.files,
         "diff": diff_files(active.files if active else [], rendered.files),
         "against": active.number if active else None,
+    }
+
+
+def stale_publication_ids(*, stale_after: timedelta = timedelta(minutes=5)) -> list:
+    """Publications still rendering after `stale_after`: their render was lost."""
+    return list(Publication.objects.filter(
+        state=Publication.State.RENDERING, created_at__lt=timezone.now() - stale_after
+    ).values_list("pk", flat=True))
+
+
+# --- pending changes ---------------------------------------------------------------
+
+
+def _pending_boundary():
+    """The audit id up to which an environment's latest ready snapshot holds every
+    input change, as an expression over Environment rows (0: nothing published).
+    Delimited by audit id, never by time: the newest request that produced or
+    matched that snapshot (a deduplicated publish confirms the snapshot holds
+    everything up to its own request)."""
+    def latest(environment):
+        return (Snapshot.objects.filter(environment=environment, state=Snapshot.State.READY)
+                .order_by("-number"))
+
+    confirmed = (Publication.objects
+                 .filter(snapshot=Subquery(latest(OuterRef(OuterRef("pk"))).values("pk")[:1]),
+                         state=Publication.State.READY)
+                 .order_by().values("snapshot").annotate(newest=Max("inputs_audit_id"))
+                 .values("newest"))
+    return Coalesce(Subquery(confirmed[:1]),
+                    Subquery(latest(OuterRef("pk")).values("inputs_audit_id")[:1]), 0)
+
+
+def with_pending_counts(environments):
+    """`environments` annotated with pending_count: how many input changes wait to
+    roll out (one query for any number of environments; nothing is rendered)."""
+    waiting = (AuditEvent.objects.render_inputs()
+               .filter(environment=OuterRef("pk"), id__gt=OuterRef("pending_boundary"))
+               .order_by().values("environment").annotate(n=Count("pk")).values("n"))
+    return (environments.annotate(pending_boundary=_pending_boundary())
+            .annotate(pending_count=Coalesce(Subquery(waiting), 0)))
+
+
+def pending_events(environment: Environment):
+    """The latest ready snapshot and the input changes it does not contain."""
+    boundary = (Environment.objects.filter(pk=environment.pk)
+                .annotate(boundary=_pending_boundary()).values_list("boundary", flat=True)
+                .get())
+    events = AuditEvent.objects.render_inputs().filter(environment=environment,
+                                                       id__gt=boundary)
+    return latest_ready_snapshot(environment), events
+
+
+def pending_changes(environment: Environment) -> dict:
+    """The pending events and the diff of rendering now against the latest snapshot."""
+    latest, events = pending_events(environment)
+    rendered = snapshot_preview(environment)
+    return {
+        "snapshot": latest,
+        "events": list(events.select_related("actor").order_by("id")),
+        "valid": rendered.is_valid,
+        "errors": [p.as_dict() for p in rendered.problems],
+        "files": diff_files(latest.files if latest else [], rendered.files)
+        if rendered.is_valid
+        else [],
     }

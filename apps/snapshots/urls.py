@@ -7,6 +7,7 @@ from apps.snapshots import api
 
 urlpatterns = [
     path(f"{ENV}/preview", api.PreviewApi.as_view(), name="environment-preview"),
+    path(f"{ENV}/pending", api.PendingChangesApi.as_view(), name="environment-pending"),
     path(f"{ENV}/publish", api.PublishApi.as_view(), name="environment-publish"),
     path(f"{ENV}/snapshots", api.SnapshotListApi.as_view(), name="snapshot-list"),
     path(SNAP, api.SnapshotDetailApi.as_view(), name="snapshot-detail"),

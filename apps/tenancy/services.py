@@ -5,8 +5,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from apps.audit.models import Action
 from apps.audit.services import audit_record
-from apps.core import tokens
+from apps.core import locks, tokens
 from apps.core.errors import Conflict, ValidationFailed
 from apps.tenancy.authentication import USER_TOKEN_PREFIX
 from apps.tenancy.models import ApiToken, Application, Membership, Role, Tenant
@@ -19,7 +20,7 @@ def tenant_create(*, name: str, slug: str, actor) -> Tenant:
         if Tenant.objects.filter(slug=slug).exists() or Tenant.objects.filter(name=name).exists():
             raise Conflict(f"Tenant {slug} already exists.")
         tenant.save()
-        audit_record(actor=actor, action="tenant.create", obj=tenant, tenant=tenant,
+        audit_record(actor=actor, action=Action.TENANT_CREATE, obj=tenant, tenant=tenant,
                      summary=f"Created tenant {name}")
     return tenant
 
@@ -43,7 +44,7 @@ def tenant_update(*, tenant: Tenant, actor, name: str | None = None,
     if "restrictions" in changes:
         check_restrictions(changes["restrictions"])
     with transaction.atomic():
-        locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        locked = locks.lock_one(Tenant.objects, pk=tenant.pk)
         changed = [f for f, v in changes.items() if getattr(locked, f) != v]
         if not changed:
             return locked
@@ -51,7 +52,7 @@ def tenant_update(*, tenant: Tenant, actor, name: str | None = None,
             setattr(locked, field, changes[field])
         locked.full_clean(validate_unique=False)
         locked.save(update_fields=changed)
-        audit_record(actor=actor, action="tenant.update", obj=locked, tenant=locked,
+        audit_record(actor=actor, action=Action.TENANT_UPDATE, obj=locked, tenant=locked,
                      summary=f"Changed {', '.join(changed)} of tenant {locked.name}",
                      data={"fields": changed})
     return locked
@@ -62,7 +63,8 @@ def membership_set(*, tenant: Tenant, user, role: str, actor) -> Membership:
     if role not in Role.values:
         raise ValidationFailed(f"role must be one of {', '.join(Role.values)}.")
     with transaction.atomic():
-        membership, created = Membership.objects.select_for_update().get_or_create(
+        locks.lock_one(Tenant.objects, pk=tenant.pk)  # memberships change under the tenant's
+        membership, created = Membership.objects.get_or_create(
             tenant=tenant, user=user, defaults={"role": role}
         )
         if not created and membership.role == role:
@@ -70,7 +72,7 @@ def membership_set(*, tenant: Tenant, user, role: str, actor) -> Membership:
         if not created:
             membership.role = role
             membership.save(update_fields=["role"])
-        audit_record(actor=actor, action="membership.set", obj=membership, tenant=tenant,
+        audit_record(actor=actor, action=Action.MEMBERSHIP_SET, obj=membership, tenant=tenant,
                      summary=f"{user.get_username()} is now {role} of {tenant.name}",
                      data={"user": user.get_username(), "role": role})
     return membership
@@ -78,7 +80,7 @@ def membership_set(*, tenant: Tenant, user, role: str, actor) -> Membership:
 
 def membership_remove(*, membership: Membership, actor) -> None:
     with transaction.atomic():
-        audit_record(actor=actor, action="membership.remove", obj=membership,
+        audit_record(actor=actor, action=Action.MEMBERSHIP_REMOVE, obj=membership,
                      tenant=membership.tenant,
                      summary=f"Removed {membership.user.get_username()} from "
                              f"{membership.tenant.name}")
@@ -92,19 +94,19 @@ def application_create(*, tenant: Tenant, name: str, description: str = "", acto
         if Application.objects.filter(name=name).exists():
             raise Conflict(f"Application {name} already exists.")
         application.save()
-        audit_record(actor=actor, action="application.create", obj=application, tenant=tenant,
+        audit_record(actor=actor, action=Action.APPLICATION_CREATE, obj=application, tenant=tenant,
                      summary=f"Created application {name} for {tenant.name}")
     return application
 
 
 def application_update(*, application: Application, description: str, actor) -> Application:
     with transaction.atomic():
-        locked = Application.objects.select_for_update().get(pk=application.pk)
+        locked = locks.lock_one(Application.objects, pk=application.pk)
         if locked.description == description:
             return locked
         locked.description = description
         locked.save(update_fields=["description"])
-        audit_record(actor=actor, action="application.update", obj=locked,
+        audit_record(actor=actor, action=Action.APPLICATION_UPDATE, obj=locked,
                      tenant=locked.tenant, summary=f"Changed application {locked.name}")
     return locked
 
@@ -121,18 +123,18 @@ def api_token_create(
             user=user, name=name, key=issued.key, secret_hash=issued.secret_hash,
             expires_at=expires_at,
         )
-        audit_record(actor=actor, action="api_token.create", obj=token,
+        audit_record(actor=actor, action=Action.API_TOKEN_CREATE, obj=token,
                      summary=f"Created API token {token.key} for {user.get_username()}")
     return token, issued.plaintext
 
 
 def api_token_revoke(*, token: ApiToken, actor) -> ApiToken:
     with transaction.atomic():
-        locked = ApiToken.objects.select_for_update().get(pk=token.pk)
+        locked = locks.lock_one(ApiToken.objects, pk=token.pk)
         if locked.revoked_at is not None:
             return locked
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at"])
-        audit_record(actor=actor, action="api_token.revoke", obj=locked,
+        audit_record(actor=actor, action=Action.API_TOKEN_REVOKE, obj=locked,
                      summary=f"Revoked API token {locked.key} of {locked.user.get_username()}")
     return locked

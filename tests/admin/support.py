@@ -4,9 +4,9 @@ import json
 import re
 
 from apps.environments.models import Environment
-from apps.environments.services import environment_update
+from apps.releases.publishing import publication_complete
+from apps.releases.services import environment_update, snapshot_publish
 from apps.snapshots.models import Snapshot
-from apps.snapshots.services import publication_render, snapshot_publish
 
 ENVIRONMENTS = "/admin/environments/environment/"
 SNAPSHOTS = "/admin/snapshots/snapshot/"
@@ -87,7 +87,7 @@ def environment_form(environment: Environment, *, templates: list[dict] | None =
 def publish(environment: Environment, actor) -> Snapshot:
     """Publish the environment's current inputs and render them now."""
     publication = snapshot_publish(environment=environment, actor=actor)
-    return publication_render(publication_id=str(publication.pk)).snapshot
+    return publication_complete(publication_id=str(publication.pk)).snapshot
 
 
 def publish_with_workers(environment: Environment, actor, workers: int) -> Snapshot:

@@ -6,8 +6,9 @@ import pytest
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.fleet.enrollment import agent_enroll, enrollment_token_create
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
-from apps.fleet.services import agent_enroll, agent_pin, enrollment_token_create
+from apps.releases.services import agent_pin
 from apps.snapshots.models import Snapshot
 from tests.admin.support import listed, messages_of, publish
 

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.environments.services import environment_update
-from apps.fleet.services import agent_enroll, enrollment_token_create
+from apps.fleet.enrollment import agent_enroll, enrollment_token_create
+from apps.releases.services import environment_update
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import rollout_create
 from tests.admin.support import listed, messages_of, publish, publish_with_workers

@@ -5,7 +5,7 @@ import html
 import pytest
 
 from apps.audit.models import AuditEvent
-from apps.environments.services import environment_update
+from apps.releases.services import environment_update
 from apps.snapshots.models import Snapshot
 from tests.admin.support import AUDIT_EVENTS, SNAPSHOTS, change_url, listed, publish
 

@@ -2,9 +2,9 @@
 
 import re
 
-from apps.environments.services import environment_update
+from apps.releases.publishing import publication_complete
+from apps.releases.services import environment_update, snapshot_publish
 from apps.snapshots.models import Snapshot
-from apps.snapshots.services import publication_render, snapshot_publish
 
 ENV = "/api/v1/environments/shop/prod"
 OTHER_ENV = "/api/v1/environments/blog/prod"
@@ -12,7 +12,7 @@ MISSING_ENV = "/api/v1/environments/nosuch/prod"
 
 
 def assert_error(response, status: int, code: str | None = None) -> dict:
-    """The body is exactly the DESIGN.md envelope {"error": {"code", "message", ...}}
+    """The body is exactly the error envelope (docs/design.md) {"error": {"code", "message", ...}}
     with `status` (and `code`); `details` when present is a list."""
     assert response.status_code == status, (response.status_code, response.content[:500])
     assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
@@ -30,7 +30,7 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
 def publish(environment, actor) -> Snapshot:
     """Publish the environment's current inputs and render them now (no API, no on_commit)."""
     publication = snapshot_publish(environment=environment, actor=actor)
-    return publication_render(publication_id=str(publication.pk)).snapshot
+    return publication_complete(publication_id=str(publication.pk)).snapshot
 
 
 def publish_variant(environment, actor, workers: int) -> Snapshot:

@@ -1,5 +1,5 @@
 """POST /api/v1/descriptors: an app team's descriptor merged with the platform policy,
-the environment's config and the tenant's restrictions, then published (seed 002).
+the environment's config and the tenant's restrictions, then published.
 
 A submission publishes through transaction.on_commit, which never comes inside the
 default test transaction: tests that expect the finished snapshot use transaction=True.
@@ -13,14 +13,10 @@ from django.test import override_settings
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import Descriptor
-from apps.environments.services import (
-    environment_create,
-    environment_file_put,
-    environment_update,
-    policy_publish,
-)
+from apps.environments.services import environment_create, environment_file_put, policy_publish
+from apps.releases.publishing import publication_complete
+from apps.releases.services import environment_update, snapshot_rollback
 from apps.snapshots.models import Publication, Snapshot
-from apps.snapshots.services import publication_render, snapshot_rollback
 from apps.tenancy.models import Tenant
 from tests.api.support import ENV, assert_error, publish
 from tests.conftest import CONFIG
@@ -589,7 +585,7 @@ def test_rollback_re_renders_a_descriptor_snapshot_from_its_frozen_layers(
     assert changed.files != made.files
 
     publication = snapshot_rollback(snapshot=made, actor=superuser)
-    rolled_back = publication_render(publication_id=str(publication.pk)).snapshot
+    rolled_back = publication_complete(publication_id=str(publication.pk)).snapshot
 
     assert rolled_back.number == 3 and rolled_back.rolled_back_from == made
     assert rolled_back.state == "ready"

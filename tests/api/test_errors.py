@@ -1,4 +1,4 @@
-"""Every API error leaves as the DESIGN.md envelope, with the right status."""
+"""Every API error leaves as the error envelope of docs/design.md, with the right status."""
 
 import pytest
 from django.test import override_settings

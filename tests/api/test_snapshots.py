@@ -10,9 +10,10 @@ import uuid
 import pytest
 
 from apps.audit.models import AuditEvent
-from apps.environments.services import environment_file_put, environment_update
+from apps.environments.services import environment_file_put
+from apps.releases.services import environment_update
+from apps.releases.tasks import publication_render_task
 from apps.snapshots.models import Publication, Snapshot
-from apps.snapshots.tasks import publication_render_task
 from tests.api.support import ENV, assert_error, publish, publish_variant
 
 transactional = pytest.mark.django_db(transaction=True)

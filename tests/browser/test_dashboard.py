@@ -23,7 +23,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from apps.environments.services import environment_update, policy_publish
+from apps.environments.services import policy_publish
+from apps.releases.services import environment_update
 from apps.tenancy.models import Role
 from tests.e2e.harness import wait_for, wait_in_sync
 

@@ -12,14 +12,11 @@ import pytest
 from django.db import connection
 
 from apps.environments.models import Environment
-from apps.environments.services import (
-    environment_file_delete,
-    environment_file_put,
-    environment_update,
-)
+from apps.environments.services import environment_file_delete, environment_file_put
+from apps.releases.publishing import publication_complete
+from apps.releases.services import environment_update
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import render_source_for
-from apps.snapshots.services import publication_render
 from tests.conftest import CONFIG
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -61,7 +58,7 @@ def _render_concurrently(publications: list[Publication]) -> dict[str, Publicati
     def render(publication_id: str) -> Publication:
         try:
             barrier.wait(timeout=TIMEOUT_S)
-            return publication_render(publication_id=publication_id)
+            return publication_complete(publication_id=publication_id)
         finally:
             connection.close()
 
@@ -128,13 +125,13 @@ def test_invalid_concurrent_renders_consume_numbers_and_none_is_reused(environme
 
     # The next publication continues after the invalid numbers, never filling a gap.
     after = _capture_distinct(environment, superuser, 1, first_workers=1000)[0]
-    assert publication_render(publication_id=str(after.pk)).snapshot.number == THREADS + 1
+    assert publication_complete(publication_id=str(after.pk)).snapshot.number == THREADS + 1
 
 
 def test_concurrent_renders_of_identical_content_reuse_the_existing_snapshot(
     environment, superuser
 ):
-    existing = publication_render(
+    existing = publication_complete(
         publication_id=str(_capture(environment, superuser).pk)
     ).snapshot
     assert existing.number == 1 and existing.state == Snapshot.State.READY

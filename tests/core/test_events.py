@@ -18,7 +18,7 @@ from django.db import transaction
 from apps.core import events
 from apps.core.events import emit, emit_session_end, environment_group, user_group
 from apps.environments.models import Environment
-from apps.environments.services import environment_update
+from apps.releases.services import environment_update
 
 QUIET_S = 0.5
 

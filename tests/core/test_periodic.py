@@ -6,12 +6,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.releases.tasks import publication_reconcile_task
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import render_source_for
-from apps.snapshots.services import publication_reconcile
 from project.embedded import run_due, start_periodic_loop
 
-RECONCILE = {"reconcile": {"task": "apps.snapshots.tasks.publication_reconcile_task",
+RECONCILE = {"reconcile": {"task": "apps.releases.tasks.publication_reconcile_task",
                            "schedule": 60.0}}
 
 
@@ -26,7 +26,7 @@ def _stuck_publication(environment, age: timedelta) -> Publication:
 def test_reconcile_renders_a_publication_whose_render_was_lost(environment):
     publication = _stuck_publication(environment, timedelta(minutes=10))
 
-    assert publication_reconcile() == 1
+    assert publication_reconcile_task() == 1
 
     publication.refresh_from_db()
     assert publication.state == "ready"
@@ -36,7 +36,7 @@ def test_reconcile_renders_a_publication_whose_render_was_lost(environment):
 def test_reconcile_leaves_recent_publications_alone(environment):
     publication = _stuck_publication(environment, timedelta(seconds=30))
 
-    assert publication_reconcile() == 0
+    assert publication_reconcile_task() == 0
 
     publication.refresh_from_db()
     assert publication.state == "rendering"
@@ -53,7 +53,7 @@ def test_run_due_runs_each_entry_once_per_interval(environment):
 
 
 def test_run_due_survives_a_failing_task():
-    schedule = {"broken": {"task": "apps.snapshots.tasks.publication_render_task",
+    schedule = {"broken": {"task": "apps.releases.tasks.publication_render_task",
                            "schedule": 1.0, "args": ("not-a-uuid",)}}
     assert run_due(schedule, {}, now=0.0) == ["broken"]
 

@@ -19,9 +19,11 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.environments.models import Environment
-from apps.environments.services import environment_create, environment_update
+from apps.environments.services import environment_create
+from apps.fleet import enrollment
 from apps.fleet import services as fleet
-from apps.snapshots.services import snapshot_publish
+from apps.releases import services as releases
+from apps.releases.services import environment_update, snapshot_publish
 from apps.tenancy.models import Membership
 from apps.tenancy.services import membership_remove, membership_set
 from tests.api.support import publish
@@ -149,10 +151,10 @@ def staging(application, superuser) -> Environment:
 
 @pytest.fixture
 def enrolled(environment, superuser):
-    _, secret = fleet.enrollment_token_create(
+    _, secret = enrollment.enrollment_token_create(
         environment=environment, max_uses=1, actor=superuser,
         expires_at=timezone.now() + timedelta(hours=1))
-    agent, _ = fleet.agent_enroll(enrollment_token=secret, name="web-1", labels={})
+    agent, _ = enrollment.agent_enroll(enrollment_token=secret, name="web-1", labels={})
     return agent
 
 
@@ -336,7 +338,7 @@ async def test_deployment_event_carries_ids_and_not_the_report_message(
     ws, _ = await live(await session_of(viewer))
 
     deployment, created = await run(
-        fleet.report_record, agent=enrolled, deployment_id=None, number=first.number,
+        releases.report_intake, agent=enrolled, deployment_id=None, number=first.number,
         checksum=first.checksum, status="failed", message=f"disk full: {SECRET}")
 
     assert created

@@ -22,14 +22,11 @@ from django.urls import reverse
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import Descriptor, Environment
-from apps.environments.services import (
-    environment_create,
-    environment_file_put,
-    environment_update,
-    policy_publish,
-)
+from apps.environments.services import environment_create, environment_file_put, policy_publish
 from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
+from apps.releases import services as releases
+from apps.releases.services import environment_update
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.models import Publication, Snapshot
 from tests.conftest import CONFIG
@@ -1294,7 +1291,7 @@ def _mixed_fleet(environment, count: int, first: Snapshot, second: Snapshot, act
         elif kind == 3:
             fleet_services.agent_update(agent=node.agent, actor=actor, mode="manual")
         elif kind == 4:
-            fleet_services.agent_pin(agent=node.agent, snapshot=second, actor=actor,
+            releases.agent_pin(agent=node.agent, snapshot=second, actor=actor,
                                      expected_generation=node.fresh().generation)
         if kind != 5:
             poll(node.client)
@@ -1427,7 +1424,7 @@ def test_the_overview_counts_each_agent_as_its_row_in_the_agents_table_shows_it(
 
 def test_agents_pinned_by_an_operator_offer_no_push_it_would_refuse(
         second, nodes, superuser, as_deployer):
-    fleet_services.agent_pin(agent=nodes[0].agent, snapshot=second, actor=superuser,
+    releases.agent_pin(agent=nodes[0].agent, snapshot=second, actor=superuser,
                              expected_generation=nodes[0].fresh().generation)
 
     html = text(as_deployer.get(url("environment")))

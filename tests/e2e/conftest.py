@@ -23,9 +23,9 @@ from apps.environments.services import (
     environment_create,
     environment_file_delete,
     environment_file_put,
-    environment_update,
 )
-from apps.fleet.services import enrollment_token_create
+from apps.fleet.enrollment import enrollment_token_create
+from apps.releases.services import environment_update
 from apps.tenancy.models import Role
 from apps.tenancy.services import api_token_create, membership_set
 from tests.e2e.harness import (

@@ -35,7 +35,7 @@ pytestmark = [
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 WORKER_READY_TIMEOUT_S = 60
 RENDER_TIMEOUT_S = 30
-TASK = re.escape("apps.snapshots.tasks.publication_render_task")
+TASK = re.escape("apps.releases.tasks.publication_render_task")
 
 
 def _test_database_url() -> str:

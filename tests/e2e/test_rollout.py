@@ -24,7 +24,7 @@ import pytest
 from django.db import connection
 
 from apps.environments.models import Environment
-from apps.environments.services import environment_update
+from apps.releases.services import environment_update
 from apps.tenancy.models import Role
 from apps.tenancy.services import api_token_create, membership_set
 from tests.e2e.harness import Api, shared_database_url, wait_for, wait_in_sync

@@ -11,8 +11,8 @@ from apps.environments.services import (
     environment_create,
     environment_file_delete,
     environment_file_put,
-    environment_update,
 )
+from apps.releases.services import environment_update
 from apps.tenancy.models import Role
 from tests.conftest import CONFIG, NGINX_TEMPLATE
 
@@ -119,13 +119,14 @@ def test_update_saves_and_audits_only_the_changed_fields(environment, superuser)
     assert "config" in event.summary
 
 
-def test_update_of_several_fields_audits_them_in_one_event(environment, superuser):
+def test_update_of_several_fields_audits_inputs_and_settings_apart(environment, superuser):
     before = last_event_id()
     environment_update(environment=environment, actor=superuser, poll_interval_s=60,
-                       config_schema={"type": "object"})
-    [(action, data)] = events(environment, since=before)
-    assert action == "environment.update"
-    assert sorted(data["fields"]) == ["config_schema", "poll_interval_s"]
+                       config_schema={"type": "object"}, require_activation=True)
+    assert sorted(events(environment, since=before)) == [
+        ("environment.settings", {"fields": ["poll_interval_s", "require_activation"]}),
+        ("environment.update", {"fields": ["config_schema"]}),
+    ]
     stored = fresh(environment)
     assert (stored.poll_interval_s, stored.config_schema) == (60, {"type": "object"})
 
@@ -364,3 +365,14 @@ def test_anonymous_user_sees_nothing(environment, outsider):
 
 def test_user_without_membership_or_ownership_sees_nothing(environment, make_user):
     assert visible(make_user("nobody")) == []
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#/$defs/nope"},
+    {"$ref": "http://127.0.0.1:1/s.json"},
+    {"description": "a\u0000b"},
+])
+def test_saving_a_schema_that_cannot_be_used_is_refused(environment, superuser, schema):
+    with pytest.raises(ValidationFailed) as refused:
+        environment_update(environment=environment, actor=superuser, config_schema=schema)
+    assert refused.value.code == "schema_invalid"

@@ -9,7 +9,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from apps.environments.models import Environment
-from apps.fleet import services
+from apps.fleet import enrollment, services
 from apps.fleet.models import Agent, EnrollmentToken
 from apps.snapshots.models import Snapshot
 from tests.fleet.support import bearer, publish
@@ -42,7 +42,7 @@ def enrollment_token(environment, superuser):
     """enrollment_token(uses=1, env=None) -> (EnrollmentToken, secret)."""
 
     def make(uses: int = 1, env=None) -> tuple[EnrollmentToken, str]:
-        return services.enrollment_token_create(
+        return enrollment.enrollment_token_create(
             environment=env or environment, max_uses=uses,
             expires_at=timezone.now() + timedelta(hours=1), actor=superuser,
         )
@@ -56,7 +56,7 @@ def enroll(enrollment_token, superuser):
 
     def make(name: str = "web-1", mode: str = "auto_pull", env=None, labels=None) -> Enrolled:
         _, secret = enrollment_token(env=env)
-        agent, token = services.agent_enroll(enrollment_token=secret, name=name,
+        agent, token = enrollment.agent_enroll(enrollment_token=secret, name=name,
                                              labels=labels or {})
         if mode != agent.mode:
             agent = services.agent_update(agent=agent, actor=superuser, mode=mode)

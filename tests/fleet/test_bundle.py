@@ -5,10 +5,11 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from apps.environments.services import environment_file_put, environment_update
+from apps.environments.services import environment_file_put
+from apps.releases.publishing import publication_abandon
+from apps.releases.services import environment_update, snapshot_publish
 from apps.snapshots.models import Snapshot
-from apps.snapshots.rendering import content_checksum
-from apps.snapshots.services import publication_fail, snapshot_publish
+from configlang.rendering import content_checksum
 from tests.fleet.support import assert_error, bundle_url, publish, publish_variant
 
 
@@ -105,7 +106,7 @@ def test_another_environments_snapshot_is_404(enroll, first, blog, superuser):
 
 def test_invalid_snapshot_is_404(enroll, first, environment, superuser):
     publication = snapshot_publish(environment=environment, actor=superuser)
-    invalid = publication_fail(publication_id=str(publication.pk), reason="test").snapshot
+    invalid = publication_abandon(publication_id=str(publication.pk), reason="test").snapshot
     assert (invalid.number, invalid.state) == (2, "invalid")
 
     response = enroll().client.get(bundle_url(2))

@@ -12,8 +12,9 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError
-from apps.fleet import services
+from apps.fleet import enrollment
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
+from apps.releases import services as releases
 from tests.fleet.support import publish
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -41,7 +42,7 @@ def _race(calls) -> list:
 
 
 def _token(environment, superuser, uses: int) -> str:
-    _, secret = services.enrollment_token_create(
+    _, secret = enrollment.enrollment_token_create(
         environment=environment, max_uses=uses, actor=superuser,
         expires_at=timezone.now() + timedelta(hours=1))
     return secret
@@ -51,7 +52,7 @@ def test_concurrent_enrollments_never_exceed_max_uses(environment, superuser):
     secret = _token(environment, superuser, uses=3)
 
     outcomes = _race([
-        (lambda i=i: services.agent_enroll(enrollment_token=secret, name=f"web-{i}",
+        (lambda i=i: enrollment.agent_enroll(enrollment_token=secret, name=f"web-{i}",
                                            labels={}))
         for i in range(THREADS)
     ])
@@ -69,7 +70,7 @@ def test_concurrent_enrollments_of_one_name_with_different_tokens_are_409_not_50
     secrets = [_token(environment, superuser, uses=1) for _ in range(THREADS)]
 
     outcomes = _race([
-        (lambda s=s: services.agent_enroll(enrollment_token=s, name="web-1", labels={}))
+        (lambda s=s: enrollment.agent_enroll(enrollment_token=s, name="web-1", labels={}))
         for s in secrets
     ])
 
@@ -81,11 +82,11 @@ def test_concurrent_enrollments_of_one_name_with_different_tokens_are_409_not_50
 
 def test_concurrent_identical_pull_reports_record_one_deployment(environment, superuser):
     snapshot = publish(environment, superuser)
-    agent, _ = services.agent_enroll(enrollment_token=_token(environment, superuser, 1),
+    agent, _ = enrollment.agent_enroll(enrollment_token=_token(environment, superuser, 1),
                                      name="web-1", labels={})
 
     outcomes = _race([
-        (lambda: services.report_record(agent=agent, deployment_id=None,
+        (lambda: releases.report_intake(agent=agent, deployment_id=None,
                                         number=snapshot.number, checksum=snapshot.checksum,
                                         status="succeeded", message="ok"))
         for _ in range(THREADS)

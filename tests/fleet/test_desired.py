@@ -11,10 +11,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-from apps.environments.services import environment_update
 from apps.fleet import cache as fleet_cache
-from apps.fleet import services
+from apps.fleet import enrollment, services
 from apps.fleet.models import Agent
+from apps.releases import services as releases
+from apps.releases.services import environment_update
 from tests.fleet.support import (
     AGENTS,
     agent_url,
@@ -310,7 +311,7 @@ def test_revoked_token_is_refused_on_its_next_poll_even_from_a_warm_cache(
 
 def test_revoked_token_is_refused_when_nothing_was_cached(enroll, first, superuser):
     agent = enroll()
-    services.agent_token_revoke(agent=agent.agent, actor=superuser)
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
 
     assert_error(poll(agent.client), 401, "authentication_failed")
 
@@ -427,7 +428,7 @@ def test_polling_works_from_the_database_when_the_cache_is_down(enroll, first):
 
 def test_revoked_token_is_refused_when_the_cache_is_down(enroll, first, superuser):
     agent = enroll()
-    services.agent_token_revoke(agent=agent.agent, actor=superuser)
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
 
     with override_settings(CACHES=CACHE_DOWN):
         response = poll(agent.client)
@@ -441,7 +442,7 @@ def test_changes_commit_when_the_cache_is_down(enroll, first, superuser,
 
     with override_settings(CACHES=CACHE_DOWN):
         with django_capture_on_commit_callbacks(execute=True):
-            deployments = services.snapshot_deploy(snapshot=first,
+            deployments = releases.snapshot_deploy(snapshot=first,
                                                    agent_ids=[agent.agent.pk], actor=superuser)
         response = poll(agent.client)
 

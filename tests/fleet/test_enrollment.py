@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.fleet import services
+from apps.fleet import enrollment
 from apps.fleet.models import Agent, EnrollmentToken
 from tests.fleet.support import DESIRED, ENROLL, REPORTS, assert_error, bearer, bundle_url
 
@@ -107,7 +107,7 @@ def _expired(token_row, secret):
 
 
 def _revoked(token_row, secret):
-    services.enrollment_token_revoke(token=token_row, actor=None)
+    enrollment.enrollment_token_revoke(token=token_row, actor=None)
     return secret
 
 

@@ -3,8 +3,9 @@
 import pytest
 
 from apps.core.errors import Conflict
-from apps.environments.services import environment_update
 from apps.fleet import services
+from apps.releases import services as releases
+from apps.releases.services import environment_update
 from tests.fleet.support import (
     agent_url,
     poll,
@@ -18,7 +19,7 @@ def test_push_bumps_the_generation(enroll, first, superuser):
     agent = enroll(mode="manual")
     before = agent.fresh().generation
 
-    services.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk], actor=superuser)
+    releases.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk], actor=superuser)
 
     assert agent.fresh().generation == before + 1
 
@@ -62,7 +63,7 @@ def test_explicit_activation_bumps_auto_pull_agents(enroll, environment, superus
     snapshot = publish(gated, superuser)
     before = agent.fresh().generation
 
-    services.snapshot_activate(snapshot=snapshot, actor=superuser)
+    releases.snapshot_activate(snapshot=snapshot, actor=superuser)
 
     assert agent.fresh().generation == before + 1
 
@@ -85,6 +86,6 @@ def test_refused_push_leaves_the_generation(enroll, first, environment, superuse
     before = agent.fresh().generation
 
     with pytest.raises(Conflict):
-        services.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk], actor=superuser)
+        releases.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk], actor=superuser)
 
     assert agent.fresh().generation == before

@@ -12,8 +12,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.fleet import cache as fleet_cache
-from apps.fleet import services
 from apps.fleet.models import Agent, EnrollmentToken
+from apps.releases import services as releases
 from apps.tenancy.models import ROLE_RANK, Role
 from tests.fleet.support import (
     AGENTS,
@@ -235,7 +235,7 @@ def test_agents_list_runs_the_same_queries_for_one_or_many_agents(client_for, en
         more = enroll(f"web-{i}", mode="manual" if i % 2 else "auto_pull")
         report(more.client, first)
         poll(more.client)
-    services.snapshot_deploy(snapshot=first, agent_ids=[], actor=superuser)
+    releases.snapshot_deploy(snapshot=first, agent_ids=[], actor=superuser)
 
     with CaptureQueriesContext(connection) as many:
         assert viewer.get(AGENTS).json()["count"] == 6
@@ -381,7 +381,7 @@ def test_agent_deployments_lists_pushes_and_pulls_newest_first(client_for, enrol
                                                                superuser):
     agent, other = enroll("web-1"), enroll("web-2")
     report(agent.client, first, status="failed", message="x")
-    [pushed] = services.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk],
+    [pushed] = releases.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk],
                                         actor=superuser)
     report(other.client, first)
 

@@ -1,16 +1,11 @@
-"""Push deploys, modes, supersede rules and explicit activation (seed 000_)."""
+"""Push deploys, modes, supersede rules and explicit activation."""
 
 import pytest
 
-from apps.environments.services import environment_update
 from apps.fleet import services
 from apps.fleet.models import Deployment
-from apps.snapshots.services import (
-    publication_fail,
-    publication_render,
-    snapshot_publish,
-    snapshot_rollback,
-)
+from apps.releases.publishing import publication_abandon, publication_complete
+from apps.releases.services import environment_update, snapshot_publish, snapshot_rollback
 from tests.fleet.support import (
     activate_url,
     agent_url,
@@ -197,7 +192,7 @@ def test_push_of_an_unknown_snapshot_is_404(deployer, enroll, first):
 def test_push_of_an_invalid_snapshot_is_409(deployer, enroll, first, environment, superuser):
     manual = enroll(mode="manual")
     publication = snapshot_publish(environment=environment, actor=superuser)
-    publication_fail(publication_id=str(publication.pk), reason="test")
+    publication_abandon(publication_id=str(publication.pk), reason="test")
 
     response = _push(deployer, 2, [manual])
 
@@ -368,7 +363,7 @@ def test_activation_by_an_outsider_is_404(gated, superuser, api_client, outsider
 
 def test_activating_an_invalid_snapshot_is_409(gated, superuser, deployer):
     publication = snapshot_publish(environment=gated, actor=superuser)
-    publication_fail(publication_id=str(publication.pk), reason="test")
+    publication_abandon(publication_id=str(publication.pk), reason="test")
 
     assert_error(deployer.post(activate_url(1)), 409, "not_ready")
 
@@ -382,7 +377,7 @@ def test_activating_an_unknown_snapshot_is_404(gated, deployer):
 
 def _roll_back_to(snapshot, actor):
     publication = snapshot_rollback(snapshot=snapshot, actor=actor)
-    return publication_render(publication_id=str(publication.pk)).snapshot
+    return publication_complete(publication_id=str(publication.pk)).snapshot
 
 
 def test_auto_pull_agents_follow_a_rollback_at_a_higher_number(enroll, first, environment,

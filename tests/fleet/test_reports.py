@@ -5,9 +5,10 @@ import uuid
 
 import pytest
 
-from apps.fleet import services
 from apps.fleet.models import Agent, Deployment
-from apps.snapshots.services import publication_fail, snapshot_publish
+from apps.releases import services as releases
+from apps.releases.publishing import publication_abandon
+from apps.releases.services import snapshot_publish
 from tests.fleet.support import (
     REPORTS,
     agent_url,
@@ -30,7 +31,7 @@ def pushed(enroll, first, superuser):
 
     def make():
         agent = enroll(mode="manual")
-        [deployment] = services.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk],
+        [deployment] = releases.snapshot_deploy(snapshot=first, agent_ids=[agent.agent.pk],
                                                 actor=superuser)
         return agent, deployment
 
@@ -213,7 +214,7 @@ def test_late_report_overwrites_superseded_with_the_real_result(pushed, first, e
                                                                 superuser):
     agent, older = pushed()
     second = publish_variant(environment, superuser, workers=8)
-    services.snapshot_deploy(snapshot=second, agent_ids=[agent.agent.pk], actor=superuser)
+    releases.snapshot_deploy(snapshot=second, agent_ids=[agent.agent.pk], actor=superuser)
     older.refresh_from_db()
     assert older.state == "superseded"
 
@@ -251,7 +252,7 @@ def test_unknown_snapshot_number_is_400(enroll, first):
 def test_invalid_snapshot_number_is_400(enroll, first, environment, superuser):
     agent = enroll()
     publication = snapshot_publish(environment=environment, actor=superuser)
-    invalid = publication_fail(publication_id=str(publication.pk), reason="test").snapshot
+    invalid = publication_abandon(publication_id=str(publication.pk), reason="test").snapshot
 
     response = report(agent.client, invalid, checksum=first.checksum)
 

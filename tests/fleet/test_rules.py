@@ -4,7 +4,7 @@ disabled agents left out of pushes."""
 
 import pytest
 
-from apps.fleet import selectors, services
+from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, Deployment
 from tests.fleet.support import (
     agent_url,
@@ -37,7 +37,7 @@ def test_a_revoked_token_makes_its_stored_answer_stale(enroll, first, superuser)
     agent = enroll()
     etag = poll(bearer(agent.token))["ETag"]
 
-    services.agent_token_revoke(agent=agent.agent, actor=superuser)
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
 
     assert not selectors.poll_state_current(agent.agent.pk, token_key=agent.agent.token_key,
                                             etag=etag)

@@ -4,7 +4,7 @@ whose #2 is ready but not activated, enrolled agents, and operator clients."""
 import pytest
 from django.core.cache import cache
 
-from apps.environments.services import environment_update
+from apps.releases.services import environment_update
 from tests.fleet.support import publish, publish_variant
 from tests.rollouts.support import enroll_many, staged_environment
 

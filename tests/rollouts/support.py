@@ -7,14 +7,12 @@ from itertools import count
 
 from django.utils import timezone
 
-from apps.environments.services import (
-    environment_create,
-    environment_file_put,
-    environment_update,
-)
-from apps.fleet import services as fleet
+from apps.environments.services import environment_create, environment_file_put
+from apps.fleet import enrollment
 from apps.fleet.models import Agent
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
+from apps.releases import services as releases
+from apps.releases.services import environment_update
 from apps.rollouts import services
 from apps.rollouts.models import Rollout, RolloutTarget
 from tests.conftest import APP_TEMPLATE, CONFIG
@@ -79,12 +77,12 @@ def staged_environment(application, name: str, actor, *, slow_render: bool = Fal
 
 def enroll_many(environment, number: int, *, prefix: str = "web", labels=None,
                 start: int = 1) -> list[Node]:
-    _, secret = fleet.enrollment_token_create(
+    _, secret = enrollment.enrollment_token_create(
         environment=environment, max_uses=number, actor=None,
         expires_at=timezone.now() + timedelta(hours=1))
     nodes = []
     for index in range(start, start + number):
-        agent, token = fleet.agent_enroll(enrollment_token=secret, name=f"{prefix}-{index}",
+        agent, token = enrollment.agent_enroll(enrollment_token=secret, name=f"{prefix}-{index}",
                                           labels=dict(labels or {}))
         nodes.append(Node(agent, token))
     return nodes
@@ -94,7 +92,7 @@ def ack(node_or_agent, snapshot, status: str = "succeeded", message: str | None 
     """The agent reports `snapshot` (exact number and checksum) with `status`. Every
     call carries a new message, so it is never taken for a duplicate."""
     agent = getattr(node_or_agent, "agent", node_or_agent)
-    return fleet.report_record(
+    return releases.report_intake(
         agent=agent, deployment_id=None, number=snapshot.number, checksum=snapshot.checksum,
         status=status, message=message if message is not None else f"report {next(_messages)}")
 

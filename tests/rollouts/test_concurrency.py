@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
 from apps.environments.models import Environment
-from apps.rollouts import services
+from apps.rollouts import reconcile, services
 from apps.rollouts.models import Rollout, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
 from tests.rollouts.support import ack, enroll_many, fresh, staged_environment, start
@@ -231,7 +231,7 @@ def test_concurrent_reconciles_advance_an_acknowledged_wave_once(application, su
         wave_started_at=timezone.now() - timedelta(seconds=61))
     version = fresh(rollout).version
 
-    outcomes = _race([lambda: services.rollout_reconcile(rollout_id=rollout.pk)] * 4)
+    outcomes = _race([lambda: reconcile.rollout_reconcile(rollout_id=rollout.pk)] * 4)
 
     assert not [o for o in outcomes if isinstance(o, ApplicationError)], outcomes
     assert sorted(outcomes) == ["advanced", "waiting", "waiting", "waiting"]

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.fleet.models import Agent, Deployment
-from apps.rollouts import services
+from apps.rollouts import reconcile, services
 from apps.rollouts.models import Rollout, RolloutTarget
 from tests.rollouts.support import ack, confirm, fresh
 
@@ -69,7 +69,7 @@ def _transitions(environment, snapshot, count: int, prefix: str,
 
     ack(Agent.objects.get(pk=ids[0]), snapshot)
     with django_assert_max_num_queries(TRANSITION_MAX_QUERIES) as reconciled:
-        assert services.rollout_reconcile(rollout_id=rollout.pk) == "advanced"
+        assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "advanced"
     assert RolloutTarget.objects.filter(rollout=rollout, state="activated").count() == (
         1 + count // 10)
 

@@ -14,10 +14,11 @@ from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.core.errors import Conflict, NotFound, ValidationFailed
-from apps.environments.services import environment_update
 from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
-from apps.rollouts import selectors, services
+from apps.releases import services as releases
+from apps.releases.services import environment_update
+from apps.rollouts import reconcile, selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
 from tests.fleet.support import poll, publish_variant
@@ -118,7 +119,7 @@ def test_each_target_is_frozen_on_what_it_desired_itself(environment, first, sec
                                                          superuser):
     web1, web2, manual = fleet(3)
     _manual(manual, superuser)
-    fleet_services.snapshot_deploy(snapshot=second, agent_ids=[manual.pk], actor=superuser)
+    releases.snapshot_deploy(snapshot=second, agent_ids=[manual.pk], actor=superuser)
     assert manual.desired_number() == 2
     third = publish_third(environment, superuser)
 
@@ -183,7 +184,7 @@ def test_a_target_of_another_environment_is_not_found(environment, second, fleet
 def test_an_agent_pinned_by_an_operator_is_refused(environment, first, second, fleet,
                                                    superuser):
     web1, web2 = fleet(2)
-    fleet_services.agent_pin(agent=web2.agent, snapshot=first, actor=superuser,
+    releases.agent_pin(agent=web2.agent, snapshot=first, actor=superuser,
                              expected_generation=web2.fresh().generation)
     generations = _generations([web1, web2])
 
@@ -368,7 +369,7 @@ def test_more_finished_rollouts_than_the_bound_are_refused_until_one_is_deleted(
     web1, = fleet(1)
     done = start(environment, second, [web1], canary_gate="auto")
     ack(web1, second)
-    assert services.rollout_reconcile(rollout_id=done.pk) == "advanced"
+    assert reconcile.rollout_reconcile(rollout_id=done.pk) == "advanced"
     assert fresh(done).state == "completed"
 
     with pytest.raises(Conflict) as caught:
@@ -457,7 +458,7 @@ def test_a_report_with_another_checksum_is_refused_and_does_not_count(canaried, 
     ack(nodes[1], second)
 
     with pytest.raises(ValidationFailed) as caught:
-        fleet_services.report_record(agent=nodes[0].agent, deployment_id=None, number=second.number,
+        releases.report_intake(agent=nodes[0].agent, deployment_id=None, number=second.number,
                             checksum="sha256:" + "0" * 64, status="succeeded", message="")
     error = _refusal(rollout)
 
@@ -650,7 +651,7 @@ def test_a_rolled_back_snapshot_cannot_be_activated_again(canaried, second, supe
     rollback(rollout)
 
     with pytest.raises(Conflict):
-        fleet_services.snapshot_activate(snapshot=second, actor=superuser)
+        releases.snapshot_activate(snapshot=second, actor=superuser)
 
 
 def test_a_finished_rollout_cannot_be_rolled_back(canaried):
@@ -698,12 +699,12 @@ def test_an_automatic_gate_advances_only_after_full_acknowledgement_and_bake_tim
     rollout, nodes = automatic
 
     _bake(rollout, 61)
-    unacknowledged = services.rollout_reconcile(rollout_id=rollout.pk)
+    unacknowledged = reconcile.rollout_reconcile(rollout_id=rollout.pk)
     ack(nodes[0], second)
     _bake(rollout, 30)
-    unbaked = services.rollout_reconcile(rollout_id=rollout.pk)
+    unbaked = reconcile.rollout_reconcile(rollout_id=rollout.pk)
     _bake(rollout, 61)
-    baked = services.rollout_reconcile(rollout_id=rollout.pk)
+    baked = reconcile.rollout_reconcile(rollout_id=rollout.pk)
 
     assert (unacknowledged, unbaked, baked) == ("waiting", "waiting", "advanced")
     assert fresh(rollout).current_wave == 1
@@ -715,7 +716,7 @@ def test_a_manual_gate_is_never_passed_by_reconcile(canaried, second):
     ack(nodes[0], second)
     ack(nodes[1], second)
 
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
     assert fresh(rollout).current_wave == 0
 
 
@@ -724,9 +725,9 @@ def test_reconcile_is_idempotent(automatic, second):
     ack(nodes[0], second)
     _bake(rollout, 61)
 
-    first_pass = services.rollout_reconcile(rollout_id=rollout.pk)
+    first_pass = reconcile.rollout_reconcile(rollout_id=rollout.pk)
     state = fresh(rollout)
-    second_pass = services.rollout_reconcile(rollout_id=rollout.pk)
+    second_pass = reconcile.rollout_reconcile(rollout_id=rollout.pk)
 
     assert (first_pass, second_pass) == ("advanced", "waiting")
     again = fresh(rollout)
@@ -741,12 +742,12 @@ def test_reconcile_completes_the_rollout_after_the_last_automatic_wave(automatic
     for node in nodes:
         ack(node, second)
         _bake(rollout, 61)
-        services.rollout_reconcile(rollout_id=rollout.pk)
+        reconcile.rollout_reconcile(rollout_id=rollout.pk)
 
     environment.refresh_from_db()
     assert fresh(rollout).state == "completed"
     assert environment.active_snapshot_id == second.pk
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "idle"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "idle"
 
 
 def test_failures_beyond_the_threshold_roll_back_by_themselves(environment, first, second,
@@ -755,16 +756,16 @@ def test_failures_beyond_the_threshold_roll_back_by_themselves(environment, firs
     rollout = start(environment, second, nodes[:3], failure_threshold=1)
     ack(nodes[0], second, status="failed")
 
-    tolerated = services.rollout_reconcile(rollout_id=rollout.pk)
+    tolerated = reconcile.rollout_reconcile(rollout_id=rollout.pk)
     ack(nodes[1], second, status="failed")
-    exceeded = services.rollout_reconcile(rollout_id=rollout.pk)
+    exceeded = reconcile.rollout_reconcile(rollout_id=rollout.pk)
 
     assert (tolerated, exceeded) == ("waiting", "rolled_back")
     done = fresh(rollout)
     assert done.state == "rolled_back"
     assert "more than 1 target(s) failed" in done.reason
     assert SnapshotQuarantine.objects.filter(snapshot=second).exists()
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "idle"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "idle"
 
 
 def test_a_failure_before_activation_is_not_counted(environment, second, fleet):
@@ -772,7 +773,7 @@ def test_a_failure_before_activation_is_not_counted(environment, second, fleet):
     ack(web1, second, status="failed")
     rollout = start(environment, second, [web1])
 
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
     assert selectors.failures(fresh(rollout)) == 0
 
 
@@ -781,7 +782,7 @@ def test_a_wave_that_times_out_pauses_with_a_reason(canaried):
     Rollout.objects.filter(pk=rollout.pk).update(
         wave_started_at=timezone.now() - timedelta(seconds=rollout.wave_timeout_s + 1))
 
-    outcome = services.rollout_reconcile(rollout_id=rollout.pk)
+    outcome = reconcile.rollout_reconcile(rollout_id=rollout.pk)
     paused = fresh(rollout)
 
     assert outcome == "paused"
@@ -789,14 +790,14 @@ def test_a_wave_that_times_out_pauses_with_a_reason(canaried):
     assert "not acknowledged within 3600s" in paused.reason
     assert "web-1, web-2" in paused.reason
     assert AuditEvent.objects.filter(action="rollout.pause").exists()
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "idle"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "idle"
 
 
 def test_a_paused_rollout_can_still_be_confirmed_and_runs_again(canaried, second):
     rollout, nodes = canaried
     Rollout.objects.filter(pk=rollout.pk).update(
         wave_started_at=timezone.now() - timedelta(seconds=rollout.wave_timeout_s + 1))
-    services.rollout_reconcile(rollout_id=rollout.pk)
+    reconcile.rollout_reconcile(rollout_id=rollout.pk)
     ack(nodes[0], second)
     ack(nodes[1], second)
 
@@ -840,7 +841,7 @@ def test_the_periodic_reconcile_drives_every_running_rollout(automatic, second, 
     ack(nodes[0], second)
     _bake(rollout, 61)
 
-    outcomes = services.rollouts_reconcile()
+    outcomes = reconcile.rollouts_reconcile()
 
     assert outcomes == {rollout.pk: "advanced", other.pk: "waiting"}
 
@@ -897,7 +898,7 @@ def test_a_rollouts_pin_cannot_be_released_or_replaced_as_an_operator_pin(canari
         fleet_services.agent_pin_release(agent=nodes[2].agent, actor=superuser,
                                 expected_generation=generation)
     with pytest.raises(Conflict) as pinned:
-        fleet_services.agent_pin(agent=nodes[2].agent, snapshot=first, actor=superuser,
+        releases.agent_pin(agent=nodes[2].agent, snapshot=first, actor=superuser,
                         expected_generation=generation)
 
     assert (released.value.code, pinned.value.code) == ("rollout_pin", "agent_pinned")
@@ -1012,7 +1013,7 @@ def test_no_snapshot_is_activated_while_a_rollout_is_active(canaried, environmen
     third = publish_third(environment, superuser)
 
     with pytest.raises(Conflict) as caught:
-        fleet_services.snapshot_activate(snapshot=third, actor=superuser)
+        releases.snapshot_activate(snapshot=third, actor=superuser)
 
     assert caught.value.code == "rollout_active"
     environment.refresh_from_db()
@@ -1035,7 +1036,7 @@ def test_a_rollout_never_moves_the_environment_back(environment, first, second, 
                                                     superuser):
     web1, = fleet(1)
     third = publish_third(environment, superuser)
-    fleet_services.snapshot_activate(snapshot=third, actor=superuser)
+    releases.snapshot_activate(snapshot=third, actor=superuser)
 
     with pytest.raises(Conflict) as caught:
         start(environment, second, [web1])
@@ -1052,12 +1053,12 @@ def test_a_rolled_back_snapshot_is_not_pushed_or_pinned_again(canaried, second, 
     fleet_services.agent_update(agent=node.agent, actor=superuser, mode="manual")
 
     with pytest.raises(Conflict) as pushed:
-        fleet_services.snapshot_deploy(snapshot=second, agent_ids=[node.pk], actor=superuser)
+        releases.snapshot_deploy(snapshot=second, agent_ids=[node.pk], actor=superuser)
     with pytest.raises(Conflict) as pinned:
-        fleet_services.agent_pin(agent=node.agent, snapshot=second, actor=superuser,
+        releases.agent_pin(agent=node.agent, snapshot=second, actor=superuser,
                                  expected_generation=node.fresh().generation)
     with pytest.raises(Conflict) as activated:
-        fleet_services.snapshot_activate(snapshot=second, actor=superuser)
+        releases.snapshot_activate(snapshot=second, actor=superuser)
 
     assert (pushed.value.code, pinned.value.code, activated.value.code) == (
         "quarantined", "quarantined", "quarantined")
@@ -1078,10 +1079,10 @@ def test_a_paused_rollout_still_rolls_back_when_failures_exceed_the_threshold(ca
     rollout, nodes = canaried
     Rollout.objects.filter(pk=rollout.pk).update(
         wave_started_at=timezone.now() - timedelta(seconds=rollout.wave_timeout_s + 1))
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "paused"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "paused"
     ack(nodes[0], second, status="failed")
 
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "rolled_back"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "rolled_back"
     assert fresh(rollout).state == "rolled_back"
 
 
@@ -1090,7 +1091,7 @@ def test_a_failure_reported_during_a_paused_rollout_rolls_it_back_at_once(
     rollout, nodes = canaried
     Rollout.objects.filter(pk=rollout.pk).update(
         wave_started_at=timezone.now() - timedelta(seconds=rollout.wave_timeout_s + 1))
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "paused"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "paused"
 
     with django_capture_on_commit_callbacks(execute=True):
         ack(nodes[0], second, status="failed", message="reload failed")
@@ -1105,7 +1106,7 @@ def test_failures_within_the_threshold_do_not_block_an_automatic_gate(environmen
     ack(nodes[0], second)
     ack(nodes[1], second, status="failed")
 
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "advanced"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "advanced"
     assert pins(nodes)["web-3"] == (2, rollout.pk)
 
 
@@ -1116,7 +1117,7 @@ def test_a_manual_gate_needs_every_agent_even_when_failures_are_tolerated(
     ack(nodes[0], second)
     ack(nodes[1], second, status="failed")
 
-    assert services.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
     assert _blocked(_refusal(rollout))["failed"] == ["web-2"]
 
 
@@ -1194,7 +1195,7 @@ def test_a_push_to_an_agent_a_rollout_holds_at_nothing_is_refused(nothing_active
     fleet_services.agent_update(agent=nodes[1].agent, actor=superuser, mode="manual")
 
     with pytest.raises(Conflict) as caught:
-        fleet_services.snapshot_deploy(snapshot=snapshot, agent_ids=[nodes[1].pk],
+        releases.snapshot_deploy(snapshot=snapshot, agent_ids=[nodes[1].pk],
                                        actor=superuser)
 
     assert caught.value.code == "agent_pinned"

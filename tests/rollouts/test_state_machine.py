@@ -34,11 +34,12 @@ from hypothesis.stateful import (
 
 from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
-from apps.environments.services import environment_update
 from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.selectors import agents_with_desired, desired_state_for
-from apps.rollouts import services
+from apps.releases import services as releases
+from apps.releases.services import environment_update
+from apps.rollouts import reconcile, services
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
 from apps.snapshots.models import Snapshot
 from tests.fleet.support import publish, publish_variant
@@ -253,7 +254,7 @@ def make_machine(environment, actor):
                 refusals.add("quarantined")
             if self.number(snapshot_id) < self.number(self.active):
                 refusals.add("rollback_required")
-            _expect(lambda: fleet_services.snapshot_activate(
+            _expect(lambda: releases.snapshot_activate(
                 snapshot=Snapshot.objects.get(pk=snapshot_id), actor=actor), refusals)
             if not refusals:
                 self.active = snapshot_id
@@ -418,7 +419,7 @@ def make_machine(environment, actor):
                 expected = "paused"
             else:
                 expected = "waiting"
-            outcome = services.rollout_reconcile(rollout_id=rollout_id)
+            outcome = reconcile.rollout_reconcile(rollout_id=rollout_id)
             assert outcome == expected, (outcome, expected)
             if outcome == "advanced":
                 self.advance(rollout_id)

@@ -1,9 +1,10 @@
-from apps.snapshots.services import publication_render, snapshot_publish
+from apps.releases.publishing import publication_complete
+from apps.releases.services import snapshot_publish
 
 
 def test_publish_renders_a_ready_snapshot(environment, superuser):
     publication = snapshot_publish(environment=environment, actor=superuser)
-    publication = publication_render(publication_id=publication.pk)
+    publication = publication_complete(publication_id=publication.pk)
     snapshot = publication.snapshot
     assert snapshot.state == "ready", snapshot.report
     assert snapshot.number == 1

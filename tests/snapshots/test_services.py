@@ -9,13 +9,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
-from apps.audit.selectors import pending_changes
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
-from apps.environments.services import environment_file_put, environment_update
+from apps.environments.services import environment_file_put
+from apps.releases.publishing import publication_complete
+from apps.releases.services import environment_update, snapshot_publish, snapshot_rollback
 from apps.snapshots.models import Publication, Snapshot
-from apps.snapshots.rendering import content_checksum
-from apps.snapshots.services import publication_render, snapshot_publish, snapshot_rollback
+from apps.snapshots.selectors import pending_changes
+from configlang.rendering import content_checksum
 from tests.conftest import APP_TEMPLATE
 
 BROKEN_APP_TEMPLATE = '{"log_level": {{ log_level | tojson }}, "workers": {{ threads }}}\n'
@@ -23,12 +24,12 @@ BROKEN_APP_TEMPLATE = '{"log_level": {{ log_level | tojson }}, "workers": {{ thr
 
 def publish(environment, actor) -> Publication:
     publication = snapshot_publish(environment=environment, actor=actor)
-    return publication_render(publication_id=str(publication.pk))
+    return publication_complete(publication_id=str(publication.pk))
 
 
 def rollback(snapshot, actor) -> Publication:
     publication = snapshot_rollback(snapshot=snapshot, actor=actor)
-    return publication_render(publication_id=str(publication.pk))
+    return publication_complete(publication_id=str(publication.pk))
 
 
 def fresh(environment) -> Environment:
@@ -94,7 +95,7 @@ def test_publish_captures_the_config_at_publish_time(environment, superuser):
     queued = snapshot_publish(environment=environment, actor=superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 9"))
-    snapshot = publication_render(publication_id=str(queued.pk)).snapshot
+    snapshot = publication_complete(publication_id=str(queued.pk)).snapshot
     assert snapshot.effective_config["workers"] == 4
 
 
@@ -317,8 +318,8 @@ def test_rollback_of_an_invalid_snapshot_is_a_conflict(environment, superuser):
 def test_rendering_a_publication_twice_makes_one_snapshot(environment, superuser):
     queued = snapshot_publish(environment=environment, actor=superuser)
     assert queued.state == Publication.State.RENDERING
-    first = publication_render(publication_id=str(queued.pk))
-    second = publication_render(publication_id=str(queued.pk))
+    first = publication_complete(publication_id=str(queued.pk))
+    second = publication_complete(publication_id=str(queued.pk))
     assert first.snapshot == second.snapshot
     assert Snapshot.objects.filter(environment=environment).count() == 1
     assert counter(environment) == 1
@@ -328,8 +329,8 @@ def test_rendering_a_publication_twice_makes_one_snapshot(environment, superuser
 def test_rendering_a_rollback_twice_makes_one_snapshot(environment, superuser):
     first = publish(environment, superuser).snapshot
     queued = snapshot_rollback(snapshot=first, actor=superuser)
-    publication_render(publication_id=str(queued.pk))
-    publication_render(publication_id=str(queued.pk))
+    publication_complete(publication_id=str(queued.pk))
+    publication_complete(publication_id=str(queued.pk))
     assert counter(environment) == 2
     assert actions(environment) == ["snapshot.create", "snapshot.rollback"]
 
@@ -405,15 +406,36 @@ def test_pending_changes_are_delimited_by_the_latest_ready_snapshot(environment,
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
     second = publish(environment, superuser).snapshot
-    environment_update(environment=environment, actor=superuser, poll_interval_s=90)
+    environment_update(environment=environment, actor=superuser,
+                       config=environment.config.replace("workers: 4", "workers: 6"))
     pending = pending_changes(fresh(environment))
     assert pending["snapshot"] == second
     assert [(e.action, e.data) for e in pending["events"]] == [
-        ("environment.update", {"fields": ["poll_interval_s"]})
+        ("environment.update", {"fields": ["config"]})
     ]
     assert pending["events"][0].id > AuditEvent.objects.get(
         action="snapshot.create", object_id=str(second.pk)
     ).id
+
+
+def test_a_change_of_settings_alone_is_not_pending(environment, superuser):
+    publish(environment, superuser)
+    environment_update(environment=environment, actor=superuser, poll_interval_s=90,
+                       require_activation=True)
+
+    assert pending_changes(fresh(environment))["events"] == []
+    assert AuditEvent.objects.filter(action="environment.settings").get().data == {
+        "fields": ["poll_interval_s", "require_activation"]}
+
+
+def test_a_change_of_config_and_settings_together_is_pending_for_the_config_only(
+        environment, superuser):
+    publish(environment, superuser)
+    environment_update(environment=environment, actor=superuser, poll_interval_s=90,
+                       config=environment.config.replace("workers: 4", "workers: 6"))
+
+    assert [(e.action, e.data) for e in pending_changes(fresh(environment))["events"]] == [
+        ("environment.update", {"fields": ["config"]})]
 
 
 def test_pending_changes_exclude_snapshot_events(environment, superuser):
@@ -444,7 +466,7 @@ def test_a_change_made_while_a_publication_renders_stays_pending(environment, su
     queued = snapshot_publish(environment=environment, actor=superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
-    snapshot = publication_render(publication_id=str(queued.pk)).snapshot
+    snapshot = publication_complete(publication_id=str(queued.pk)).snapshot
     assert snapshot.effective_config["workers"] == 4  # captured before the change
     pending = pending_changes(fresh(environment))
     assert [(f["path"], f["status"]) for f in pending["files"]] == [
@@ -479,8 +501,8 @@ def test_a_publication_finishing_after_a_later_request_is_superseded(environment
     environment_update(environment=environment, actor=superuser, config=config_with(12))
     newer = snapshot_publish(environment=environment, actor=superuser)
 
-    newer = publication_render(publication_id=str(newer.pk))
-    older = publication_render(publication_id=str(older.pk))
+    newer = publication_complete(publication_id=str(newer.pk))
+    older = publication_complete(publication_id=str(older.pk))
 
     assert (newer.state, newer.snapshot.number) == ("ready", 1)
     assert older.state == "superseded"
@@ -494,7 +516,7 @@ def test_an_unexpected_render_error_finishes_the_publication_as_invalid(environm
     # A source the renderer cannot even read: a bug, not a user error.
     Publication.objects.filter(pk=publication.pk).update(source={"limits": {}})
 
-    publication = publication_render(publication_id=str(publication.pk))
+    publication = publication_complete(publication_id=str(publication.pk))
 
     assert publication.state == "invalid"
     assert publication.snapshot.report["errors"][0]["code"] == "render_failed"

@@ -7,13 +7,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.environments.models import Environment, PlatformPolicy
-from apps.environments.services import (
-    environment_create,
-    environment_file_put,
-    environment_update,
-    policy_publish,
-)
-from apps.snapshots.services import snapshot_publish
+from apps.environments.services import environment_create, environment_file_put, policy_publish
+from apps.releases.services import environment_update, snapshot_publish
 from apps.tenancy.models import Application, Role, Tenant
 from apps.tenancy.services import application_create, membership_set, tenant_create
 

@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
+from apps.fleet.enrollment import enrollment_token_create, enrollment_token_revoke
 from apps.fleet.models import EnrollmentToken
-from apps.fleet.services import enrollment_token_create, enrollment_token_revoke
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

@@ -8,7 +8,7 @@ import math
 
 import yaml
 
-from apps.snapshots.problems import Problem
+from configlang.problems import Problem
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 

@@ -1,4 +1,4 @@
-"""The pure merge of platform policy, environment, tenant and descriptor (seed 002).
+"""The pure merge of platform policy, environment, tenant and descriptor.
 
 No database: `merge` takes plain dicts. One table row per row of the seed's field
 table, adapted to Bellwether: params, secrets, rollback, rollout, the sections that
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from apps.environments.merge import API_VERSION, MergeError, merge, secret_placeholder
+from configlang.merge import API_VERSION, MergeError, merge, secret_placeholder
 
 APP, ENV_NAME = "shop", "prod"
 ABSENT = object()  # "this value is not part of the error"

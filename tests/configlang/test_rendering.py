@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from apps.snapshots.rendering import content_checksum, render_source
-from apps.snapshots.yamlconfig import load_config, load_yaml
+from configlang.rendering import content_checksum, render_source
+from configlang.yamlconfig import load_config, load_yaml
 
 LIMITS = {
     "max_config_bytes": 4096,

@@ -1,4 +1,4 @@
-"""Shared API view plumbing."""
+"""API view plumbing every app shares: a view on one environment named in the URL."""
 
 from rest_framework.views import APIView
 

@@ -1,4 +1,4 @@
-"""Properties of the pure merge (seed 002), checked with Hypothesis. No database.
+"""Properties of the pure merge, checked with Hypothesis. No database.
 
 - A value the environment defines is never changed by a descriptor: the effective
   config keeps it at the same path, or the merge reports an error.
@@ -13,7 +13,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apps.environments.merge import API_VERSION, merge, secret_placeholder
+from configlang.merge import API_VERSION, merge, secret_placeholder
 
 APP, ENV_NAME = "shop", "prod"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from apps.snapshots.diff import diff_files
+from configlang.diff import diff_files
 
 
 def files(contents: dict[str, str]) -> list[dict]:

@@ -17,10 +17,10 @@ from jinja2 import exceptions as jinja_errors
 from jsonschema_specifications import REGISTRY as BUNDLED_SCHEMAS
 from referencing.exceptions import Unresolvable
 
-from apps.environments.merge import merge
-from apps.snapshots.problems import Problem
-from apps.snapshots.sandbox import template_environment
-from apps.snapshots.yamlconfig import load_config, load_yaml
+from configlang.merge import merge
+from configlang.problems import Problem
+from configlang.sandbox import template_environment
+from configlang.yamlconfig import load_config, load_yaml
 
 SOURCE_FORMAT = 1
 DEFAULT_TEMPLATE_ITERATIONS = 1_000_000

@@ -1,4 +1,4 @@
-"""Merging the configuration layers into an effective config (seed 002). Pure: no
+"""Merging the configuration layers into an effective config (docs/layers.md). Pure: no
 database, no I/O; the same inputs always give the same result.
 
 Layers: platform policy (what a descriptor may add), the environment's config

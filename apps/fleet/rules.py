@@ -1,0 +1,85 @@
+"""The fleet's rules, pure: no database, no I/O. They read agents' attributes (an
+Agent row or anything shaped like one) and say what follows.
+
+- `labels_problem`: what is wrong with an agent's labels.
+- `is_held`: an agent held by a pin follows it, whatever is activated or pushed.
+- `push_refusal`: why a push of a snapshot to some agents cannot happen.
+- `report_changes`: what an agent's report changes on the agent.
+"""
+
+from apps.core.errors import Conflict
+
+SUCCEEDED = "succeeded"
+AUTO_PULL = "auto_pull"
+MAX_LABELS = 32
+
+
+def labels_problem(labels) -> str | None:
+    """Why `labels` are not an agent's labels, or None."""
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS or not all(
+        isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 63 and len(v) <= 255
+        for k, v in labels.items()
+    ):
+        return (f"labels must be an object of at most {MAX_LABELS} string keys (1-63 "
+                "characters) to string values (at most 255).")
+    return None
+
+
+def is_held(agent) -> bool:
+    """Held by a pin: an operator's (on a snapshot) or a rollout's (which may hold a
+    target at "nothing yet", so its snapshot can be None)."""
+    return agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None
+
+
+def _going_back(agent, snapshot, active) -> dict | None:
+    """Why pushing `snapshot` to this one agent would move it backwards, or to a
+    snapshot it does not follow; None when it may have it."""
+    if agent.applied_number is not None and agent.applied_number > snapshot.number:
+        return {"agent": agent.pk, "name": agent.name, "newer": False,
+                "reason": f"has #{agent.applied_number} active; it refuses lower numbers"}
+    if agent.mode == AUTO_PULL and (active is None or active.pk != snapshot.pk):
+        older = active is not None and snapshot.number < active.number
+        return {"agent": agent.pk, "name": agent.name, "newer": not older, "reason": (
+            f"follows the active #{active.number}; it would switch back" if older
+            else "follows the active snapshot; activate this one first")}
+    return None
+
+
+def push_refusal(agents: list, snapshot, active) -> Conflict | None:
+    """The refusal of pushing `snapshot` to `agents` while `active` is the
+    environment's active snapshot, or None when the push may go ahead."""
+    disabled = [a.name for a in agents if not a.enabled]
+    if disabled:
+        return Conflict(f"Agents {', '.join(disabled)} are disabled; enable them to push.",
+                        code="agent_disabled")
+    held = [a.name for a in agents if is_held(a)]
+    if held:
+        return Conflict(f"Agents {', '.join(held)} are pinned; release their pins to push.",
+                        code="agent_pinned")
+    refusals = [r for r in (_going_back(a, snapshot, active) for a in agents) if r]
+    if not refusals:
+        return None
+    # Going back needs a rollback; a newer snapshot merely needs activating.
+    newer = [r.pop("newer") for r in refusals]
+    code = "not_active" if all(newer) else "rollback_required"
+    return Conflict(
+        f"Cannot push #{snapshot.number} to {len(refusals)} agent(s); "
+        + ("activate it first, or switch them to manual." if code == "not_active"
+           else "roll back, or switch them to manual."),
+        code=code, details=refusals)
+
+
+def report_changes(agent, *, number: int, checksum: str, status: str, message: str,
+                   now) -> dict:
+    """The agent's fields a report sets. A success moves the applied snapshot
+    forward only (a late report of an older success never moves it back) and lifts
+    a block on that number or older; a failure or warning blocks its snapshot."""
+    changes = {"last_status": status, "last_message": message, "last_report_at": now}
+    if status != SUCCEEDED:
+        changes.update(blocked_number=number, blocked_checksum=checksum)
+        return changes
+    if agent.applied_number is None or number >= agent.applied_number:
+        changes.update(applied_number=number, applied_checksum=checksum)
+    if agent.blocked_number is not None and number >= agent.blocked_number:
+        changes.update(blocked_number=None, blocked_checksum="")
+    return changes

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class ReleasesConfig(AppConfig):
+    name = "apps.releases"
+    label = "releases"
+    verbose_name = "Releases"

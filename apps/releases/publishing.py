@@ -1,0 +1,42 @@
+"""The worker's side of a publication: render it, store its outcome, and activate
+a new snapshot where the release rules say so — all of it in one transaction
+after the render, so a stored snapshot is never left waiting for its activation.
+"""
+
+from django.db import transaction
+
+from apps.environments.models import Environment
+from apps.fleet.services import environment_activate
+from apps.releases.rules import publication_activates
+from apps.rollouts.models import Rollout
+from apps.snapshots.models import Publication
+from apps.snapshots.services import publication_failed, publication_rendered, publication_store
+from configlang.rendering import Rendered
+
+
+def _finish(publication: Publication, rendered: Rendered) -> Publication:
+    with transaction.atomic():
+        environment = Environment.objects.lock(publication.environment_id)
+        publication, outcome = publication_store(environment=environment,
+                                                 publication_id=publication.pk,
+                                                 rendered=rendered)
+        if publication_activates(
+                outcome=outcome, is_rollback=publication.kind == Publication.Kind.ROLLBACK,
+                require_activation=environment.require_activation,
+                rollout_active=Rollout.objects.active_in(environment).exists()):
+            environment_activate(environment=environment, snapshot=publication.snapshot)
+    return publication
+
+
+def publication_complete(*, publication_id: str) -> Publication:
+    """Render a queued publication and finish it. Idempotent: a finished one is
+    returned as it is."""
+    publication = Publication.objects.get(pk=publication_id)
+    if publication.state != Publication.State.RENDERING:
+        return publication
+    return _finish(publication, publication_rendered(publication))
+
+
+def publication_abandon(*, publication_id: str, reason: str) -> Publication:
+    """Finish a publication whose render could not complete (e.g. it timed out)."""
+    return _finish(Publication.objects.get(pk=publication_id), publication_failed(reason))

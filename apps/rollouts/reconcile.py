@@ -1,0 +1,69 @@
+"""Reconcile: the automatic driver of active rollouts. It advances an acknowledged,
+baked wave behind an automatic gate, pauses a wave that timed out, and rolls a
+rollout back when more targets failed than it tolerates. Run by a worker after a
+report (apps.releases) and by beat for every active rollout.
+"""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.models import Action
+from apps.core.errors import Conflict
+from apps.environments.models import Environment
+from apps.rollouts import rules, selectors
+from apps.rollouts.models import Rollout
+from apps.rollouts.services import advance, locked_rollout, rollout_rollback, transition
+
+
+def rollout_reconcile(*, rollout_id: int) -> str:
+    """Drive an active rollout by its automatic rules. Idempotent and safe to run
+    concurrently: it works under the rollout's row lock. Returns what it did."""
+    with transaction.atomic():
+        rollout = Rollout.objects.filter(pk=rollout_id).only("environment_id").first()
+        if rollout is None:
+            return "idle"
+        Environment.objects.lock(rollout.environment_id)
+        rollout = locked_rollout(rollout_id, None)
+        if not rollout.is_active:
+            return "idle"
+        if selectors.failures(rollout) <= rollout.failure_threshold:
+            # A paused rollout waits for an operator, but still rolls back on failures.
+            return _drive(rollout) if rollout.state == Rollout.State.RUNNING else "idle"
+        version = rollout.version
+    # Outside the lock: a rollback re-renders a snapshot and takes the locks itself.
+    try:
+        rollout_rollback(rollout=rollout, expected_version=version, actor=None,
+                         reason=f"more than {rollout.failure_threshold} target(s) failed")
+    except Conflict as exc:  # an operator (or another reconcile) acted first
+        return f"skipped: {exc.code}"
+    return "rolled_back"
+
+
+def _drive(rollout: Rollout) -> str:
+    """Advance an acknowledged, baked wave behind an automatic gate, or pause a wave
+    that timed out. Called with the rollout locked."""
+    wave = rollout.waves[rollout.current_wave]
+    evidence = selectors.wave_evidence(rollout)
+    waited = timezone.now() - rollout.wave_started_at
+    baked = waited >= timedelta(seconds=wave.get("bake_s", 0))
+    if evidence.settled and wave.get("gate") == Rollout.Gate.AUTO and baked:
+        advance(rollout, None, "acknowledged and baked")
+        return "advanced"
+    if waited > timedelta(seconds=rollout.wave_timeout_s):
+        blockers = rules.describe(
+            evidence.blockers(order=("waiting", "changed", "released", "failed")))
+        reason = (f"wave {rollout.current_wave + 1} not acknowledged within "
+                  f"{rollout.wave_timeout_s}s ({blockers or 'waiting for a gate'})")
+        transition(rollout, None, Action.ROLLOUT_PAUSE,
+                    f"Rollout {rollout.pk} paused: {reason}",
+                    state=Rollout.State.PAUSED, reason=reason)
+        return "paused"
+    return "waiting"
+
+
+def rollouts_reconcile() -> dict:
+    """Reconcile every running rollout (the beat task and embedded loop call this)."""
+    return {rollout_id: rollout_reconcile(rollout_id=rollout_id)
+            for rollout_id in Rollout.objects.active().values_list("pk", flat=True)}

@@ -1,0 +1,119 @@
+"""The rules of staged rollouts, pure: no database, no I/O.
+
+- `plan_waves` turns canaries and wave specs (percent or count) into wave sizes
+  with their gates and bake times; `assign_waves` puts agents into them.
+- `WaveEvidence` is what the targets of a wave have shown; `settled` and
+  `blockers` say whether the wave may advance and what holds it.
+- `is_canary` says whether an agent is a canary by id or labels.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+AUTO = "auto"
+
+
+def is_canary(agent, *, ids: set, labels: dict | None) -> bool:
+    """Named by id, or carrying every one of the canary labels."""
+    if agent.pk in ids:
+        return True
+    return bool(labels) and all(agent.labels.get(k) == v for k, v in labels.items())
+
+
+def wave_specs_problem(waves: list[dict]) -> str | None:
+    """Why these wave specs cannot be planned, or None."""
+    for wave in waves:
+        if not (("percent" in wave and 0 < wave["percent"] <= 100)
+                or ("count" in wave and wave["count"] >= 1)):
+            return "Each wave needs a percent (1-100) or a count (>= 1)."
+    return None
+
+
+def wave_sizes(total: int, canaries: int, waves: list[dict]) -> list[int]:
+    """Sizes of every wave, canaries first: each spec takes its percent of `total`
+    (at least one) or its count; the last spec takes whatever remains, and
+    anything left over after the specs forms one more wave."""
+    remaining, sizes = total - canaries, [canaries]
+    for index, wave in enumerate(waves):
+        if remaining <= 0:
+            break
+        if index == len(waves) - 1:
+            size = remaining
+        elif "percent" in wave:
+            size = max(1, math.ceil(total * wave["percent"] / 100))
+        else:
+            size = wave["count"]
+        size = min(size, remaining)
+        sizes.append(size)
+        remaining -= size
+    if remaining > 0:
+        sizes.append(remaining)
+    return sizes
+
+
+def plan_waves(*, total: int, canaries: int, waves: list[dict], canary_gate: str,
+               bake_s: int) -> list[dict]:
+    """[{size, gate, bake_s}] for every wave; wave 0 is the canaries'. A wave past
+    the specs (the remainder) takes the last spec's gate and bake time."""
+    sizes = wave_sizes(total, canaries, waves)
+    plan = [{"size": canaries, "gate": canary_gate, "bake_s": bake_s}]
+    for index, size in enumerate(sizes[1:]):
+        spec = waves[min(index, len(waves) - 1)]
+        plan.append({"size": size, "gate": spec.get("gate", AUTO),
+                     "bake_s": spec.get("bake_s", 0)})
+    return plan
+
+
+def assign_waves(canaries: list, others: list, plan: list[dict]) -> list[tuple]:
+    """(agent, wave) for every target: canaries in wave 0, the others in order
+    filling the later waves by their planned sizes."""
+    assignment, offset = [(a, 0) for a in canaries], 0
+    for wave, spec in enumerate(plan[1:], start=1):
+        assignment += [(a, wave) for a in others[offset:offset + spec["size"]]]
+        offset += spec["size"]
+    return assignment
+
+
+@dataclass
+class WaveEvidence:
+    """The targets of one wave by what they have shown, by name."""
+
+    acknowledged: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    waiting: list = field(default_factory=list)
+    released: list = field(default_factory=list)
+    changed: list = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every target acknowledged: what a manual confirm needs."""
+        return bool(self.acknowledged) and not (self.failed or self.waiting or self.released
+                                                or self.changed)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to wait for: what an automatic gate needs. Failures within
+        the rollout's threshold are tolerated here (more roll the rollout back)."""
+        return bool(self.acknowledged) and not (self.waiting or self.released
+                                                or self.changed)
+
+    def blockers(self, order: tuple = ("released", "failed", "changed", "waiting")
+                 ) -> list[tuple[str, list]]:
+        """(kind, names) of what keeps the wave from being complete, in `order`."""
+        return [(kind, getattr(self, kind)) for kind in order if getattr(self, kind)]
+
+
+# How a refused confirm names each kind of blocker.
+BLOCKER_REASONS = {
+    "released": "released by an operator",
+    "failed": "reported a failure",
+    "changed": "changed since activation",
+    "waiting": "not yet acknowledged (fresh and exact)",
+}
+
+
+def describe(blockers: list[tuple[str, list]], labels: dict | None = None,
+             shown: int = 20) -> str:
+    """'label: a, b; label: c' naming at most `shown` agents per kind."""
+    return "; ".join(f"{(labels or {}).get(kind, kind)}: {', '.join(names[:shown])}"
+                     for kind, names in blockers)
