@@ -24,12 +24,13 @@ run: $(VENV)/.installed
 	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
 
 ## test: install the dev requirements and run the whole suite (set DATABASE_URL/REDIS_URL for PostgreSQL/Redis)
-test: $(VENV)/.installed-dev
-	$(BIN)/ruff check .
+test: lint
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret} $(BIN)/pytest $(PYTEST_ARGS)
 
+## lint: ruff, and the architecture's import contracts (.importlinter)
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 ## worker / beat: production processes (need DATABASE_URL, REDIS_URL, SECRET_KEY)
 worker: $(VENV)/.installed
