@@ -1,0 +1,105 @@
+"""The fleet's pure rules (apps.fleet.rules), without a database."""
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+
+from apps.fleet.rules import is_held, labels_problem, push_refusal, report_changes
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def agent(pk=1, name="web-1", *, enabled=True, mode="auto_pull", applied=None,
+          blocked=None, pinned=None, rollout=None):
+    return SimpleNamespace(pk=pk, name=name, enabled=enabled, mode=mode,
+                           applied_number=applied, applied_checksum="c" if applied else "",
+                           blocked_number=blocked, blocked_checksum="b" if blocked else "",
+                           pinned_snapshot_id=pinned, pin_rollout_id=rollout)
+
+
+def snapshot(pk, number):
+    return SimpleNamespace(pk=pk, number=number)
+
+
+@pytest.mark.parametrize(("pinned", "rollout", "held"), [
+    (None, None, False), (7, None, True), (None, 3, True), (7, 3, True)])
+def test_an_agent_is_held_by_an_operators_or_a_rollouts_pin(pinned, rollout, held):
+    assert is_held(agent(pinned=pinned, rollout=rollout)) is held
+
+
+def test_a_push_of_the_active_snapshot_to_followers_goes_ahead():
+    active = snapshot(10, 2)
+    assert push_refusal([agent(applied=1), agent(2, "web-2")], active, active) is None
+
+
+def test_a_push_to_a_disabled_agent_names_it():
+    refusal = push_refusal([agent(enabled=False), agent(2, "web-2", enabled=False)],
+                           snapshot(1, 1), snapshot(1, 1))
+    assert (refusal.code, refusal.message) == (
+        "agent_disabled", "Agents web-1, web-2 are disabled; enable them to push.")
+
+
+def test_a_push_to_a_held_agent_is_refused_before_anything_else():
+    refusal = push_refusal([agent(rollout=4, applied=9)], snapshot(1, 1), None)
+    assert refusal.code == "agent_pinned"
+
+
+def test_a_push_of_a_newer_snapshot_not_yet_active_asks_for_activation():
+    refusal = push_refusal([agent(applied=1)], snapshot(11, 3), snapshot(10, 2))
+    assert refusal.code == "not_active"
+    assert refusal.details == [{"agent": 1, "name": "web-1", "reason":
+                                "follows the active snapshot; activate this one first"}]
+
+
+def test_a_push_that_would_move_any_agent_back_needs_a_rollback():
+    refusal = push_refusal([agent(mode="manual", applied=5), agent(2, "web-2")],
+                           snapshot(11, 3), snapshot(10, 2))
+    assert refusal.code == "rollback_required"
+    assert [d["reason"] for d in refusal.details] == [
+        "has #5 active; it refuses lower numbers",
+        "follows the active snapshot; activate this one first"]
+
+
+def test_a_push_of_an_older_snapshot_to_a_follower_says_it_would_switch_back():
+    refusal = push_refusal([agent()], snapshot(9, 1), snapshot(10, 2))
+    assert refusal.code == "rollback_required"
+    assert refusal.details[0]["reason"] == "follows the active #2; it would switch back"
+
+
+def test_manual_agents_take_any_snapshot_not_older_than_theirs():
+    assert push_refusal([agent(mode="manual", applied=2)], snapshot(9, 3), None) is None
+
+
+def test_a_success_moves_the_applied_snapshot_forward_and_lifts_older_blocks():
+    changes = report_changes(agent(applied=2, blocked=3), number=3, checksum="x",
+                             status="succeeded", message="", now=NOW)
+    assert changes == {"last_status": "succeeded", "last_message": "", "last_report_at": NOW,
+                       "applied_number": 3, "applied_checksum": "x",
+                       "blocked_number": None, "blocked_checksum": ""}
+
+
+def test_a_late_success_of_an_older_snapshot_never_moves_the_applied_one_back():
+    changes = report_changes(agent(applied=5, blocked=6), number=4, checksum="x",
+                             status="succeeded", message="late", now=NOW)
+    assert changes == {"last_status": "succeeded", "last_message": "late",
+                       "last_report_at": NOW}
+
+
+@pytest.mark.parametrize("status", ["failed", "warning"])
+def test_a_failure_or_warning_blocks_its_snapshot_and_keeps_what_is_applied(status):
+    changes = report_changes(agent(applied=2), number=3, checksum="x", status=status,
+                             message="boom", now=NOW)
+    assert changes == {"last_status": status, "last_message": "boom", "last_report_at": NOW,
+                       "blocked_number": 3, "blocked_checksum": "x"}
+
+
+@pytest.mark.parametrize("labels", [
+    [], "role=web", {"": "x"}, {"k" * 64: "x"}, {"k": "v" * 256}, {"k": 1},
+    {f"k{i}": "v" for i in range(33)}])
+def test_labels_that_are_not_short_string_pairs_are_refused(labels):
+    assert "labels must be an object" in labels_problem(labels)
+
+
+def test_labels_within_bounds_are_fine():
+    assert labels_problem({"role": "web", "k" * 63: "v" * 255}) is None
