@@ -136,7 +136,7 @@ def apply_in_a_process(tmp_path, target, state_dir, bundle: dict, *, validate: s
 
 
 class ProtocolServer:
-    """The server side of DESIGN.md's agent protocol, in a thread on 127.0.0.1.
+    """The server side of the agent protocol (docs/design.md), in a thread on 127.0.0.1.
 
     Tests set `desired` (or call `publish`/`push`), read what agents sent from
     `reports` (every POST body, accepted or not) and `requests`, and inject
