@@ -201,15 +201,19 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# One static files storage whatever DEBUG says, the one production serves: WhiteNoise
+# compresses and hashes the files `collectstatic` gathers into STATIC_ROOT, so their
+# URLs change with their content and browsers may cache them forever. With DEBUG on
+# (`make run`, the end-to-end servers) Django's manifest storage writes unhashed
+# URLs and WhiteNoise serves the files from the apps' and static/ directories, so
+# no collectstatic is needed. With DEBUG off a file missing from the manifest is an
+# error (WHITENOISE_MANIFEST_STRICT left on): a broken deploy shows at once instead
+# of serving unversioned files. The test suite runs with DEBUG off and without
+# collectstatic, so tests/conftest.py swaps in Django's plain StaticFilesStorage,
+# as Django's staticfiles documentation advises for manifest storages.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {
-        "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
-        )
-    },
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
