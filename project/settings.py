@@ -3,54 +3,55 @@
 Embedded mode (no DATABASE_URL): SQLite, in-memory channel layer, local-memory
 cache and tasks run inline, so `make run` needs no services. Production mode:
 DATABASE_URL (PostgreSQL) and REDIS_URL (broker, channel layer and cache).
+
+Every variable is read through project/env.py: unset or empty gives the default,
+and a value that does not parse (DEBUG=maybe, DATABASE_POOL_SIZE=ten,
+BELLWETHER_MAX_FILE_BYTES=-5) raises ImproperlyConfigured naming the variable.
+All of them are parsed whatever the mode, so a typo shows up before it matters.
 """
 
-import os
+import re
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from project.env import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_path,
+    env_secret,
+    env_str,
+    env_url,
+    invalid,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("BELLWETHER_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = env_path("BELLWETHER_VAR_DIR", BASE_DIR / "var")
 
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
-
-
-DATABASE_URL = os.environ.get("DATABASE_URL", "")
-REDIS_URL = os.environ.get("REDIS_URL", "")
+DATABASE_URL = env_str("DATABASE_URL")
+REDIS_URL = env_url("REDIS_URL", "", schemes=("redis", "rediss", "unix"))
 EMBEDDED = not DATABASE_URL
 
 DEBUG = env_bool("DEBUG", EMBEDDED)
-if EMBEDDED:
-    SECRET_KEY = os.environ.get("SECRET_KEY", "embedded-mode-only-not-a-secret")
-else:
-    try:
-        SECRET_KEY = os.environ["SECRET_KEY"]
-    except KeyError:
-        raise RuntimeError("SECRET_KEY must be set when DATABASE_URL is set") from None
+SECRET_KEY = env_secret("SECRET_KEY")
+if SECRET_KEY is None:
+    if not EMBEDDED:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DATABASE_URL is set")
+    SECRET_KEY = "embedded-mode-only-not-a-secret"
 
-ALLOWED_HOSTS = [
-    host.strip()
-    for host in os.environ.get(
-        "ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]" if EMBEDDED else ""
-    ).split(",")
-    if host.strip()
-]
-CSRF_TRUSTED_ORIGINS = [
-    origin.strip()
-    for origin in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",")
-    if origin.strip()
-]
+# Host names (example.com, .example.com for subdomains, *), and origins with their
+# scheme (https://example.com, https://*.example.com): a URL in ALLOWED_HOSTS or a
+# bare host or a path in CSRF_TRUSTED_ORIGINS would never match a request.
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if EMBEDDED else [],
+    item=re.compile(r"[^\s/]+"), expected="a host name such as example.com, not a URL")
+CSRF_TRUSTED_ORIGINS = env_list(
+    "CSRF_TRUSTED_ORIGINS", [],
+    item=re.compile(r"https?://[^\s/]+", re.IGNORECASE),
+    expected="an origin such as https://example.com (a scheme and a host, no path)")
 
 INSTALLED_APPS = [
     "apps.core",  # first: its runserver adds the embedded periodic loop to daphne's
@@ -109,12 +110,16 @@ TEMPLATES = [
     },
 ]
 
+SQLITE_PATH = env_str("SQLITE_PATH", str(VAR_DIR / "bellwether.sqlite3"))
+DATABASE_POOL = env_bool("DATABASE_POOL", True)
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10, minimum=1)
+CONN_MAX_AGE = env_int("CONN_MAX_AGE", 60, minimum=0)
 if EMBEDDED:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": os.environ.get("SQLITE_PATH", str(VAR_DIR / "bellwether.sqlite3")),
+            "NAME": SQLITE_PATH,
             # IMMEDIATE serialises writers up front, so the row locks that
             # PostgreSQL gives us become a database-wide write lock here.
             "OPTIONS": {
@@ -125,13 +130,16 @@ if EMBEDDED:
         }
     }
 else:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
-    if env_bool("DATABASE_POOL", True):
+    try:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    except ValueError as exc:  # an unknown scheme or a URL that does not parse
+        raise invalid("DATABASE_URL", DATABASE_URL, str(exc).rstrip(".")) from None
+    if DATABASE_POOL:
         DATABASES["default"]["OPTIONS"] = {
-            "pool": {"min_size": 1, "max_size": env_int("DATABASE_POOL_SIZE", 10)}
+            "pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}
         }
     else:
-        DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
+        DATABASES["default"]["CONN_MAX_AGE"] = CONN_MAX_AGE
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -163,9 +171,14 @@ else:
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "bellwether")
-CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 120)
-CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 100)
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "bellwether")
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 120, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 100, minimum=1)
+if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
+    # The soft limit is what lets a slow render finish its publication as invalid.
+    raise ImproperlyConfigured(
+        f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT}) must be below "
+        f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT})")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -202,15 +215,19 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# One static files storage whatever DEBUG says, the one production serves: WhiteNoise
+# compresses and hashes the files `collectstatic` gathers into STATIC_ROOT, so their
+# URLs change with their content and browsers may cache them forever. With DEBUG on
+# (`make run`, the end-to-end servers) Django's manifest storage writes unhashed
+# URLs and WhiteNoise serves the files from the apps' and static/ directories, so
+# no collectstatic is needed. With DEBUG off a file missing from the manifest is an
+# error (WHITENOISE_MANIFEST_STRICT left on): a broken deploy shows at once instead
+# of serving unversioned files. The test suite runs with DEBUG off and without
+# collectstatic, so tests/conftest.py swaps in Django's plain StaticFilesStorage,
+# as Django's staticfiles documentation advises for manifest storages.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {
-        "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
-        )
-    },
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
@@ -222,11 +239,12 @@ CSRF_FAILURE_VIEW = "apps.dashboard.views.csrf_failure"
 # The live consumer checks a socket's session again before forwarding an event once
 # this many seconds passed since the last check (sign-outs through Django end the
 # sockets at once); and it joins at most this many environments' groups.
-BELLWETHER_LIVE_RECHECK_S = env_int("BELLWETHER_LIVE_RECHECK_S", 5)
-BELLWETHER_LIVE_MAX_ENVIRONMENTS = env_int("BELLWETHER_LIVE_MAX_ENVIRONMENTS", 500)
+BELLWETHER_LIVE_RECHECK_S = env_int("BELLWETHER_LIVE_RECHECK_S", 5, minimum=0)
+BELLWETHER_LIVE_MAX_ENVIRONMENTS = env_int("BELLWETHER_LIVE_MAX_ENVIRONMENTS", 500, minimum=1)
 
 # Request bodies above this size are refused with 413 (apps.core.api).
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BELLWETHER_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BELLWETHER_MAX_REQUEST_BYTES", 10 * 1024 * 1024,
+                                      minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -266,24 +284,27 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Limits on what a snapshot may hold (settable per deployment).
+# Limits on what a snapshot may hold (settable per deployment), each at least 1.
 BELLWETHER_LIMITS = {
-    "max_config_bytes": env_int("BELLWETHER_MAX_CONFIG_BYTES", 256 * 1024),
-    "max_config_depth": env_int("BELLWETHER_MAX_CONFIG_DEPTH", 32),
-    "max_config_nodes": env_int("BELLWETHER_MAX_CONFIG_NODES", 100_000),
-    "max_file_bytes": env_int("BELLWETHER_MAX_FILE_BYTES", 1024 * 1024),
-    "max_snapshot_bytes": env_int("BELLWETHER_MAX_SNAPSHOT_BYTES", 8 * 1024 * 1024),
-    "max_files": env_int("BELLWETHER_MAX_FILES", 500),
-    "max_template_iterations": env_int("BELLWETHER_MAX_TEMPLATE_ITERATIONS", 1_000_000),
+    "max_config_bytes": env_int("BELLWETHER_MAX_CONFIG_BYTES", 256 * 1024, minimum=1),
+    "max_config_depth": env_int("BELLWETHER_MAX_CONFIG_DEPTH", 32, minimum=1),
+    "max_config_nodes": env_int("BELLWETHER_MAX_CONFIG_NODES", 100_000, minimum=1),
+    "max_file_bytes": env_int("BELLWETHER_MAX_FILE_BYTES", 1024 * 1024, minimum=1),
+    "max_snapshot_bytes": env_int("BELLWETHER_MAX_SNAPSHOT_BYTES", 8 * 1024 * 1024,
+                                  minimum=1),
+    "max_files": env_int("BELLWETHER_MAX_FILES", 500, minimum=1),
+    "max_template_iterations": env_int("BELLWETHER_MAX_TEMPLATE_ITERATIONS", 1_000_000,
+                                       minimum=1),
 }
 
-# Bounds on rollouts, each refused with a clear error when reached.
+# Bounds on rollouts, each refused with a clear error when reached (at least 1).
 BELLWETHER_ROLLOUT_LIMITS = {
-    "max_targets": env_int("BELLWETHER_ROLLOUT_MAX_TARGETS", 10_000),
-    "max_active": env_int("BELLWETHER_ROLLOUT_MAX_ACTIVE", 20),
-    "max_history": env_int("BELLWETHER_ROLLOUT_MAX_HISTORY", 200),
+    "max_targets": env_int("BELLWETHER_ROLLOUT_MAX_TARGETS", 10_000, minimum=1),
+    "max_active": env_int("BELLWETHER_ROLLOUT_MAX_ACTIVE", 20, minimum=1),
+    "max_history": env_int("BELLWETHER_ROLLOUT_MAX_HISTORY", 200, minimum=1),
 }
 
+LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -291,11 +312,14 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# Cookies only over HTTPS unless DEBUG (SECURE_COOKIES=0 for plain-HTTP set-ups);
+# read whatever DEBUG says so that a typo fails in development too.
+SECURE_COOKIES = env_bool("SECURE_COOKIES", True)
 if not DEBUG:
-    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
-    CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    SESSION_COOKIE_SECURE = SECURE_COOKIES
+    CSRF_COOKIE_SECURE = SECURE_COOKIES
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -53,8 +53,9 @@ def pytest_runtest_setup(item):
 @pytest.fixture(autouse=True)
 def _test_settings(settings):
     """A fast password hasher (fixtures make many users), and static files served
-    unhashed: outside embedded mode settings pick the manifest storage, which
-    needs `collectstatic` (a deploy step), while pages only need {% static %}."""
+    unhashed: settings pick WhiteNoise's manifest storage, whose {% static %} needs
+    the manifest `collectstatic` writes (a deploy step) once DEBUG is off, as it is
+    in tests."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.STORAGES = {
         **settings.STORAGES,

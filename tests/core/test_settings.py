@@ -1,0 +1,330 @@
+"""project/settings.py under given environments: values that do not parse raise
+ImproperlyConfigured naming the variable, good ones parse, defaults hold.
+
+The `load_settings` fixture executes the settings file afresh as a module of its own with
+os.environ replaced by exactly the given variables, so the running Django
+settings (django.conf.settings, sys.modules["project.settings"]) stay untouched.
+"""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from django.contrib.staticfiles.storage import staticfiles_storage
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import reverse
+from whitenoise.storage import CompressedManifestStaticFilesStorage
+
+from project.env import redact
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS_PY = ROOT / "project" / "settings.py"
+PRODUCTION = {"DATABASE_URL": "postgres://bellwether:hunter2@db:5432/bellwether",
+              "SECRET_KEY": "a-production-secret"}
+MANIFEST_STORAGE = "whitenoise.storage.CompressedManifestStaticFilesStorage"
+
+BOOLEANS = ["DEBUG", "DATABASE_POOL", "CELERY_TASK_ALWAYS_EAGER", "SECURE_COOKIES"]
+# Every integer variable with its default and the smallest value it accepts.
+INTEGERS = {
+    "DATABASE_POOL_SIZE": (10, 1),
+    "CONN_MAX_AGE": (60, 0),
+    "CELERY_TASK_TIME_LIMIT": (120, 1),
+    "CELERY_TASK_SOFT_TIME_LIMIT": (100, 1),
+    "BELLWETHER_LIVE_RECHECK_S": (5, 0),
+    "BELLWETHER_LIVE_MAX_ENVIRONMENTS": (500, 1),
+    "BELLWETHER_MAX_REQUEST_BYTES": (10 * 1024 * 1024, 1),
+    "BELLWETHER_MAX_CONFIG_BYTES": (256 * 1024, 1),
+    "BELLWETHER_MAX_CONFIG_DEPTH": (32, 1),
+    "BELLWETHER_MAX_CONFIG_NODES": (100_000, 1),
+    "BELLWETHER_MAX_FILE_BYTES": (1024 * 1024, 1),
+    "BELLWETHER_MAX_SNAPSHOT_BYTES": (8 * 1024 * 1024, 1),
+    "BELLWETHER_MAX_FILES": (500, 1),
+    "BELLWETHER_MAX_TEMPLATE_ITERATIONS": (1_000_000, 1),
+    "BELLWETHER_ROLLOUT_MAX_TARGETS": (10_000, 1),
+    "BELLWETHER_ROLLOUT_MAX_ACTIVE": (20, 1),
+    "BELLWETHER_ROLLOUT_MAX_HISTORY": (200, 1),
+}
+STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
+           "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR"]
+
+
+@pytest.fixture
+def load_settings(tmp_path):
+    """load_settings(**environ) -> the settings module executed under exactly
+    `environ` (None: left unset); BELLWETHER_VAR_DIR defaults to a temporary
+    directory rather than the checkout's var/."""
+
+    def load(**environ: str | None):
+        environ = {"BELLWETHER_VAR_DIR": str(tmp_path / "var"), **environ}
+        environ = {name: value for name, value in environ.items() if value is not None}
+        spec = importlib.util.spec_from_file_location("settings_under_test", SETTINGS_PY)
+        module = importlib.util.module_from_spec(spec)
+        with mock.patch.dict(os.environ, environ, clear=True):
+            spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
+def integer_setting(module, name: str) -> int:
+    """Where each integer variable lands in the settings."""
+    limits = {**module.BELLWETHER_LIMITS, **module.BELLWETHER_ROLLOUT_LIMITS}
+    key = name.removeprefix("BELLWETHER_").removeprefix("ROLLOUT_").lower()
+    if key in limits:
+        return limits[key]
+    if name == "BELLWETHER_MAX_REQUEST_BYTES":
+        return module.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return getattr(module, name)
+
+
+def test_every_variable_read_is_tested_here_and_documented():
+    read = set(re.findall(r'env_\w+\(\s*"([A-Z_]+)"', SETTINGS_PY.read_text()))
+    assert read == set(BOOLEANS) | set(INTEGERS) | set(STRINGS)
+    documented = (ROOT / "docs" / "operations.md").read_text().split("## Settings")[1]
+    assert {name for name in read if f"`{name}`" not in documented} == set()
+
+
+# Booleans.
+
+@pytest.mark.parametrize("name", BOOLEANS)
+@pytest.mark.parametrize("value", ["flase", "maybe", "2", "y", "enabled"])
+def test_a_boolean_that_is_not_understood_raises_naming_the_variable(load_settings, name, value):
+    with pytest.raises(ImproperlyConfigured, match=f"{name}='{value}' is not valid"):
+        load_settings(**{name: value})
+    with pytest.raises(ImproperlyConfigured, match=f"{name}='{value}' is not valid"):
+        load_settings(**PRODUCTION, **{name: value})
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("true", True), ("TRUE", True), ("1", True), ("yes", True), ("On", True),
+    ("false", False), ("False", False), ("0", False), ("NO", False), (" off ", False),
+])
+def test_booleans_accept_true_false_1_0_yes_no_on_off_in_any_case(load_settings, value, expected):
+    assert load_settings(DEBUG=value).DEBUG is expected
+    assert load_settings(**PRODUCTION, DEBUG=value).DEBUG is expected
+
+
+def test_secure_cookies_is_checked_even_when_debug_leaves_it_unused(load_settings):
+    with pytest.raises(ImproperlyConfigured, match="SECURE_COOKIES='flase'"):
+        load_settings(DEBUG="1", SECURE_COOKIES="flase")
+
+
+def test_secure_cookies_off_makes_cookies_plain_in_production(load_settings):
+    module = load_settings(**PRODUCTION, SECURE_COOKIES="off")
+    assert module.SESSION_COOKIE_SECURE is False
+    assert module.CSRF_COOKIE_SECURE is False
+    assert module.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https")
+
+
+# Integers.
+
+@pytest.mark.parametrize("name", sorted(INTEGERS))
+@pytest.mark.parametrize("value", ["ten", "-5", "abc"])
+def test_an_integer_that_is_not_understood_raises_naming_the_variable(load_settings, name, value):
+    with pytest.raises(ImproperlyConfigured, match=f"{name}='{value}' is not valid"):
+        load_settings(**{name: value})
+
+
+@pytest.mark.parametrize("value", ["1.5", "1e3", "0x10", "+5", "1_000", "12 3", "١٢"])
+def test_an_integer_is_plain_decimal_digits(load_settings, value):
+    with pytest.raises(ImproperlyConfigured, match="BELLWETHER_MAX_FILE_BYTES="):
+        load_settings(BELLWETHER_MAX_FILE_BYTES=value)
+
+
+@pytest.mark.parametrize("name", sorted(INTEGERS))
+def test_an_integer_below_its_minimum_raises(load_settings, name):
+    minimum = INTEGERS[name][1]
+    with pytest.raises(ImproperlyConfigured, match=f"at least {minimum}"):
+        load_settings(**{name: str(minimum - 1)})
+
+
+@pytest.mark.parametrize("name", sorted(INTEGERS))
+def test_an_integer_parses_into_its_setting(load_settings, name):
+    # A hard time limit stays above the default soft one (100).
+    value = 700 if name == "CELERY_TASK_TIME_LIMIT" else 7
+    module = load_settings(**{name: f" {value} "})
+    assert integer_setting(module, name) == value
+
+
+def test_the_pool_size_and_connection_age_parse_in_production(load_settings):
+    pooled = load_settings(**PRODUCTION, DATABASE_POOL_SIZE="25")
+    assert pooled.DATABASES["default"]["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 25}
+    unpooled = load_settings(**PRODUCTION, DATABASE_POOL="no", CONN_MAX_AGE="0")
+    assert "OPTIONS" not in unpooled.DATABASES["default"]
+    assert unpooled.DATABASES["default"]["CONN_MAX_AGE"] == 0
+
+
+def test_the_soft_time_limit_must_be_below_the_hard_one(load_settings):
+    with pytest.raises(ImproperlyConfigured, match="CELERY_TASK_SOFT_TIME_LIMIT"):
+        load_settings(CELERY_TASK_TIME_LIMIT="100")
+
+
+# Defaults.
+
+EMBEDDED_DEFAULTS = {
+    "DEBUG": True,
+    "SECRET_KEY": "embedded-mode-only-not-a-secret",
+    "ALLOWED_HOSTS": ["127.0.0.1", "localhost", "[::1]"],
+    "CSRF_TRUSTED_ORIGINS": [],
+    "REDIS_URL": "",
+    "CACHES": {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+    "CHANNEL_LAYERS": {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}},
+    "CELERY_BROKER_URL": "memory://localhost/",
+    "CELERY_TASK_ALWAYS_EAGER": True,
+    "CELERY_TASK_DEFAULT_QUEUE": "bellwether",
+    "CELERY_TASK_TIME_LIMIT": 120,
+    "CELERY_TASK_SOFT_TIME_LIMIT": 100,
+    "BELLWETHER_LIVE_RECHECK_S": 5,
+    "BELLWETHER_LIVE_MAX_ENVIRONMENTS": 500,
+    "DATA_UPLOAD_MAX_MEMORY_SIZE": 10 * 1024 * 1024,
+    "BELLWETHER_LIMITS": {
+        "max_config_bytes": 256 * 1024,
+        "max_config_depth": 32,
+        "max_config_nodes": 100_000,
+        "max_file_bytes": 1024 * 1024,
+        "max_snapshot_bytes": 8 * 1024 * 1024,
+        "max_files": 500,
+        "max_template_iterations": 1_000_000,
+    },
+    "BELLWETHER_ROLLOUT_LIMITS": {"max_targets": 10_000, "max_active": 20, "max_history": 200},
+}
+
+
+def assert_embedded_defaults(module):
+    assert {name: getattr(module, name) for name in EMBEDDED_DEFAULTS} == EMBEDDED_DEFAULTS
+    assert module.EMBEDDED is True
+    assert module.VAR_DIR == ROOT / "var"
+    database = module.DATABASES["default"]
+    assert database["ENGINE"] == "django.db.backends.sqlite3"
+    assert database["NAME"] == str(ROOT / "var" / "bellwether.sqlite3")
+    assert module.LOGGING["root"]["level"] == "INFO"
+    assert not hasattr(module, "SESSION_COOKIE_SECURE")  # DEBUG on: cookies not forced
+
+
+def test_embedded_mode_defaults_are_unchanged(load_settings):
+    assert_embedded_defaults(load_settings(BELLWETHER_VAR_DIR=None))
+
+
+def test_an_empty_variable_means_its_default(load_settings):
+    names = BOOLEANS + sorted(INTEGERS) + STRINGS
+    assert_embedded_defaults(load_settings(**dict.fromkeys(names, "")))
+    assert_embedded_defaults(load_settings(**dict.fromkeys(names, "  ")))
+
+
+def test_production_defaults_are_unchanged(load_settings):
+    module = load_settings(**PRODUCTION)
+    assert module.EMBEDDED is False
+    assert module.DEBUG is False
+    assert module.SECRET_KEY == "a-production-secret"
+    assert module.ALLOWED_HOSTS == []
+    database = module.DATABASES["default"]
+    assert (database["ENGINE"], database["HOST"], database["NAME"]) == (
+        "django.db.backends.postgresql", "db", "bellwether")
+    assert database["OPTIONS"] == {"pool": {"min_size": 1, "max_size": 10}}
+    assert module.SESSION_COOKIE_SECURE is True
+    assert module.CSRF_COOKIE_SECURE is True
+    assert load_settings(**PRODUCTION, DATABASE_POOL="0").DATABASES["default"][
+        "CONN_MAX_AGE"] == 60
+
+
+@pytest.mark.parametrize("secret", [None, "", "   "])
+def test_a_missing_secret_key_outside_embedded_mode_raises(load_settings, secret):
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY must be set"):
+        load_settings(DATABASE_URL=PRODUCTION["DATABASE_URL"], SECRET_KEY=secret)
+
+
+def test_a_secret_key_is_taken_as_set(load_settings):
+    assert load_settings(**{**PRODUCTION, "SECRET_KEY": " spaced "}).SECRET_KEY == " spaced "
+
+
+# URLs, lists and names.
+
+@pytest.mark.parametrize("url", ["nosuch://db/x", "postgres://bellwether:hunter2@db:abc/x"])
+def test_a_database_url_that_does_not_parse_raises_without_its_password(load_settings, url):
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL=") as raised:
+        load_settings(**{**PRODUCTION, "DATABASE_URL": url})
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["localhost:6379", "http://redis:6379/0", "redis://"])
+def test_a_redis_url_without_a_redis_scheme_raises(load_settings, url):
+    with pytest.raises(ImproperlyConfigured, match="REDIS_URL="):
+        load_settings(REDIS_URL=url)
+
+
+def test_a_redis_url_selects_redis_and_is_never_shown_with_its_password(load_settings):
+    module = load_settings(**PRODUCTION, REDIS_URL="rediss://:pw@cache:6380/2")
+    assert module.CACHES["default"]["LOCATION"] == "rediss://:pw@cache:6380/2"
+    assert module.CELERY_BROKER_URL == "rediss://:pw@cache:6380/2"
+    assert module.CELERY_TASK_ALWAYS_EAGER is False
+    assert redact("rediss://:pw@cache:6380/2") == "rediss://:***@cache:6380/2"
+    assert redact("postgres://u:p@ss@db/x") == "postgres://u:***@db/x"
+    assert redact("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def test_hosts_and_origins_are_comma_separated(load_settings):
+    module = load_settings(ALLOWED_HOSTS=" example.com, .example.org,,",
+                           CSRF_TRUSTED_ORIGINS="https://example.com, https://*.example.org")
+    assert module.ALLOWED_HOSTS == ["example.com", ".example.org"]
+    assert module.CSRF_TRUSTED_ORIGINS == ["https://example.com", "https://*.example.org"]
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("ALLOWED_HOSTS", "example.com,https://example.com"),
+    ("ALLOWED_HOSTS", "example.com/app"),
+    ("CSRF_TRUSTED_ORIGINS", "example.com"),
+    ("CSRF_TRUSTED_ORIGINS", "https://example.com/"),
+    ("CSRF_TRUSTED_ORIGINS", "ftp://example.com"),
+])
+def test_a_host_or_origin_of_the_wrong_shape_raises(load_settings, name, value):
+    with pytest.raises(ImproperlyConfigured, match=f"{name}=.* item"):
+        load_settings(**{name: value})
+
+
+def test_log_level_is_a_level_name_in_any_case(load_settings):
+    assert load_settings(LOG_LEVEL="warning").LOGGING["root"]["level"] == "WARNING"
+    with pytest.raises(ImproperlyConfigured, match="LOG_LEVEL='verbose'"):
+        load_settings(LOG_LEVEL="verbose")
+
+
+def test_importing_the_settings_fails_with_the_variable_named(tmp_path):
+    """The real import path, in a process of its own: python -c 'import project.settings'."""
+    environ = {"PATH": os.environ.get("PATH", ""), "BELLWETHER_VAR_DIR": str(tmp_path),
+               "DATABASE_POOL_SIZE": "ten"}
+    result = subprocess.run([sys.executable, "-c", "import project.settings"], cwd=ROOT,
+                            env=environ, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert ("django.core.exceptions.ImproperlyConfigured: DATABASE_POOL_SIZE='ten' is not "
+            "valid: expected a whole number.") in result.stderr
+
+
+# Static files.
+
+@pytest.mark.parametrize("base", [{}, PRODUCTION], ids=["embedded", "production"])
+def test_static_storage_is_the_same_with_debug_on_and_off(load_settings, base):
+    on = load_settings(**base, DEBUG="on")
+    off = load_settings(**base, DEBUG="off")
+    assert on.STORAGES == off.STORAGES
+    assert on.STORAGES["staticfiles"] == {"BACKEND": MANIFEST_STORAGE}
+
+
+def test_a_page_with_static_files_renders_in_tests_without_collectstatic(client, db):
+    response = client.get(reverse("dashboard:login"))
+    assert response.status_code == 200
+    assert b'href="/static/bellwether/dashboard.css"' in response.content
+
+
+def test_a_page_with_static_files_renders_with_the_manifest_storage_under_debug(
+        client, db, settings):
+    """`make run`: the settings' own storage, DEBUG on, no collectstatic."""
+    settings.DEBUG = True
+    settings.STORAGES = {**settings.STORAGES, "staticfiles": {"BACKEND": MANIFEST_STORAGE}}
+    response = client.get(reverse("dashboard:login"))
+    assert isinstance(staticfiles_storage, CompressedManifestStaticFilesStorage)
+    assert response.status_code == 200
+    assert b'href="/static/bellwether/dashboard.css"' in response.content
