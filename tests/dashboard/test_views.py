@@ -300,6 +300,18 @@ def test_sign_out_is_a_post_form_with_a_csrf_token(environment, as_viewer):
     assert form and 'name="csrfmiddlewaretoken"' in form.group(0)
 
 
+def test_pages_load_htmx_without_the_debug_script_that_replaces_them_on_a_4xx(
+        environment, as_viewer, settings):
+    # In DEBUG, django-htmx's script would show a refusal (400, 403, 404) as the whole
+    # page instead of letting htmx swap it in place (make run is DEBUG).
+    settings.DEBUG = True
+
+    html = text(as_viewer.get("/"))
+
+    assert re.search(r'<script src="/static/django_htmx/htmx-2\.min\.js" defer>', html)
+    assert "django-htmx.js" not in html
+
+
 # --- overview --------------------------------------------------------------------------
 
 
