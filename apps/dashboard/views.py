@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reswap
 
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.dashboard import forms, selectors
@@ -359,11 +359,9 @@ def rollout_rollback_view(request, application, environment, rollout_id):
 def csrf_failure(request, reason=""):
     """CSRF_FAILURE_VIEW: an htmx request whose token went stale (signed in again in
     another tab) gets the reason in the flash and changes nothing on the page."""
-    if not request.headers.get("HX-Request"):
+    if not request.htmx:
         return django_csrf_failure(request, reason)
     messages.error(request, "This page's session has changed (signed in again "
                             "elsewhere?). Nothing was done: reload the page and try again.")
-    response = HttpResponse(render_to_string("dashboard/base.html#flash", {"oob": True},
-                                             request=request), status=403)
-    response["HX-Reswap"] = "none"
-    return response
+    return reswap(HttpResponse(render_to_string("dashboard/base.html#flash", {"oob": True},
+                                                request=request), status=403), "none")
