@@ -627,6 +627,15 @@ def test_a_viewers_post_is_refused_with_403_and_changes_nothing(action, htmx, wo
     assert _world_state(world) == before
 
 
+def test_a_viewers_refused_descriptor_gets_the_reason_and_no_form(world, as_viewer):
+    response = as_viewer.post(url("descriptor"), {"descriptor": _minimal_descriptor()},
+                              headers=HTMX)
+
+    assert response.status_code == 403
+    assert "<form" not in text(response)
+    assert '<p class="msg error">' in section(text(response), "preview")
+
+
 @pytest.mark.parametrize("action", list(ACTIONS))
 def test_a_deployers_same_post_is_carried_out(action, world, as_deployer):
     path, data = ACTIONS[action](world)
