@@ -1,15 +1,17 @@
 """The app teams' dashboard: one view per page, a named partial for htmx requests,
-every action a POST that calls a service (the same ones the API calls).
+every action a POST that calls a service (the same ones the API calls). Every input
+comes through a form of apps.dashboard.forms.
 
 An htmx action answers with the panel it changed plus the flash messages swapped
 out of band, with the service's status code (htmx is configured to swap 4xx too);
-a plain form post is redirected back to the page with the message.
+a plain form post is redirected back to the page with the message. A page with a
+form (descriptor, diff) answers htmx with its result and the form swapped out of
+band, bound to what was sent, with its errors next to their fields.
 """
 
 import logging
 from functools import wraps
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -20,18 +22,17 @@ from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect, reswap
 
 from apps.core.errors import ApplicationError, ValidationFailed
-from apps.dashboard import selectors
+from apps.dashboard import forms, selectors
 from apps.environments.selectors import require_role
 from apps.environments.services import descriptor_check
 from apps.releases.services import descriptor_submit, snapshot_deploy, snapshot_rollback
-from apps.rollouts.models import Rollout
 from apps.rollouts.services import rollout_confirm, rollout_create, rollout_rollback
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
 from apps.tenancy.models import Role
-from configlang.yamlconfig import load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +43,6 @@ PANELS = {
     "pending": selectors.pending_panel,
     "rollout": selectors.rollout_panel,
 }
-MAX_DESCRIPTOR_BYTES = 256 * 1024
-
-
-def _number(text: str | None, field: str, message: str, maximum: int = 2**31 - 1) -> int:
-    """A form field's positive whole number (ASCII digits, bounded), else a 400."""
-    if not text or not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= maximum:
-        raise ValidationFailed(f"{field}: {message}", code="invalid",
-                               details=[{"key": field, "message": message}])
-    return int(text)
 
 
 def _partial(request, template: str, partial: str) -> str:
@@ -87,11 +79,28 @@ def _panel_html(request, env, panel: str) -> str:
                             request=request)
 
 
+def _with_oob(request, html: str, oob: list[str], context: dict, status: int) -> HttpResponse:
+    """`html` for htmx's target, then each partial of `oob` rendered to be swapped in
+    out of band (they mark themselves so when `oob` is set)."""
+    for partial in oob:
+        html += render_to_string(partial, {**context, "oob": True}, request=request)
+    return HttpResponse(html, status=status)
+
+
 def _panel_response(request, env, panel: str, status: int = 200) -> HttpResponse:
     """The panel's partial, with the flash messages swapped in out of band."""
-    html = _panel_html(request, env, panel)
-    html += render_to_string("dashboard/base.html#flash", {"oob": True}, request=request)
-    return HttpResponse(html, status=status)
+    return _with_oob(request, _panel_html(request, env, panel), ["dashboard/base.html#flash"],
+                     {}, status)
+
+
+def _form_page(request, template: str, result: str, context: dict,
+               status: int = 200) -> HttpResponse:
+    """A page with a form above its result: for htmx the result partial (its target)
+    and the form swapped out of band, bound, with its errors next to its fields."""
+    if not _wants_partial(request):
+        return render(request, template, context, status=status)
+    return _with_oob(request, render_to_string(f"{template}#{result}", context, request=request),
+                     [f"{template}#form"], context, status)
 
 
 def _render_environment(request, env, status: int = 200) -> HttpResponse:
@@ -101,16 +110,23 @@ def _render_environment(request, env, status: int = 200) -> HttpResponse:
     return render(request, "dashboard/environment.html", context, status=status)
 
 
-def _act(request, env, panel: str, action) -> HttpResponse:
-    """Run `action` (a service call) for a deployer; answer with the changed panel
-    (htmx), or the page: redirected to after a success, with the refusal and its
-    status after a refusal (plain form)."""
+def _act(request, env, panel: str, action, form: forms.DashboardForm | None = None
+         ) -> HttpResponse:
+    """Run `action` (a service call) for a deployer once `form` is valid;
+    answer with the changed panel (htmx), or the page: redirected to after a success,
+    with the refusal and its status after a refusal (plain form). The form's fields
+    are hidden inputs of the buttons: its errors go to the flash (a 400)."""
     status = 200
     try:
         require_role(user=request.user, environment=env, required=Role.DEPLOYER)
-        done = action()
-        if done:
-            messages.success(request, done)
+        if form is not None and not form.is_valid():
+            for line in form.error_lines():
+                messages.error(request, line)
+            status = 400
+        else:
+            done = action()
+            if done:
+                messages.success(request, done)
     except ApplicationError as error:
         logger.info("dashboard %s refused for %s: %s", request.path, request.user, error.message)
         messages.error(request, _explain(error))
@@ -148,46 +164,23 @@ def environment_page(request, application, environment):
 def diff_page(request, application, environment):
     """Any two snapshots of the environment, coloured, per file."""
     env = _environment(request, application, environment)
-    context = {**_page_context(request, env), **selectors.snapshots_panel(env)}
-    to, against = request.GET.get("to"), request.GET.get("from")
+    form = forms.DiffForm(request.GET, snapshots=selectors.snapshots_panel(env)["snapshots"])
+    context = {**_page_context(request, env), "form": form}
     status = 200
-    if to:
+    if not form.is_valid():
+        status = 400
+    elif form.cleaned_data["to"] is not None:
+        asked = "to"  # the snapshot a "not found" is about
         try:
-            snapshot = snapshot_get(environment=env,
-                                    number=_number(to, "to", "pick a snapshot number."))
-            context["diff"] = snapshot_diff(snapshot=snapshot, against=_number(
-                against, "from", "pick a snapshot number.") if against else None)
+            snapshot = snapshot_get(environment=env, number=form.cleaned_data["to"])
+            asked = "from"
+            context["diff"] = snapshot_diff(snapshot=snapshot,
+                                            against=form.cleaned_data["from"])
         except ApplicationError as error:
-            context["error"], status = error.message, error.status
-    return render(request, _partial(request, "dashboard/diff.html", "result"), context,
-                  status=status)
-
-
-def _descriptor_from(request) -> tuple[dict, str]:
-    """The descriptor pasted or uploaded, parsed with the bounded YAML loader, and
-    its text."""
-    upload = request.FILES.get("file")
-    if upload is not None:
-        if upload.size > MAX_DESCRIPTOR_BYTES:
-            raise ValidationFailed(f"{upload.name}: larger than {MAX_DESCRIPTOR_BYTES} bytes.",
-                                   code="too_large")
-        try:
-            text, name = upload.read().decode("utf-8"), upload.name
-        except UnicodeDecodeError:
-            raise ValidationFailed(f"{upload.name}: not UTF-8 text.") from None
-    else:
-        text, name = request.POST.get("descriptor", ""), "descriptor"
-    if not text.strip():
-        raise ValidationFailed("Paste a descriptor or choose a file.", code="descriptor_missing")
-    if len(text.encode()) > MAX_DESCRIPTOR_BYTES:
-        raise ValidationFailed(f"{name}: larger than {MAX_DESCRIPTOR_BYTES} bytes.",
-                               code="too_large")
-    descriptor, problems = load_yaml(text, limits=settings.BELLWETHER_LIMITS, file=name)
-    if problems:
-        raise ValidationFailed(str(problems[0]), code="descriptor_invalid",
-                               details=[p.as_dict() for p in problems])
-    descriptor_check(descriptor)
-    return descriptor, text
+            status = error.status
+            if error.code != "not_found" or not form.add_refusal(error, asked):
+                context["error"] = error.message
+    return _form_page(request, "dashboard/diff.html", "result", context, status)
 
 
 def _check_target(descriptor: dict, env) -> None:
@@ -206,25 +199,33 @@ def descriptor_page(request, application, environment):
     env = _environment(request, application, environment)
     context = _page_context(request, env)
     if request.method == "GET":
+        context["form"] = forms.DescriptorForm(environment=env)
         return render(request, "dashboard/descriptor.html", context)
+    form = context["form"] = forms.DescriptorForm(request.POST, request.FILES, environment=env)
     status = 200
     try:
         require_role(user=request.user, environment=env, required=Role.DEPLOYER)
-        descriptor, text = _descriptor_from(request)
-        _check_target(descriptor, env)
-        context["text"] = text
-        if request.POST.get("step") == "publish":
-            publication, created = descriptor_submit(environment=env, descriptor=descriptor,
-                                                     actor=request.user)
-            publication.refresh_from_db()
-            messages.add_message(request, *_publication_message(publication, created))
-            return redirect(context["env_url"])
-        context["preview"] = descriptor_dry_run(env, descriptor)
+        if form.is_valid():
+            descriptor = form.cleaned_data["parsed"]
+            descriptor_check(descriptor)
+            _check_target(descriptor, env)
+            context["text"] = form.cleaned_data["text"]
+            if form.cleaned_data["step"] == "publish":
+                publication, created = descriptor_submit(environment=env, descriptor=descriptor,
+                                                         actor=request.user)
+                publication.refresh_from_db()
+                messages.add_message(request, *_publication_message(publication, created))
+                if request.htmx:
+                    return HttpResponseClientRedirect(context["env_url"])
+                return redirect(context["env_url"])
+            context["preview"] = descriptor_dry_run(env, descriptor)
+        else:
+            status = 400
     except ApplicationError as error:
-        context["error"], status = error, error.status
-        context["text"] = request.POST.get("descriptor", "")
-    return render(request, _partial(request, "dashboard/descriptor.html", "preview"), context,
-                  status=status)
+        status = error.status
+        if not form.add_refusal(error):
+            context["error"] = error
+    return _form_page(request, "dashboard/descriptor.html", "preview", context, status)
 
 
 def _publication_message(publication: Publication, created: bool) -> tuple[int, str]:
@@ -258,20 +259,16 @@ def _signed_in_action(view):
 def deploy(request, application, environment):
     """Deploy now: push a snapshot (default: the active one) to one agent or all."""
     env = _environment(request, application, environment)
+    form = forms.DeployForm(request.POST, active=env.active_snapshot)
 
     def push():
-        number = request.POST.get("snapshot") or (
-            str(env.active_snapshot.number) if env.active_snapshot else "")
-        snapshot = snapshot_get(environment=env, number=_number(
-            number, "snapshot", "nothing to deploy yet: publish a snapshot first."))
-        agent = request.POST.get("agent")
-        agent_ids = None if agent is None else [
-            _number(agent, "agent", "not an agent id.", maximum=2**63 - 1)]
+        snapshot = snapshot_get(environment=env, number=form.cleaned_data["snapshot"])
+        agent = form.cleaned_data["agent"]
         deployments = snapshot_deploy(snapshot=snapshot, actor=request.user,
-                                      agent_ids=agent_ids)
+                                      agent_ids=None if agent is None else [agent])
         return f"Pushed #{snapshot.number} to {len(deployments)} agent(s)."
 
-    return _act(request, env, "agents", push)
+    return _act(request, env, "agents", push, form)
 
 
 @login_required
@@ -302,36 +299,28 @@ def snapshot_rollback_page(request, application, environment, number):
 def rollout_new(request, application, environment):
     """Start a staged rollout: canaries by agent, then waves by percent."""
     env = _environment(request, application, environment)
-    context = {**_page_context(request, env), **selectors.snapshots_panel(env),
-               "agents": selectors.canary_choices(env)}
+    choices = {"snapshots": selectors.snapshots_panel(env)["snapshots"],
+               "active": env.active_snapshot_id, "agents": selectors.canary_choices(env)}
+    context = _page_context(request, env)
     if request.method == "GET":
+        context["form"] = forms.RolloutForm(**choices)
         return render(request, "dashboard/rollout_new.html", context)
+    form = context["form"] = forms.RolloutForm(request.POST, **choices)
     try:
         require_role(user=request.user, environment=env, required=Role.DEPLOYER)
-        number = _number(request.POST.get("snapshot"), "snapshot", "pick a snapshot to roll out.")
-        canaries = [_number(c, "canary", "not an agent id.", maximum=2**63 - 1)
-                    for c in request.POST.getlist("canary")]
-        waves = _waves(request.POST.get("waves", "100"), request.POST.get("gate", "manual"))
+        if not form.is_valid():
+            return render(request, "dashboard/rollout_new.html", context, status=400)
+        data = form.cleaned_data
         rollout = rollout_create(
-            environment=env, snapshot=snapshot_get(environment=env, number=number),
-            canary_agents=canaries, waves=waves, actor=request.user)
+            environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
+            canary_agents=data["canary"], waves=data["plan"], actor=request.user)
     except ApplicationError as error:
-        context["error"] = error
+        if not form.add_refusal(error):
+            context["error"] = error
         return render(request, "dashboard/rollout_new.html", context, status=error.status)
     messages.success(request, f"Rollout {rollout.pk} of #{rollout.snapshot.number} started: "
                               "the canaries have it now.")
     return redirect(context["env_url"])
-
-
-def _waves(text: str, gate: str) -> list[dict]:
-    """"25, 100" -> two waves by percent, each with `gate`."""
-    if gate not in Rollout.Gate.values:
-        raise ValidationFailed(f"gate: one of {', '.join(Rollout.Gate.values)}.")
-    parts = [p.strip().rstrip("%") for p in text.split(",") if p.strip()]
-    if not parts:
-        raise ValidationFailed("waves: percentages from 1 to 100, separated by commas.")
-    return [{"percent": _number(p, "waves", "percentages from 1 to 100, separated by commas.",
-                                maximum=100), "gate": gate, "bake_s": 0} for p in parts]
 
 
 def _rollout_action(request, application, environment, rollout_id, service, verb):
@@ -339,14 +328,14 @@ def _rollout_action(request, application, environment, rollout_id, service, verb
     rollout = selectors.rollout_in(env, rollout_id)
     if rollout is None:
         raise Http404("Rollout not found.")
-    version = request.POST.get("expected_version", "")
+    form = forms.RolloutActionForm(request.POST)
 
     def act():
-        service(rollout=rollout, actor=request.user, expected_version=_number(
-            version, "expected_version", "reload the page and try again."))
+        service(rollout=rollout, actor=request.user,
+                expected_version=form.cleaned_data["expected_version"])
         return f"Rollout {rollout.pk} {verb}."
 
-    return _act(request, env, "rollout", act)
+    return _act(request, env, "rollout", act, form)
 
 
 @_signed_in_action
@@ -369,11 +358,9 @@ def rollout_rollback_view(request, application, environment, rollout_id):
 def csrf_failure(request, reason=""):
     """CSRF_FAILURE_VIEW: an htmx request whose token went stale (signed in again in
     another tab) gets the reason in the flash and changes nothing on the page."""
-    if not request.headers.get("HX-Request"):
+    if not request.htmx:
         return django_csrf_failure(request, reason)
     messages.error(request, "This page's session has changed (signed in again "
                             "elsewhere?). Nothing was done: reload the page and try again.")
-    response = HttpResponse(render_to_string("dashboard/base.html#flash", {"oob": True},
-                                             request=request), status=403)
-    response["HX-Reswap"] = "none"
-    return response
+    return reswap(HttpResponse(render_to_string("dashboard/base.html#flash", {"oob": True},
+                                                request=request), status=403), "none")

@@ -351,6 +351,58 @@ def test_the_preview_shows_no_second_copy_of_the_descriptor_above_publish(
         expect(page.locator("#preview textarea[name=descriptor]")).to_be_hidden(timeout=500)
 
 
+def test_refused_forms_show_each_error_under_its_field_and_keep_what_was_entered(
+        chromium, make_fleet, member, superuser, screenshot):
+    fleet = make_fleet(config("hello v1"), TEMPLATES)
+    dashboard_user(member, Role.DEPLOYER, "dev")
+    policy_publish(content=POLICY, actor=superuser)
+    assert fleet.api.publish()["number"] == 1
+    bad = DESCRIPTOR.replace("id: rel-2.5.0", "id: rel: 2.5.0")
+
+    with chromium() as browser:
+        dashboard = Dashboard(browser, fleet.server)
+        page = dashboard.sign_in("dev")
+
+        # The descriptor, through htmx: the form comes back with the error under the
+        # textarea and the text in it; the page stays.
+        page.goto(f"{ENV_PATH}descriptor/")
+        watch(page)
+        textarea = page.get_by_label("Descriptor (YAML or JSON)")
+        textarea.fill(bad)
+        page.get_by_role("button", name="Preview").click()
+        error = page.locator("#id_descriptor_error")
+        expect(error).to_have_text("descriptor:4: mapping values are not allowed here")
+        expect(textarea).to_have_value(bad)
+        expect(textarea).to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#preview h2")).to_have_count(0)
+        assert_not_reloaded(page)
+        screenshot(page, "descriptor-error")
+
+        # Fixed: the error goes, the preview comes.
+        textarea.fill(DESCRIPTOR)
+        page.get_by_role("button", name="Preview").click()
+        expect(page.locator("#preview h2")).to_contain_text("renders")
+        expect(error).to_have_count(0)
+        expect(textarea).to_have_value(DESCRIPTOR)
+        assert_not_reloaded(page)
+
+        # The rollout form, posted plainly: every field keeps its value, each error
+        # is under its field.
+        page.goto(f"{ENV_PATH}rollouts/new/")
+        page.get_by_label("Waves after the canaries").fill("25, 0")
+        page.get_by_label("Gate between waves").select_option("auto")
+        page.get_by_role("button", name="Start the rollout").click()
+        expect(page.locator("#id_waves_error")).to_have_text(
+            "percentages from 1 to 100, separated by commas.")
+        expect(page.locator("#id_canary_error")).to_have_text(
+            "Name the canaries: pick at least one agent.")
+        expect(page.get_by_label("Waves after the canaries")).to_have_value("25, 0")
+        expect(page.get_by_label("Gate between waves")).to_have_value("auto")
+        expect(page.get_by_label("Snapshot")).to_have_value("1")
+        screenshot(page, "rollout-error")
+        dashboard.assert_no_script_errors()
+
+
 # --- 3. a canary rollout: start, acknowledge, confirm, roll back --------------------
 
 

@@ -103,6 +103,25 @@ def rollout_state(rollout: Rollout) -> tuple:
     return current.state, current.version, current.current_wave
 
 
+def field_errors(html: str, field: str) -> list[str]:
+    """The errors shown under a form's field (Django's error list, which the field
+    names with aria-describedby and marks with aria-invalid)."""
+    found = re.search(rf'<ul class="errorlist" id="id_{field}_error">(.*?)</ul>', html, re.S)
+    if not found:
+        return []
+    assert re.search(rf'<[^>]* name="{field}"[^>]*aria-invalid="true"[^>]*>', html) or (
+        re.search(rf'<[^>]*aria-invalid="true"[^>]* name="{field}"', html)), field
+    return [unescape(error) for error in re.findall(r"<li>(.*?)</li>", found.group(1), re.S)]
+
+
+def textarea(html: str, name: str = "descriptor") -> str:
+    """The text of the first <textarea name=...> (Django's widget starts it with a
+    newline, which the browser drops)."""
+    found = re.search(rf'<textarea name="{name}"[^>]*>\n?(.*?)</textarea>', html, re.S)
+    assert found, f"no textarea {name}"
+    return unescape(found.group(1))
+
+
 def follow_page(client, response) -> str:
     """The page a plain form post redirected to, with its flash messages."""
     assert response.status_code == 302, (response.status_code, response.content[:500])
@@ -295,6 +314,18 @@ def test_sign_out_is_a_post_form_with_a_csrf_token(environment, as_viewer):
     form = re.search(r'<form class="signout" method="post" action="/logout/">.*?</form>',
                      html, re.S)
     assert form and 'name="csrfmiddlewaretoken"' in form.group(0)
+
+
+def test_pages_load_htmx_without_the_debug_script_that_replaces_them_on_a_4xx(
+        environment, as_viewer, settings):
+    # In DEBUG, django-htmx's script would show a refusal (400, 403, 404) as the whole
+    # page instead of letting htmx swap it in place (make run is DEBUG).
+    settings.DEBUG = True
+
+    html = text(as_viewer.get("/"))
+
+    assert re.search(r'<script src="/static/django_htmx/htmx-2\.min\.js" defer>', html)
+    assert "django-htmx.js" not in html
 
 
 # --- overview --------------------------------------------------------------------------
@@ -593,6 +624,15 @@ def test_a_viewers_post_is_refused_with_403_and_changes_nothing(action, htmx, wo
     assert _world_state(world) == before
 
 
+def test_a_viewers_refused_descriptor_gets_the_reason_and_no_form(world, as_viewer):
+    response = as_viewer.post(url("descriptor"), {"descriptor": _minimal_descriptor()},
+                              headers=HTMX)
+
+    assert response.status_code == 403
+    assert "<form" not in text(response)
+    assert '<p class="msg error">' in section(text(response), "preview")
+
+
 @pytest.mark.parametrize("action", list(ACTIONS))
 def test_a_deployers_same_post_is_carried_out(action, world, as_deployer):
     path, data = ACTIONS[action](world)
@@ -600,7 +640,8 @@ def test_a_deployers_same_post_is_carried_out(action, world, as_deployer):
 
     response = as_deployer.post(path, data)
 
-    assert response.status_code in (200, 302), (response.status_code, response.content[:500])
+    expected = 200 if action == "descriptor preview" else 302  # a plain form: back to the page
+    assert response.status_code == expected, (response.status_code, response.content[:500])
     if action != "descriptor preview":  # a preview records nothing
         assert _world_state(world) != before
 
@@ -884,19 +925,24 @@ def test_publishing_the_same_descriptor_again_says_it_was_already_published(rele
     assert stored() == before
 
 
+# What is wrong with the text itself shows under the descriptor field; a refusal of
+# the layers (a merge conflict) shows in the preview with its details, as a whole.
 BAD_DESCRIPTORS = {
     "invalid yaml": ("apiVersion: bellwether/v1\napplication: shop\nid: rel: 1\n",
-                     ["descriptor:3:", "mapping values are not allowed here"]),
-    "another environment": (as_yaml(release(environment="staging")),
+                     "descriptor", ["descriptor:3:", "mapping values are not allowed here"]),
+    "another environment": (as_yaml(release(environment="staging")), "descriptor",
                             ["The descriptor is for shop/staging, not shop/prod."]),
-    "another tenant's application": (as_yaml(release(application="blog")),
+    "another tenant's application": (as_yaml(release(application="blog")), "descriptor",
                                      ["The descriptor is for blog/prod, not shop/prod."]),
-    "merge conflict": (as_yaml(release(params={"dest_dir": "/srv/other"})),
+    "merge conflict": (as_yaml(release(params={"dest_dir": "/srv/other"})), "preview",
                        ["does not merge", "params.dest_dir", "/opt/shop", "/srv/other"]),
-    "not a mapping": ("- just\n- a list\n", ["A descriptor must be a mapping."]),
-    "no id": (as_yaml({k: v for k, v in release().items() if k != "id"}),
+    "not a mapping": ("- just\n- a list\n", "descriptor", ["A descriptor must be a mapping."]),
+    "no id": (as_yaml({k: v for k, v in release().items() if k != "id"}), "descriptor",
               ["descriptor id: required"]),
-    "empty": ("   \n", ["Paste a descriptor or choose a file."]),
+    "no id, no version string": (as_yaml({**{k: v for k, v in release().items() if k != "id"},
+                                          "version": ["x"]}), "descriptor",
+                                 ["descriptor id: required", "version: must be a string"]),
+    "empty": ("   \n", "descriptor", ["Paste a descriptor or choose a file."]),
 }
 
 
@@ -905,18 +951,70 @@ BAD_DESCRIPTORS = {
 def test_a_bad_descriptor_is_400_with_the_reason_and_nothing_is_written(case, step,
                                                                         releasable,
                                                                         as_deployer):
-    body, expected = BAD_DESCRIPTORS[case]
+    body, where, expected = BAD_DESCRIPTORS[case]
     before = stored()
 
     response = as_deployer.post(url("descriptor"), {"descriptor": body, "step": step},
                                 headers=HTMX)
 
     assert response.status_code == 400, response.content[:500]
-    preview = section(text(response), "preview")
-    assert '<p class="msg error">' in preview
+    html = text(response)
+    preview = section(html, "preview")
+    assert is_partial(html, "preview")  # htmx's target, then the form out of band
+    form = re.search(r'<form id="descriptor-form"[^>]*>.*?</form>', html, re.S).group(0)
+    assert 'hx-swap-oob="true"' in form
+    assert textarea(form) == body  # what was pasted stays, to be fixed
+    if where == "preview":
+        assert '<p class="msg error">' in preview
+        assert field_errors(html, "descriptor") == []
+        shown = preview
+    else:
+        assert "msg error" not in preview and "Publish" not in preview
+        shown = "\n".join(field_errors(html, "descriptor"))
     for words in expected:
-        assert words in preview, (words, preview)
+        assert words in shown, (words, shown)
     assert stored() == before
+
+
+def test_a_bad_descriptor_posted_as_a_plain_form_gets_the_page_with_the_error_by_the_field(
+        releasable, as_deployer):
+    body = "apiVersion: bellwether/v1\napplication: shop\nid: rel: 1\n"
+
+    response = as_deployer.post(url("descriptor"), {"descriptor": body, "step": "preview"})
+
+    assert response.status_code == 400
+    html = text(response)
+    assert "<html" in html and "hx-swap-oob" not in html
+    assert textarea(html) == body
+    assert field_errors(html, "descriptor") == [
+        "descriptor:3: mapping values are not allowed here"]
+    # The error list sits right after the field it describes.
+    assert re.search(r'<textarea name="descriptor"[^>]*aria-describedby="id_descriptor_error"'
+                     r'[^>]*>.*?</textarea></label><ul class="errorlist" '
+                     r'id="id_descriptor_error">', html, re.S)
+
+
+def test_a_valid_preview_clears_the_errors_of_the_previous_attempt(releasable, as_deployer):
+    body = as_yaml(release())
+
+    response = as_deployer.post(url("descriptor"), {"descriptor": body}, headers=HTMX)
+
+    assert response.status_code == 200
+    html = text(response)
+    form = re.search(r'<form id="descriptor-form"[^>]*>.*?</form>', html, re.S).group(0)
+    assert 'hx-swap-oob="true"' in form and "errorlist" not in form
+    assert textarea(form) == body
+    assert '<input type="hidden" name="step" value="preview">' in form
+
+
+@transactional
+def test_an_htmx_publish_sends_the_browser_to_the_environment_page(releasable, as_deployer):
+    response = as_deployer.post(url("descriptor"), {"descriptor": as_yaml(release()),
+                                                    "step": "publish"}, headers=HTMX)
+
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == url("environment")
+    assert "Published #2." in flash(text(as_deployer.get(url("environment"))))
 
 
 def test_an_invalid_uploaded_file_is_400_naming_the_file_and_line(releasable, as_deployer):
@@ -926,8 +1024,20 @@ def test_an_invalid_uploaded_file_is_400_naming_the_file_and_line(releasable, as
     response = as_deployer.post(url("descriptor"), {"file": upload, "step": "publish"})
 
     assert response.status_code == 400
-    assert re.search(r"release\.yaml:\d+:", section(text(response), "preview"))
+    (error,) = field_errors(text(response), "file")
+    assert re.match(r"release\.yaml:\d+: ", error), error
+    assert field_errors(text(response), "descriptor") == []
     assert stored() == before
+
+
+def test_an_uploaded_file_is_shown_in_the_textarea_after_its_preview(releasable, as_deployer):
+    upload = SimpleUploadedFile("release.yaml", as_yaml(release()).encode())
+
+    response = as_deployer.post(url("descriptor"), {"file": upload, "descriptor": "ignored"},
+                                headers=HTMX)
+
+    assert response.status_code == 200
+    assert textarea(text(response)) == as_yaml(release())  # the file wins over the paste
 
 
 def test_an_uploaded_file_that_is_not_utf8_is_400(releasable, as_deployer):
@@ -936,7 +1046,7 @@ def test_an_uploaded_file_that_is_not_utf8_is_400(releasable, as_deployer):
     response = as_deployer.post(url("descriptor"), {"file": upload})
 
     assert response.status_code == 400
-    assert "release.yaml: not UTF-8 text." in text(response)
+    assert field_errors(text(response), "file") == ["release.yaml: not UTF-8 text."]
 
 
 def test_a_descriptor_over_the_size_limit_is_400(releasable, as_deployer):
@@ -945,7 +1055,19 @@ def test_a_descriptor_over_the_size_limit_is_400(releasable, as_deployer):
     response = as_deployer.post(url("descriptor"), {"descriptor": body})
 
     assert response.status_code == 400
-    assert "larger than 262144 bytes" in text(response)
+    assert field_errors(text(response), "descriptor") == [
+        "descriptor: larger than 262144 bytes."]
+
+
+def test_an_uploaded_file_over_the_size_limit_is_400_without_reading_it(releasable,
+                                                                        as_deployer):
+    upload = SimpleUploadedFile("big.yaml", b"#" * (256 * 1024 + 1))
+
+    response = as_deployer.post(url("descriptor"), {"file": upload, "descriptor": "kept"})
+
+    assert response.status_code == 400
+    assert field_errors(text(response), "file") == ["big.yaml: larger than 262144 bytes."]
+    assert textarea(text(response)) == "kept"
 
 
 def test_descriptor_text_is_escaped_when_shown_again(releasable, as_deployer):
@@ -956,6 +1078,8 @@ def test_descriptor_text_is_escaped_when_shown_again(releasable, as_deployer):
     assert response.status_code == 400
     assert "<script>alert(1)</script>" not in text(response)
     assert "&lt;/textarea&gt;&lt;script&gt;" in text(response)
+    assert textarea(text(response)) == body
+    assert field_errors(text(response), "descriptor")
 
 
 # --- the diff viewer --------------------------------------------------------------------
@@ -1011,27 +1135,48 @@ def test_diff_page_without_a_choice_offers_the_ready_snapshots(second, as_viewer
     html = text(as_viewer.get(url("diff")))
 
     assert "Pick two snapshots." in section(html, "result")
-    assert re.findall(r'<select name="to">(.*?)</select>', html, re.S)[0].count("<option") == 2
+    assert re.findall(r'<select name="to"[^>]*>(.*?)</select>', html, re.S)[0].count(
+        "<option") == 2
+    assert "errorlist" not in html
 
 
-@pytest.mark.parametrize("query", ["?to=abc", "?to=2&from=x", "?to=-1", "?to=2&from=-1",
-                                   "?to=1.5", "?to=2&from=0", "?to=0", "?to=" + "9" * 20])
-def test_diff_with_junk_numbers_is_400_with_a_message(query, second, as_viewer):
-    response = as_viewer.get(url("diff") + query, headers=HTMX)
+def test_diff_form_keeps_the_two_snapshots_compared(third, as_viewer):
+    html = text(as_viewer.get(url("diff") + "?to=3&from=1", headers=HTMX))
+
+    form = re.search(r'<form id="diff-form".*?</form>', html, re.S).group(0)
+    assert 'hx-swap-oob="true"' in form  # htmx swaps it with the result
+    for name, number in (("from", 1), ("to", 3)):
+        select = re.search(rf'<select name="{name}"[^>]*>(.*?)</select>', form, re.S).group(1)
+        assert re.findall(r'<option value="(\d*)" selected>', select) == [str(number)]
+
+
+# Not ASCII digits: "²" and "٣" (int() takes the second: 3); beyond 32 bits; more
+# digits than int() converts at all; signs, decimals, zero.
+JUNK_NUMBERS = ["abc", "-1", "+1", "1.5", "0", " 2", "\u00b2", "\u0663", "9" * 20, "9" * 5000]
+
+
+@pytest.mark.parametrize("field", ["to", "from"])
+@pytest.mark.parametrize("junk", JUNK_NUMBERS, ids=range(len(JUNK_NUMBERS)))
+def test_diff_with_junk_numbers_is_400_with_the_error_by_the_field(field, junk, second,
+                                                                    as_viewer):
+    query = {"to": "2", field: junk}
+
+    response = as_viewer.get(url("diff"), query, headers=HTMX)
 
     assert response.status_code == 400
-    result = section(text(response), "result")
-    assert re.search(r'<p class="msg error">(to|from): pick a snapshot number\.</p>', result), (
-        result)
+    html = text(response)
+    assert field_errors(html, field) == ["pick a snapshot number."]
+    assert "Pick two snapshots." in section(html, "result")
 
 
-@pytest.mark.parametrize(("query", "missing"), [("?to=99", 99), ("?to=2&from=42", 42)])
-def test_diff_of_an_unknown_snapshot_is_404_with_a_message(query, missing, second, as_viewer):
+@pytest.mark.parametrize(("query", "field", "missing"), [("?to=99", "to", 99),
+                                                         ("?to=2&from=42", "from", 42)])
+def test_diff_of_an_unknown_snapshot_is_404_with_the_error_by_the_field(
+        query, field, missing, second, as_viewer):
     response = as_viewer.get(url("diff") + query)
 
     assert response.status_code == 404
-    assert (f'<p class="msg error">Snapshot {missing} of shop/prod not found.</p>'
-            in section(text(response), "result"))
+    assert field_errors(text(response), field) == [f"Snapshot {missing} of shop/prod not found."]
 
 
 def test_diff_lines_are_escaped(first, environment, superuser, as_viewer):
@@ -1124,33 +1269,70 @@ def test_starting_a_rollout_with_chosen_canaries(candidate, nodes, as_deployer, 
     assert "the canaries" in section(page, "rollout")
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"snapshot": "3"}, "Name the canaries"),
-    ({"snapshot": "", "canary": ["1"]}, "snapshot: pick a snapshot to roll out."),
-    ({"snapshot": "3", "canary": ["x"]}, "canary: not an agent id."),
-    ({"snapshot": "3", "canary": ["{web1}"], "waves": "0, 200"},
-     "waves: percentages from 1 to 100"),
-    ({"snapshot": "3", "canary": ["{web1}"], "gate": "yolo"}, "gate: one of manual, auto."),
-    ({"snapshot": "99", "canary": ["{web1}"]}, "Snapshot 99 of shop/prod not found."),
-    ({"snapshot": "3", "canary": ["999999"]}, "are not among the targets"),
+def test_rollout_form_starts_with_two_waves_behind_a_manual_gate(candidate, nodes,
+                                                                  as_deployer):
+    html = text(as_deployer.get(url("rollout-new")))
+
+    assert re.search(r'<input type="text" name="waves" value="50, 100"', html)
+    assert '<option value="manual" selected>' in html
+    assert "errorlist" not in html and "checked" not in html
+
+
+@pytest.mark.parametrize(("data", "status", "field", "message"), [
+    ({"snapshot": "3"}, 400, "canary", "Name the canaries: pick at least one agent."),
+    ({"snapshot": "", "canary": ["1"]}, 400, "snapshot", "pick a snapshot to roll out."),
+    ({"snapshot": "3", "canary": ["x"]}, 400, "canary", "not an agent id."),
+    ({"snapshot": "3", "canary": ["{web1}"], "waves": "0, 200"}, 400, "waves",
+     "percentages from 1 to 100, separated by commas."),
+    ({"snapshot": "3", "canary": ["{web1}"], "waves": " , "}, 400, "waves",
+     "percentages from 1 to 100, separated by commas."),
+    ({"snapshot": "3", "canary": ["{web1}"], "gate": "yolo"}, 400, "gate",
+     "one of manual, auto."),
+    ({"snapshot": "99", "canary": ["{web1}"]}, 404, "snapshot",
+     "Snapshot 99 of shop/prod not found."),
+    ({"snapshot": "3", "canary": ["999999"]}, 400, "canary",
+     "Canaries [999999] are not among the targets."),
 ])
-def test_a_rollout_with_bad_choices_is_refused_with_a_message(data, message, candidate,
-                                                              nodes, as_deployer):
+def test_a_rollout_with_bad_choices_is_refused_with_the_error_by_the_field(
+        data, status, field, message, candidate, nodes, as_deployer):
     data = {k: [c.format(web1=nodes[0].pk) for c in v] if isinstance(v, list) else v
             for k, v in data.items()}
 
     response = as_deployer.post(url("rollout-new"), data)
 
-    assert response.status_code in (400, 404)
-    assert message in re.search(r'<p class="msg error">(.*?)</p>', text(response)).group(1)
+    assert response.status_code == status
+    html = text(response)
+    assert field_errors(html, field) == [message]
+    assert len(re.findall(r'<ul class="errorlist"', html)) == 1  # no other field blamed
+    assert '<p class="msg error">' not in html
     assert not Rollout.objects.exists()
+
+
+def test_a_refused_rollout_form_keeps_every_value_entered(candidate, nodes, as_deployer):
+    canaries = [nodes[0].pk, nodes[2].pk]
+
+    response = as_deployer.post(url("rollout-new"), {
+        "snapshot": "2", "canary": canaries, "waves": "10, 0%", "gate": "auto"})
+
+    assert response.status_code == 400
+    html = text(response)
+    assert field_errors(html, "waves") == ["percentages from 1 to 100, separated by commas."]
+    assert re.findall(r'<option value="(\d+)" selected>', html) == ["2"]
+    assert re.findall(r'name="canary" value="(\d+)"[^>]* checked', html) == [
+        str(pk) for pk in canaries]
+    assert re.search(r'<input type="text" name="waves" value="10, 0%"', html)
+    assert '<option value="auto" selected>' in html
 
 
 def test_a_second_rollout_while_one_is_active_is_409(rollout, nodes, as_deployer):
     response = as_deployer.post(url("rollout-new"), {"snapshot": "3", "canary": [nodes[1].pk]})
 
+    # About none of the fields: said above the form, which keeps what was entered.
     assert response.status_code == 409
-    assert "already has an active rollout" in text(response)
+    html = text(response)
+    assert '<p class="msg error">shop/prod already has an active rollout.</p>' in html
+    assert "errorlist" not in html
+    assert re.findall(r'name="canary" value="(\d+)"[^>]* checked', html) == [str(nodes[1].pk)]
     assert Rollout.objects.count() == 1
 
 
@@ -1356,43 +1538,70 @@ def test_agents_panel_query_count_does_not_grow_with_the_agents(count, environme
 
 # --- hostile numbers and history restores --------------------------------------------
 
-# "²" is a digit to str.isdigit() but not to int().
-SUPERSCRIPT_TWO = "\u00b2"
+# Every number a page sends: (method, path, data with `junk` in it, the field). The
+# rollout's fields are shown by the field, the buttons' hidden ones in the flash.
 NUMBER_FIELDS = {
-    "diff to": lambda r: ("get", url("diff") + "?to=" + quote(SUPERSCRIPT_TWO), {}),
-    "diff from": lambda r: ("get", url("diff") + "?to=2&from=" + quote(SUPERSCRIPT_TWO), {}),
-    "deploy agent": lambda r: ("post", url("deploy"), {"agent": SUPERSCRIPT_TWO}),
-    "rollout snapshot": lambda r: ("post", url("rollout-new"), {"snapshot": SUPERSCRIPT_TWO,
-                                                                 "canary": ["1"]}),
-    "rollout canary": lambda r: ("post", url("rollout-new"), {"snapshot": "3",
-                                                              "canary": [SUPERSCRIPT_TWO]}),
-    "rollout waves": lambda r: ("post", url("rollout-new"), {"snapshot": "3", "canary": ["1"],
-                                                             "waves": SUPERSCRIPT_TWO}),
-    "confirm version": lambda r: ("post", url("rollout-confirm", r.pk),
-                                  {"expected_version": SUPERSCRIPT_TWO}),
-    "rollback version": lambda r: ("post", url("rollout-rollback", r.pk),
-                                   {"expected_version": SUPERSCRIPT_TWO}),
+    "diff to": lambda r, junk: ("get", url("diff"), {"to": junk}, "to"),
+    "diff from": lambda r, junk: ("get", url("diff"), {"to": "2", "from": junk}, "from"),
+    "deploy agent": lambda r, junk: ("post", url("deploy"), {"agent": junk}, "agent"),
+    "deploy snapshot": lambda r, junk: ("post", url("deploy"), {"snapshot": junk}, "snapshot"),
+    "rollout snapshot": lambda r, junk: ("post", url("rollout-new"),
+                                         {"snapshot": junk, "canary": ["1"]}, "snapshot"),
+    "rollout canary": lambda r, junk: ("post", url("rollout-new"),
+                                       {"snapshot": "3", "canary": ["1", junk]}, "canary"),
+    "rollout waves": lambda r, junk: ("post", url("rollout-new"), {
+        "snapshot": "3", "canary": ["1"], "waves": f"50, {junk}"}, "waves"),
+    "confirm version": lambda r, junk: ("post", url("rollout-confirm", r.pk),
+                                        {"expected_version": junk}, "expected_version"),
+    "rollback version": lambda r, junk: ("post", url("rollout-rollback", r.pk),
+                                         {"expected_version": junk}, "expected_version"),
 }
 
 
+@pytest.mark.parametrize("junk", JUNK_NUMBERS, ids=range(len(JUNK_NUMBERS)))
 @pytest.mark.parametrize("field", list(NUMBER_FIELDS))
-def test_a_unicode_digit_in_a_number_field_is_400_not_a_server_error(field, rollout,
-                                                                     as_deployer):
-    method, path, data = NUMBER_FIELDS[field](rollout)
+def test_a_junk_number_in_any_field_is_400_naming_the_field_never_a_server_error(
+        field, junk, rollout, as_deployer):
+    method, path, data, name = NUMBER_FIELDS[field](rollout, junk)
+    if field == "rollout waves" and junk == " 2":
+        data["waves"] = "50, 2 2"  # spaces around a percentage are fine, inside it not
     before, state = stored(), rollout_state(rollout)
 
     response = getattr(as_deployer, method)(path, data, headers=HTMX)
 
     assert response.status_code == 400
+    html = text(response)
+    assert field_errors(html, name) or re.search(
+        rf'<p class="msg error">{name}: [^<]+</p>', flash(html)), html[:2000]
     assert (stored(), rollout_state(rollout)) == (before, state)
 
 
 def test_deploy_to_an_agent_id_beyond_64_bits_is_refused_not_a_server_error(second, nodes,
                                                                            as_deployer):
-    response = as_deployer.post(url("deploy"), {"agent": "9" * 23}, headers=HTMX)
+    response = as_deployer.post(url("deploy"), {"agent": str(2**63)}, headers=HTMX)
 
-    assert response.status_code in (400, 404)
+    assert response.status_code == 400
+    assert "agent: not an agent id." in flash(text(response))
     assert not Deployment.objects.exists()
+
+
+def test_deploy_to_the_largest_64_bit_agent_id_is_looked_up(second, nodes, as_deployer):
+    response = as_deployer.post(url("deploy"), {"agent": str(2**63 - 1)}, headers=HTMX)
+
+    assert response.status_code == 404
+    assert not Deployment.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/e/shop/prod/snapshots/{huge}/rollback/",
+                                  "/e/shop/prod/rollouts/{huge}/confirm/",
+                                  "/e/shop/prod/rollouts/{huge}/rollback/"])
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_a_huge_number_in_a_path_is_404_not_a_server_error(path, method, second,
+                                                          as_deployer):
+    response = getattr(as_deployer, method)(path.format(huge="9" * 30),
+                                            {"expected_version": "1"})
+
+    assert response.status_code == (405 if method == "get" and "rollouts" in path else 404)
 
 
 @pytest.mark.parametrize("query", ["", "?to=2&from=1"])
@@ -1402,7 +1611,7 @@ def test_an_htmx_history_restore_of_the_diff_page_gets_the_whole_page(query, sec
                              headers={**HTMX, "HX-History-Restore-Request": "true"})
 
     assert response.status_code == 200
-    assert "<html" in text(response) and '<select name="to">' in text(response)
+    assert "<html" in text(response) and '<select name="to"' in text(response)
 
 
 def test_the_overview_counts_each_agent_as_its_row_in_the_agents_table_shows_it(

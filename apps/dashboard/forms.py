@@ -1,0 +1,250 @@
+"""The dashboard's forms: every value a page sends (a field, a hidden input, a query
+parameter) comes in through one of these.
+
+Numbers are positive whole numbers in ASCII digits with a bound: a sign, a space, a
+decimal point, a digit like "²" or "٣", or a thousand digits are a form error
+(a 400), never a server error. A refusal from a service that is about one of a
+form's fields is attached to that field (DashboardForm.add_refusal).
+"""
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+
+from apps.core.errors import ApplicationError
+from apps.rollouts.models import Rollout
+from configlang.yamlconfig import load_yaml
+
+MAX_DESCRIPTOR_BYTES = 256 * 1024
+NUMBER_MAX = 2**31 - 1  # snapshot numbers, rollout versions
+AGENT_ID_MAX = 2**63 - 1
+
+
+class NumberField(forms.IntegerField):
+    """A whole number from 1 to `maximum` written in ASCII digits. Every way to get
+    it wrong (missing, malformed, out of bounds) is the one `message`."""
+
+    def __init__(self, message: str, *, maximum: int = NUMBER_MAX, **kwargs):
+        super().__init__(min_value=1, max_value=maximum, error_messages=dict.fromkeys(
+            ("required", "invalid", "min_value", "max_value"), message), **kwargs)
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        text = str(value)
+        # Bounded before int(): a long run of digits costs nothing to refuse.
+        if not (text.isascii() and text.isdigit()) or (
+                len(text.lstrip("0")) > len(str(self.max_value))):
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        return int(text)
+
+
+class NumberListField(forms.Field):
+    """Several NumberFields under one name (checkboxes): a list of numbers."""
+
+    widget = forms.CheckboxSelectMultiple
+
+    def __init__(self, message: str, *, maximum: int = NUMBER_MAX, **kwargs):
+        self.number = NumberField(message, maximum=maximum)
+        kwargs.setdefault("error_messages", {"required": message})
+        super().__init__(**kwargs)
+
+    def to_python(self, value) -> list[int]:
+        if value in self.empty_values:
+            return []
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return [self.number.clean(item) for item in value]
+
+
+def _detail(detail) -> str:
+    """One entry of a refusal's details as a line: "file:line key: message"."""
+    if not isinstance(detail, dict) or "message" not in detail:
+        return str(detail)
+    where = ":".join(str(detail[part]) for part in ("file", "line") if part in detail)
+    if "key" in detail:
+        where = f"{where} {detail['key']}".strip()
+    return f"{where}: {detail['message']}" if where else detail["message"]
+
+
+class DashboardForm(forms.Form):
+    """A dashboard form: knows which of its fields a service's refusal is about."""
+
+    # A refusal's code -> the field it is about.
+    refusal_fields: dict[str, str] = {}
+
+    def refusal_field(self, error: ApplicationError) -> str | None:
+        return self.refusal_fields.get(error.code)
+
+    def add_refusal(self, error: ApplicationError, field: str | None = None) -> bool:
+        """Attach a service's refusal to `field`, else to the field its code is about,
+        with each further entry of its details; False when it is about none of them
+        (the page shows it as a whole)."""
+        field = field or self.refusal_field(error)
+        if field not in self.fields:
+            return False
+        details = error.details if isinstance(error.details, list) else []
+        self.add_error(field, [error.message, *(_detail(d) for d in details[1:])])
+        return True
+
+    def error_lines(self) -> list[str]:
+        """Every error as "field: message", for forms whose fields are hidden (the
+        flash says what went wrong)."""
+        return [message if field == NON_FIELD_ERRORS else f"{field}: {message}"
+                for field, messages in self.errors.items() for message in messages]
+
+
+class DescriptorForm(DashboardForm):
+    """A descriptor pasted or uploaded (the file wins), parsed with the bounded YAML
+    loader: cleaned_data["text"] and ["parsed"], and `source`, the field it came
+    from (where its problems are shown)."""
+
+    descriptor = forms.CharField(required=False, strip=False, widget=forms.Textarea(
+        attrs={"rows": 14, "spellcheck": "false", "class": "code"}))
+    file = forms.FileField(required=False, widget=forms.FileInput(
+        attrs={"accept": ".yaml,.yml,.json,text/yaml,application/json"}))
+    step = forms.CharField(required=False)
+
+    def __init__(self, *args, environment=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source = "descriptor"
+        if environment is not None:
+            self.fields["descriptor"].widget.attrs["placeholder"] = (
+                f"apiVersion: bellwether/v1\napplication: {environment.application.name}\n"
+                f"environment: {environment.name}\nid: release-2026-12-01\n"
+                'version: "1.4.2"\nparams: {}')
+
+    def refusal_field(self, error: ApplicationError) -> str | None:
+        # The descriptor's shape, or its target: what was pasted or uploaded is wrong.
+        return self.source if error.code == "descriptor_invalid" else None
+
+    def clean_step(self) -> str:
+        return "publish" if self.cleaned_data["step"] == "publish" else "preview"
+
+    def clean(self):
+        cleaned = super().clean()
+        upload = cleaned.get("file")
+        if self.has_error("file") or self.has_error("descriptor"):
+            return cleaned
+        if upload:
+            self.source, name = "file", upload.name
+            if upload.size > MAX_DESCRIPTOR_BYTES:
+                raise ValidationError(
+                    {"file": f"{name}: larger than {MAX_DESCRIPTOR_BYTES} bytes."})
+            try:
+                text = upload.read().decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValidationError({"file": f"{name}: not UTF-8 text."}) from None
+            # The textarea shows the file's text, to edit and preview again.
+            self.data = self.data.copy()
+            self.data["descriptor"] = text
+        else:
+            text, name = cleaned.get("descriptor") or "", "descriptor"
+        if not text.strip():
+            raise ValidationError({"descriptor": "Paste a descriptor or choose a file."})
+        if len(text.encode()) > MAX_DESCRIPTOR_BYTES:
+            raise ValidationError(
+                {self.source: f"{name}: larger than {MAX_DESCRIPTOR_BYTES} bytes."})
+        parsed, problems = load_yaml(text, limits=settings.BELLWETHER_LIMITS, file=name)
+        if problems:
+            raise ValidationError({self.source: [str(problem) for problem in problems]})
+        cleaned["text"], cleaned["parsed"] = text, parsed
+        return cleaned
+
+
+class DiffForm(DashboardForm):
+    """Two snapshots to compare (query parameters): `to`, and `from` (left out: the
+    previous ready one). Without `to`, nothing is compared yet."""
+
+    to = NumberField("pick a snapshot number.", required=False, widget=forms.Select)
+
+    def __init__(self, *args, snapshots=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        ready = [(s.number, f"#{s.number} {s.label}") for s in snapshots if s.state == "ready"]
+        self.fields["from"] = NumberField("pick a snapshot number.", required=False,
+                                          widget=forms.Select)
+        self.fields["from"].widget.choices = [("", "the previous ready one"), *ready]
+        self.fields["to"].widget.choices = ready
+
+
+GATES = {Rollout.Gate.MANUAL: "manual: an operator confirms each wave",
+         Rollout.Gate.AUTO: "automatic: on fresh acknowledgements from the whole wave"}
+WAVES_MESSAGE = "percentages from 1 to 100, separated by commas."
+
+
+class RolloutForm(DashboardForm):
+    """A staged rollout: a snapshot (offered: the ready ones, `active` marked),
+    canaries by agent (offered: `agents`), then waves by percent behind one gate.
+    cleaned_data["plan"] is the waves as rollout_create takes them."""
+
+    snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
+    canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, error_messages={
+        "required": "Name the canaries: pick at least one agent."},
+        widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
+    waves = forms.CharField(initial="50, 100", error_messages={"required": WAVES_MESSAGE})
+    gate = forms.ChoiceField(choices=[(gate, GATES[gate]) for gate in Rollout.Gate.values],
+                             initial=Rollout.Gate.MANUAL, error_messages={
+                                 "invalid_choice": f"one of {', '.join(Rollout.Gate.values)}.",
+                                 "required": f"one of {', '.join(Rollout.Gate.values)}."})
+    # A post that leaves these out (from a script, say) gets one wave behind a manual gate.
+    defaults = {"waves": "100", "gate": Rollout.Gate.MANUAL}
+    refusal_fields = {"not_found": "snapshot", "quarantined": "snapshot",
+                      "no_canaries": "canary", "canary_not_target": "canary"}
+
+    def __init__(self, data=None, *args, snapshots=(), active=None, agents=(), **kwargs):
+        if data is not None:
+            data = data.copy()
+            for name, value in self.defaults.items():
+                if name not in data:
+                    data[name] = value
+        super().__init__(data, *args, **kwargs)
+        self.fields["snapshot"].widget.choices = [
+            (s.number, f"#{s.number} {s.label}{' (active)' if s.pk == active else ''}")
+            for s in snapshots if s.state == "ready"]
+        self.fields["canary"].widget.choices = [(agent.pk, agent.name) for agent in agents]
+
+    def clean_waves(self) -> list[int]:
+        parts = [p.strip().rstrip("%") for p in self.cleaned_data["waves"].split(",")]
+        parts = [p for p in parts if p]
+        if not parts:
+            raise ValidationError(WAVES_MESSAGE)
+        number = NumberField(WAVES_MESSAGE, maximum=100)
+        return [number.clean(part) for part in parts]
+
+    def clean(self):
+        cleaned = super().clean()
+        if "waves" in cleaned and "gate" in cleaned:
+            cleaned["plan"] = [{"percent": percent, "gate": cleaned["gate"], "bake_s": 0}
+                               for percent in cleaned["waves"]]
+        return cleaned
+
+
+class DeployForm(DashboardForm):
+    """Deploy now: a snapshot (left out: the active one) to one agent, or to every
+    enabled agent when `agent` is left out (present but empty is an error)."""
+
+    snapshot = NumberField("not a snapshot number.", required=False, widget=forms.HiddenInput)
+    agent = NumberField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
+                        widget=forms.HiddenInput)
+
+    def __init__(self, *args, active=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.active = active
+
+    def clean_snapshot(self) -> int:
+        number = self.cleaned_data["snapshot"]
+        if number is None and self.active is None:
+            raise ValidationError("nothing to deploy yet: publish a snapshot first.")
+        return self.active.number if number is None else number
+
+    def clean_agent(self) -> int | None:
+        if self.cleaned_data["agent"] is None and self.data.get("agent") is not None:
+            raise ValidationError(self.fields["agent"].error_messages["invalid"])
+        return self.cleaned_data["agent"]
+
+
+class RolloutActionForm(DashboardForm):
+    """Confirm or roll back a rollout: the version the page showed it at."""
+
+    expected_version = NumberField("reload the page and try again.",
+                                   widget=forms.HiddenInput)
