@@ -37,7 +37,8 @@ def child(agents: int) -> dict:
     from apps.environments.services import environment_create, environment_file_put
     from apps.fleet.models import Agent
     from apps.fleet.selectors import agent_status, agents_with_desired, last_seen
-    from apps.snapshots.services import publication_render, snapshot_publish
+    from apps.releases.publishing import publication_complete
+    from apps.releases.services import snapshot_publish
     from apps.tenancy.services import application_create, tenant_create
 
     call_command("migrate", verbosity=0)
@@ -49,7 +50,7 @@ def child(agents: int) -> dict:
     environment_file_put(environment=env, kind="template", path="app.conf",
                          text="greeting = {{ greeting }}\n", actor=admin)
     publication = snapshot_publish(environment=env, actor=admin)
-    snapshot = publication_render(publication_id=str(publication.pk)).snapshot
+    snapshot = publication_complete(publication_id=str(publication.pk)).snapshot
     now = timezone.now()
     Agent.objects.bulk_create([
         Agent(environment=env, name=f"agent-{i}", token_key=f"b{i:015d}", token_hash="0" * 64,

@@ -34,15 +34,12 @@ def child(agents: int) -> dict:
     from django.db.models import F
     from django.utils import timezone
 
-    from apps.environments.services import (
-        environment_create,
-        environment_file_put,
-        environment_update,
-    )
+    from apps.environments.services import environment_create, environment_file_put
     from apps.fleet.models import Agent, Deployment
+    from apps.releases.publishing import publication_complete
+    from apps.releases.services import environment_update, snapshot_publish
     from apps.rollouts import services
     from apps.rollouts.models import Rollout, RolloutTarget
-    from apps.snapshots.services import publication_render, snapshot_publish
     from apps.tenancy.services import application_create, tenant_create
 
     call_command("migrate", verbosity=0)
@@ -56,7 +53,7 @@ def child(agents: int) -> dict:
 
     def publish():
         publication = snapshot_publish(environment=env, actor=admin)
-        return publication_render(publication_id=str(publication.pk)).snapshot
+        return publication_complete(publication_id=str(publication.pk)).snapshot
 
     publish()  # 1, active
     env = environment_update(environment=env, require_activation=True, actor=admin)

@@ -55,17 +55,15 @@ class Action(models.TextChoices):
 
     @property
     def changes_render_inputs(self) -> bool:
-        """Whether the change is to what a snapshot is rendered from: those wait in
-        "pending changes" until a snapshot holds them. Owners, agents, tokens and
-        activation do not wait for a rollout."""
-        return self in RENDER_INPUTS
+        """Whether the change is to what a snapshot is rendered from (the config,
+        its schema, templates, fallback files): those wait in "pending changes"
+        until a snapshot holds them. Settings, owners, agents, tokens and
+        releases do not wait for a rollout."""
+        return self.value.split(".")[0] in ("template", "fallback") or self in (
+            Action.ENVIRONMENT_CREATE, Action.ENVIRONMENT_UPDATE)
 
 
-RENDER_INPUTS = frozenset({
-    Action.ENVIRONMENT_CREATE, Action.ENVIRONMENT_UPDATE,
-    Action.TEMPLATE_CREATE, Action.TEMPLATE_UPDATE, Action.TEMPLATE_DELETE,
-    Action.FALLBACK_CREATE, Action.FALLBACK_UPDATE, Action.FALLBACK_DELETE,
-})
+RENDER_INPUTS = frozenset(action for action in Action if action.changes_render_inputs)
 
 
 class AuditEventQuerySet(models.QuerySet):

@@ -5,7 +5,9 @@ other in a cycle:
 
     environment → publication → rollout → agents (primary-key order) → deployments
 
-Tokens, tenants, memberships, applications and policies are locked alone. Locks
+(A publication created in the same transaction, as a rollout's rollback does,
+is locked after the rollout: no other writer can see it yet.) Tokens, tenants,
+memberships, applications and policies are locked alone. Locks
 hold until the outermost transaction ends, so each helper insists on running
 inside one; outer services open it with `transaction.atomic()`.
 """

@@ -107,7 +107,8 @@ def environment_create(
     return environment
 
 
-def _check_changes(environment: Environment, changes: dict) -> None:
+def check_changes(environment: Environment, changes: dict) -> None:
+    """Refuse changes that are not editable or do not parse (before any lock)."""
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValidationFailed(f"Cannot change {', '.join(sorted(unknown))}.")
@@ -120,11 +121,11 @@ def _check_changes(environment: Environment, changes: dict) -> None:
 
 
 def environment_change(*, environment: Environment, actor, **changes) -> Environment:
-    """Change the config, schema or settings of `environment` (locked). Refuses
-    YAML that does not parse. A change of what snapshots render from and a change
-    of settings are audited apart: only the first waits in pending changes."""
+    """Change the config, schema or settings of `environment` (locked), `changes`
+    checked with check_changes before the lock was taken. A change of what
+    snapshots render from and a change of settings are audited apart: only the
+    first waits in pending changes."""
     locks.require_transaction()
-    _check_changes(environment, changes)
     changed = [f for f, v in changes.items() if getattr(environment, f) != v]
     if not changed:
         return environment

@@ -3,11 +3,14 @@ Agent row or anything shaped like one) and say what follows.
 
 - `labels_problem`: what is wrong with an agent's labels.
 - `is_held`: an agent held by a pin follows it, whatever is activated or pushed.
+- `refuses`: an agent never goes back below the snapshot it applied.
+- `check_generation`, `pin_target_refusal`, `going_back_refusal`: the checks of
+  an operator's change to one agent.
 - `push_refusal`: why a push of a snapshot to some agents cannot happen.
 - `report_changes`: what an agent's report changes on the agent.
 """
 
-from apps.core.errors import Conflict
+from apps.core.errors import ApplicationError, Conflict, ValidationFailed
 
 SUCCEEDED = "succeeded"
 AUTO_PULL = "auto_pull"
@@ -31,10 +34,47 @@ def is_held(agent) -> bool:
     return agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None
 
 
+def refuses(agent, number: int | None) -> bool:
+    """Whether the agent would refuse snapshot `number`: it never goes back below
+    what it applied (nothing, None, counts as going back for an agent that has
+    applied something)."""
+    return agent.applied_number is not None and (number is None
+                                                 or number < agent.applied_number)
+
+
+def check_generation(agent, expected_generation: int) -> None:
+    """Compare and set: refuse (409 stale) when the agent changed since it was read."""
+    if agent.generation != expected_generation:
+        raise Conflict(f"{agent.name} changed since you loaded it (generation "
+                       f"{agent.generation}, not {expected_generation}).", code="stale",
+                       details=[{"agent": agent.pk, "generation": agent.generation}])
+
+
+def pin_target_refusal(agent, snapshot) -> ApplicationError | None:
+    """Why an operator may not pin `agent` to `snapshot` at all, or None: a
+    rollout's pin is released through its rollout; only a ready snapshot of the
+    agent's own environment can be pinned."""
+    if agent.pin_rollout_id is not None:
+        return Conflict(f"{agent.name} is pinned by rollout {agent.pin_rollout_id}.",
+                        code="agent_pinned")
+    if snapshot.environment_id != agent.environment_id or not snapshot.is_ready:
+        return ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
+                                "the agent's environment.")
+    return None
+
+
+def going_back_refusal(agent, snapshot) -> ApplicationError | None:
+    """The refusal of moving `agent` to an older snapshot than it applied."""
+    if refuses(agent, snapshot.number):
+        return Conflict(f"{agent.name} has #{agent.applied_number}; it refuses lower "
+                        "numbers. Roll back instead.", code="rollback_required")
+    return None
+
+
 def _going_back(agent, snapshot, active) -> dict | None:
     """Why pushing `snapshot` to this one agent would move it backwards, or to a
     snapshot it does not follow; None when it may have it."""
-    if agent.applied_number is not None and agent.applied_number > snapshot.number:
+    if refuses(agent, snapshot.number):
         return {"agent": agent.pk, "name": agent.name, "newer": False,
                 "reason": f"has #{agent.applied_number} active; it refuses lower numbers"}
     if agent.mode == AUTO_PULL and (active is None or active.pk != snapshot.pk):

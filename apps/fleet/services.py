@@ -1,4 +1,5 @@
-"""State changes of the fleet: enrollment, tokens, modes, activation, push, reports.
+"""State changes of the fleet: modes and labels, activation, pushes, pins, reports
+(enrollment and tokens are apps.fleet.enrollment).
 
 Every change of an agent's desired state bumps its generation and, on commit,
 drops its cached poll state so its next poll sees the change.
@@ -14,7 +15,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
-from apps.core.errors import ApplicationError, Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet import cache, rules
@@ -91,8 +92,7 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
                 locked.target_snapshot = active
                 fields.append("target_snapshot")
             else:
-                if locked.applied_number is not None and (
-                        active is None or locked.applied_number > active.number):
+                if rules.refuses(locked, active.number if active else None):
                     raise Conflict(
                         f"{locked.name} has #{locked.applied_number}, newer than the active "
                         f"snapshot; it would refuse to go back. Activate a newer snapshot or "
@@ -130,6 +130,24 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     return len(ids)
 
 
+def agents_chosen(environment: Environment, agent_ids: list[int] | None = None, *,
+                  queryset=None) -> list[Agent]:
+    """The agents an operation names (every enabled one when it names none),
+    locked in primary-key order: 404 naming the ids not in the environment,
+    no_agents when none is left."""
+    agents = (Agent.objects if queryset is None else queryset).filter(environment=environment)
+    agents = agents.filter(pk__in=agent_ids) if agent_ids else agents.filter(enabled=True)
+    agents = agents.lock_all()
+    missing = sorted(set(agent_ids or []) - {a.pk for a in agents})
+    if missing:
+        raise NotFound(f"No agents {missing} in {environment.full_name}.",
+                       details=[{"agent": i} for i in missing])
+    if not agents:
+        raise ValidationFailed(f"{environment.full_name} has no enabled agents.",
+                               code="no_agents")
+    return agents
+
+
 def pushes_create(*, snapshot: Snapshot, agents: list[Agent], actor) -> list[Deployment]:
     """A pending push of `snapshot` to each of `agents` (locked; the caller checked
     push_refusal): earlier pending pushes are superseded, manual agents target it."""
@@ -151,14 +169,6 @@ def pushes_create(*, snapshot: Snapshot, agents: list[Agent], actor) -> list[Dep
 # --- pins --------------------------------------------------------------------------
 
 
-def check_generation(agent: Agent, expected_generation: int) -> None:
-    """Compare and set: refuse (409 stale) when the agent changed since it was read."""
-    if agent.generation != expected_generation:
-        raise Conflict(f"{agent.name} changed since you loaded it (generation "
-                       f"{agent.generation}, not {expected_generation}).", code="stale",
-                       details=[{"agent": agent.pk, "generation": agent.generation}])
-
-
 def pins_set(agent_ids, *, snapshot: Snapshot | None, rollout=None, actor=None) -> None:
     """Point these agents' pins at `snapshot`, held by `rollout` or by `actor`, in one
     UPDATE; `snapshot` and `rollout` None release them. Pushes of other snapshots
@@ -168,34 +178,21 @@ def pins_set(agent_ids, *, snapshot: Snapshot | None, rollout=None, actor=None) 
     Agent.objects.filter(pk__in=agent_ids).update(
         pinned_snapshot=snapshot, pin_rollout=rollout,
         pinned_by=actor if holding and getattr(actor, "is_authenticated", False) else None,
-        pinned_at=timezone.now() if holding else None, generation=F("generation") + 1)
+        pinned_at=timezone.now() if snapshot is not None else None,
+        generation=F("generation") + 1)
     if snapshot is not None:
         pushes_supersede(agent_ids, keep_snapshot=snapshot)
     forget_polls_on_commit(Agent.objects.filter(pk__in=agent_ids)
                            .values_list("token_key", flat=True))
 
 
-def pin_refusal(agent: Agent, snapshot: Snapshot) -> ApplicationError | None:
-    """Why an operator may not pin `agent` (locked) to `snapshot`, or None."""
-    if agent.pin_rollout_id is not None:
-        return Conflict(f"{agent.name} is pinned by rollout {agent.pin_rollout_id}.",
-                        code="agent_pinned")
-    if snapshot.environment_id != agent.environment_id or not snapshot.is_ready:
-        return ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
-                                "the agent's environment.")
-    if agent.applied_number is not None and snapshot.number < agent.applied_number:
-        return Conflict(f"{agent.name} has #{agent.applied_number}; it refuses lower "
-                        "numbers. Roll back instead.", code="rollback_required")
-    return None
-
-
 def agent_pin_hold(*, agent: Agent, snapshot: Snapshot, actor) -> Agent:
-    """Hold `agent` (locked, checked with pin_refusal) on `snapshot`."""
+    """Hold `agent` (locked; the caller checked the pin's refusals) on `snapshot`."""
     pins_set([agent.pk], snapshot=snapshot, actor=actor)
     audit_record(actor=actor, action=Action.AGENT_PIN, obj=agent, environment=agent.environment,
                  summary=f"Pinned {agent} to #{snapshot.number}",
                  data={"number": snapshot.number})
-    agent_changed_on_commit(agent)
+    emit("agent", environment_id=agent.environment_id, id=agent.pk)
     agent.refresh_from_db()
     return agent
 
@@ -204,7 +201,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
     """Release the agent's pin: it follows its manual target or the active snapshot."""
     with transaction.atomic():
         locked = Agent.objects.lock(agent.pk)
-        check_generation(locked, expected_generation)
+        rules.check_generation(locked, expected_generation)
         if locked.pin_rollout_id is not None:
             raise Conflict(f"{locked.name} is pinned by rollout {locked.pin_rollout_id}; "
                            "release it with that rollout's id.", code="rollout_pin")
@@ -216,7 +213,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
                      environment=locked.environment,
                      summary=f"Released the pin of {locked} (#{number})",
                      data={"number": number})
-        agent_changed_on_commit(locked)
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
     locked.refresh_from_db()
     return locked
 

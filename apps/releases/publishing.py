@@ -10,7 +10,7 @@ from apps.fleet.services import environment_activate
 from apps.releases.rules import publication_activates
 from apps.rollouts.models import Rollout
 from apps.snapshots.models import Publication
-from apps.snapshots.services import publication_failed, publication_rendered, publication_store
+from apps.snapshots.services import failed_render, publication_rendered, publication_store
 from configlang.rendering import Rendered
 
 
@@ -39,4 +39,4 @@ def publication_complete(*, publication_id: str) -> Publication:
 
 def publication_abandon(*, publication_id: str, reason: str) -> Publication:
     """Finish a publication whose render could not complete (e.g. it timed out)."""
-    return _finish(Publication.objects.get(pk=publication_id), publication_failed(reason))
+    return _finish(Publication.objects.get(pk=publication_id), failed_render(reason))

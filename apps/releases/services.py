@@ -2,9 +2,10 @@
 descriptor submission, environment rollback, activation, push, operator pins,
 agent report intake, environment settings that agents poll).
 
-Each reads plan → check → write inside one transaction that starts with
-the environment's lock (apps.core.locks gives the order), calls the domain apps'
-inner steps, and queues its follow-up work on commit. The dashboard, the admin,
+Each reads plan → check → write inside one transaction, takes its locks in the
+order apps.core.locks gives (the environment's first, where it changes what the
+environment's agents desire), calls the domain apps' inner steps, and queues its
+follow-up work on commit. The dashboard, the admin,
 the APIs and the management commands call these; no domain app imports them.
 """
 
@@ -15,12 +16,17 @@ from django.db import transaction
 
 from apps.audit.models import Action
 from apps.audit.services import audit_record
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, NotFound
 from apps.environments import services as environments
 from apps.environments.models import Descriptor, Environment
 from apps.fleet import services as fleet
 from apps.fleet.models import Agent, Deployment
-from apps.fleet.rules import push_refusal
+from apps.fleet.rules import (
+    check_generation,
+    going_back_refusal,
+    pin_target_refusal,
+    push_refusal,
+)
 from apps.releases.tasks import publication_render_task
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import refuse_quarantined, rollout_pin_release
@@ -39,6 +45,11 @@ def _refuse_during_rollout(environment: Environment, what: str) -> None:
     if Rollout.objects.active_in(environment).exists():
         raise Conflict(f"{environment.full_name} has an active rollout; {what}",
                        code="rollout_active")
+
+
+def _raise(refusal) -> None:
+    if refusal is not None:
+        raise refusal
 
 
 def _refuse_unready(snapshot: Snapshot) -> None:
@@ -104,7 +115,9 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
 
 def environment_update(*, environment: Environment, actor, **changes) -> Environment:
     """Change an environment's config, schema or settings; when its poll interval
-    changes, every agent's poll answer changes with it."""
+    changes, every agent's poll answer changes with it. The changes are checked
+    before the lock: parsing a config never holds up other writers."""
+    environments.check_changes(environment, changes)
     with transaction.atomic():
         locked = Environment.objects.lock(environment.pk)
         before = locked.poll_interval_s
@@ -144,21 +157,6 @@ def snapshot_activate(*, snapshot: Snapshot, actor) -> Snapshot:
     return snapshot
 
 
-def _push_targets(environment: Environment, agent_ids: list[int] | None) -> list[Agent]:
-    """The agents a push names (all enabled ones for none), locked."""
-    agents = Agent.objects.filter(environment=environment)
-    agents = agents.filter(pk__in=agent_ids) if agent_ids else agents.filter(enabled=True)
-    agents = agents.lock_all()
-    missing = sorted(set(agent_ids or []) - {a.pk for a in agents})
-    if missing:
-        raise NotFound(f"No agents {missing} in {environment.full_name}.",
-                       details=[{"agent": i} for i in missing])
-    if not agents:
-        raise ValidationFailed(f"{environment.full_name} has no enabled agents.",
-                               code="no_agents")
-    return agents
-
-
 def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None,
                     actor) -> list[Deployment]:
     """Push `snapshot` now: a pending deployment per agent (all enabled ones when
@@ -167,10 +165,8 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None,
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
         refuse_quarantined(snapshot)
-        agents = _push_targets(environment, agent_ids)
-        refusal = push_refusal(agents, snapshot, environment.active_snapshot)
-        if refusal is not None:
-            raise refusal
+        agents = fleet.agents_chosen(environment, agent_ids)
+        _raise(push_refusal(agents, snapshot, environment.active_snapshot))
         deployments = fleet.pushes_create(snapshot=snapshot, agents=agents, actor=actor)
         audit_record(actor=actor, action=Action.SNAPSHOT_DEPLOY, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
@@ -184,11 +180,10 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
     with transaction.atomic():
         Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
-        fleet.check_generation(locked, expected_generation)
-        refusal = fleet.pin_refusal(locked, snapshot)
-        if refusal is not None:
-            raise refusal
+        check_generation(locked, expected_generation)
+        _raise(pin_target_refusal(locked, snapshot))
         refuse_quarantined(snapshot)
+        _raise(going_back_refusal(locked, snapshot))
         return fleet.agent_pin_hold(agent=locked, snapshot=snapshot, actor=actor)
 
 

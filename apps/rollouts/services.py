@@ -1,7 +1,8 @@
-"""Rollout transitions: create, confirm, advance, complete, roll back, reconcile,
-release a pin, delete. Each locks the environment, then the rollout row (the order
-of apps.core.locks), checks the transition and the CAS `version`, changes pins
-with set-based updates, and writes its audit event in the same transaction.
+"""Rollout transitions: create, confirm, advance, complete, roll back, release a
+pin, delete (the automatic driver is apps.rollouts.reconcile). Each locks the
+environment, then the rollout row (the order of apps.core.locks), checks the
+transition and the CAS `version`, changes pins with set-based updates, and
+writes its audit event in the same transaction.
 """
 
 import logging
@@ -17,8 +18,9 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent
+from apps.fleet.rules import check_generation, refuses
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
-from apps.fleet.services import check_generation, environment_activate, pins_set
+from apps.fleet.services import agents_chosen, environment_activate, pins_set
 from apps.rollouts import rules, selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget, SnapshotQuarantine
 from apps.snapshots.models import Publication, Snapshot
@@ -31,14 +33,15 @@ def _limits() -> dict:
     return settings.BELLWETHER_ROLLOUT_LIMITS
 
 
-def refuse_quarantined(snapshot: Snapshot) -> None:
+def refuse_quarantined(snapshot: Snapshot, *,
+                       instead: str = "roll out a fixed snapshot instead") -> None:
     """A snapshot a rollout rolled back is not activated, pushed, pinned or rolled
     out again (a rollout may override it explicitly)."""
     quarantine = SnapshotQuarantine.objects.filter(snapshot=snapshot).first()
     if quarantine is not None:
         by = f"rollout {quarantine.rollout_id}" if quarantine.rollout_id else "a rollout"
         raise Conflict(f"#{snapshot.number} was rolled back by {by} and is quarantined; "
-                       "roll out a fixed snapshot instead.", code="quarantined")
+                       f"{instead}.", code="quarantined")
 
 
 def _record_generations(targets) -> None:
@@ -68,7 +71,7 @@ def _check_environment(env: Environment, snapshot: Snapshot, override_quarantine
         raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
                                f"{env.full_name}.")
     if not override_quarantine:
-        refuse_quarantined(snapshot)
+        refuse_quarantined(snapshot, instead="roll it out again only with an explicit override")
     if Rollout.objects.active_in(env).exists():
         raise Conflict(f"{env.full_name} already has an active rollout.", code="rollout_active")
     if Rollout.objects.active().count() >= limits["max_active"]:
@@ -96,14 +99,8 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
         raise ValidationFailed("targets is empty; leave it out to target every enabled agent.")
     _check_count(len(targets or []))
     expected = {t["agent"]: t["expected_generation"] for t in targets} if targets else None
-    agents = Agent.objects.filter(environment=env)
-    agents = agents.filter(pk__in=expected) if expected else agents.filter(enabled=True)
-    agents = agents_with_desired(agents).lock_all()
-    if expected is not None and len(agents) != len(expected):
-        raise NotFound(f"No agents {sorted(set(expected) - {a.pk for a in agents})} in "
-                       f"{env.full_name}.")
-    if not agents:
-        raise ValidationFailed(f"{env.full_name} has no enabled agents.", code="no_agents")
+    agents = agents_chosen(env, list(expected) if expected else None,
+                           queryset=agents_with_desired(Agent.objects))
     _check_count(len(agents))
     stale = [{"agent": a.pk, "name": a.name, "generation": a.generation,
               "expected_generation": expected[a.pk]}
@@ -115,8 +112,7 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
     if held:
         raise Conflict(f"Pinned agents cannot be rolled out to: {', '.join(held)}.",
                        code="agent_pinned")
-    ahead = [a.name for a in agents
-             if a.applied_number is not None and a.applied_number > snapshot.number]
+    ahead = [a.name for a in agents if refuses(a, snapshot.number)]
     if ahead:
         raise Conflict(f"{', '.join(ahead)} already have a newer snapshot; they refuse "
                        "lower numbers.", code="rollback_required")
@@ -277,7 +273,10 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
 
 def _replacement(environment: Environment, previous: Snapshot, actor) -> Snapshot:
     """Re-render `previous` as a new, higher snapshot and make it active. Rendered
-    here, not on a worker: it is bounded, and a rollback must not wait on a queue."""
+    here, not on a worker: it is bounded, and a rollback must not wait on a queue.
+    Active at once whatever the environment's activation policy: a rollback is an
+    explicit release (as apps.releases.rules.publication_activates says for an
+    environment rollback)."""
     publication = publication_create(environment=environment, actor=actor,
                                      kind=Publication.Kind.ROLLBACK, source=previous.source,
                                      rolled_back_from=previous)

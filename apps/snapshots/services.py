@@ -58,10 +58,10 @@ def publication_rendered(publication: Publication) -> Rendered:
     except Exception as exc:
         # A bug must not leave the publication rendering forever.
         logger.exception("rendering publication %s failed", publication.pk)
-        return publication_failed(f"internal error while rendering ({type(exc).__name__})")
+        return failed_render(f"internal error while rendering ({type(exc).__name__})")
 
 
-def publication_failed(reason: str) -> Rendered:
+def failed_render(reason: str) -> Rendered:
     """The result of a render that could not complete (e.g. it timed out)."""
     return Rendered(effective_config={}, problems=[Problem("render_failed", reason)])
 

@@ -103,3 +103,20 @@ def test_labels_that_are_not_short_string_pairs_are_refused(labels):
 
 def test_labels_within_bounds_are_fine():
     assert labels_problem({"role": "web", "k" * 63: "v" * 255}) is None
+
+
+def test_the_rules_name_the_models_choices():
+    from apps.fleet import rules
+    from apps.fleet.models import Agent, Deployment
+
+    assert rules.SUCCEEDED == Deployment.State.SUCCEEDED
+    assert rules.AUTO_PULL == Agent.Mode.AUTO_PULL
+
+
+@pytest.mark.parametrize(("applied", "number", "refused"), [
+    (None, None, False), (None, 1, False), (3, 3, False), (3, 4, False), (3, 2, True),
+    (3, None, True)])
+def test_an_agent_refuses_only_snapshots_older_than_what_it_applied(applied, number, refused):
+    from apps.fleet.rules import refuses
+
+    assert refuses(agent(applied=applied), number) is refused

@@ -90,3 +90,10 @@ def test_blockers_name_each_kind_in_order():
         "released by an operator: r; reported a failure: f1, f2; "
         "not yet acknowledged (fresh and exact): w")
     assert describe(evidence.blockers(order=("waiting", "failed"))) == "waiting: w; failed: f1, f2"
+
+
+def test_the_rules_name_the_models_gate():
+    from apps.rollouts import rules
+    from apps.rollouts.models import Rollout
+
+    assert rules.AUTO == Rollout.Gate.AUTO
