@@ -1,4 +1,6 @@
-"""Shared fixtures: users with roles, a tenant with an environment, API clients.
+"""Fixtures every directory shares, built with tests/factories.py: users with roles,
+the shop-team tenant with shop/prod, an outsider with blog/prod, API clients,
+shop/prod's first snapshot, and an emptied cache.
 
 Tests marked `postgres` or `redis` skip when that service is not configured,
 and fail instead when BELLWETHER_REQUIRE_SERVICES=1 (as .ci/run sets).
@@ -8,18 +10,12 @@ import os
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
+from django.core.cache import cache
 
-from apps.environments.services import environment_create, environment_file_put
+from apps.environments.models import Environment
 from apps.tenancy.models import Role
-from apps.tenancy.services import (
-    api_token_create,
-    application_create,
-    membership_set,
-    tenant_create,
-)
 from project.celery import app as celery_app
+from tests import factories
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
 
@@ -81,93 +77,99 @@ def _tasks_inline():
     celery_app.conf.task_always_eager = previous
 
 
-NGINX_TEMPLATE = """server {
-    listen {{ listen }};
-    server_name {{ server_name }};
-{% for upstream in upstreams %}    # upstream {{ upstream }}
-{% endfor %}}
-"""
+@pytest.fixture
+def empty_cache():
+    """The cache is shared (local memory in-process, or a Redis database) and holds
+    poll states and heartbeats keyed by ids the database reuses: start and end the
+    test with it empty (the fleet, rollout, dashboard and browser tests use it for
+    every test)."""
+    cache.clear()
+    yield
+    cache.clear()
 
-APP_TEMPLATE = '{"log_level": {{ log_level | tojson }}, "workers": {{ workers }}}\n'
 
-CONFIG = """listen: 80
-server_name: shop.example.com
-upstreams:
-  - 10.0.0.1:8080
-  - 10.0.0.2:8080
-log_level: info
-workers: 4
-"""
+# --- people, tenants and shop/prod ------------------------------------------------------
 
 
 @pytest.fixture
 def make_user(db):
-    def make(username: str, **extra):
-        return get_user_model().objects.create_user(
-            username=username, password="pw-" + username, **extra
-        )
-
-    return make
+    """make_user("alice", is_staff=True) -> a user whose password is "pw-alice"."""
+    return factories.user
 
 
 @pytest.fixture
 def superuser(db):
-    return get_user_model().objects.create_superuser("root", "root@example.com", "pw-root")
+    return factories.superuser()
 
 
 @pytest.fixture
 def tenant(superuser):
-    return tenant_create(name="Shop team", slug="shop-team", actor=superuser)
+    return factories.tenant(actor=superuser)
 
 
 @pytest.fixture
 def application(tenant, superuser):
-    return application_create(tenant=tenant, name="shop", actor=superuser)
+    return factories.application(tenant, actor=superuser)
 
 
 @pytest.fixture
 def environment(application, superuser):
-    env = environment_create(application=application, name="prod", config=CONFIG,
-                             actor=superuser)
-    environment_file_put(environment=env, kind="template", path="nginx/shop.conf",
-                         text=NGINX_TEMPLATE, actor=superuser)
-    environment_file_put(environment=env, kind="template", path="shop/app.json",
-                         text=APP_TEMPLATE, actor=superuser)
-    return env
+    """shop/prod: CONFIG with the nginx and app templates, nothing published."""
+    return factories.environment(application, "prod", templates=factories.SHOP_TEMPLATES,
+                                 actor=superuser)
 
 
 @pytest.fixture
-def member(make_user, tenant, superuser):
+def member(tenant, superuser):
     """member("deployer") -> a user with that role in the tenant."""
 
     def make(role: str, username: str | None = None):
-        user = make_user(username or role)
-        membership_set(tenant=tenant, user=user, role=role, actor=superuser)
-        return user
+        return factories.member(tenant, role, username=username, actor=superuser)
 
     return make
 
 
 @pytest.fixture
-def outsider(make_user, superuser):
-    """A user who belongs to another tenant, with its own environment."""
-    user = make_user("outsider")
-    other = tenant_create(name="Other team", slug="other", actor=superuser)
-    membership_set(tenant=other, user=user, role=Role.OWNER, actor=superuser)
-    app = application_create(tenant=other, name="blog", actor=superuser)
-    environment_create(application=app, name="prod", config="a: 1\n", actor=superuser)
+def outsider(superuser):
+    """A user who belongs to another tenant, with its own environment (blog/prod)."""
+    user = factories.user("outsider")
+    other = factories.tenant(name="Other team", slug="other", actor=superuser)
+    factories.membership(other, user, Role.OWNER, actor=superuser)
+    blog = factories.application(other, name="blog", actor=superuser)
+    factories.environment(blog, "prod", config="a: 1\n", actor=superuser)
     return user
 
 
 @pytest.fixture
 def api_client():
     """api_client(user) -> an APIClient authenticated with a real API token."""
+    return factories.api_client_for
 
-    def make(user=None):
-        client = APIClient()
-        if user is not None:
-            _, secret = api_token_create(user=user, name="test", actor=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-        return client
+
+@pytest.fixture
+def client_for(api_client, member):
+    """client_for("deployer") -> an API client of a new tenant member with that role."""
+
+    def make(role: str):
+        return api_client(member(role, username=f"{role}-user"))
 
     return make
+
+
+@pytest.fixture
+def blog(outsider):
+    """blog/prod: another tenant's environment (the outsider owns it)."""
+    return Environment.objects.get(application__name="blog", name="prod")
+
+
+# --- snapshots --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def first(environment, superuser):
+    """shop/prod's snapshot #1, published and active (what agents have to begin with)."""
+    snapshot = factories.publish(environment, superuser)
+    assert (snapshot.number, snapshot.state) == (1, "ready")
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == snapshot.pk
+    return snapshot

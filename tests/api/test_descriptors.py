@@ -19,7 +19,7 @@ from apps.releases.services import environment_update, snapshot_rollback
 from apps.snapshots.models import Publication, Snapshot
 from apps.tenancy.models import Tenant
 from tests.api.support import ENV, assert_error, publish
-from tests.conftest import CONFIG
+from tests.factories import CONFIG
 
 URL = "/api/v1/descriptors"
 transactional = pytest.mark.django_db(transaction=True)

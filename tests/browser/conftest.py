@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 
 import pytest
-from django.core.cache import cache
 
 from tests.conftest import REQUIRE_SERVICES
 from tests.e2e.conftest import make_fleet, processes, server, server_environ  # noqa: F401
@@ -46,12 +45,9 @@ def _browser_missing() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _empty_cache():
+def _empty_cache(empty_cache):
     """Poll answers and last-seen times live in the cache, which the server shares
-    when it has Redis: start and end every test with it empty (ids are reused)."""
-    cache.clear()
-    yield
-    cache.clear()
+    when it has Redis: every browser test starts and ends with it empty."""
 
 
 @pytest.fixture

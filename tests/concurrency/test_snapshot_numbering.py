@@ -17,7 +17,7 @@ from apps.releases.publishing import publication_complete
 from apps.releases.services import environment_update
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import render_source_for
-from tests.conftest import CONFIG
+from tests.factories import CONFIG
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

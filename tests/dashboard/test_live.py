@@ -27,7 +27,7 @@ from apps.releases.services import environment_update, snapshot_publish
 from apps.tenancy.models import Membership
 from apps.tenancy.services import membership_remove, membership_set
 from tests.api.support import publish
-from tests.conftest import CONFIG
+from tests.factories import CONFIG
 from tests.rollouts.support import enroll_many, staged_environment, start
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -29,7 +29,7 @@ from apps.releases import services as releases
 from apps.releases.services import environment_update
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.models import Publication, Snapshot
-from tests.conftest import CONFIG
+from tests.factories import CONFIG
 from tests.fleet.support import poll, publish, publish_variant
 from tests.rollouts.support import ack, enroll_many, fresh, staged_environment, start
 

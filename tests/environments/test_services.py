@@ -14,7 +14,7 @@ from apps.environments.services import (
 )
 from apps.releases.services import environment_update
 from apps.tenancy.models import Role
-from tests.conftest import CONFIG, NGINX_TEMPLATE
+from tests.factories import CONFIG, NGINX_TEMPLATE
 
 
 def fresh(environment) -> Environment:

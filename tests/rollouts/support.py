@@ -15,7 +15,7 @@ from apps.releases import services as releases
 from apps.releases.services import environment_update
 from apps.rollouts import services
 from apps.rollouts.models import Rollout, RolloutTarget
-from tests.conftest import APP_TEMPLATE, CONFIG
+from tests.factories import APP_TEMPLATE, CONFIG
 from tests.fleet.support import bearer, poll, publish, publish_variant
 
 _messages = count(1)

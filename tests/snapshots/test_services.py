@@ -17,7 +17,7 @@ from apps.releases.services import environment_update, snapshot_publish, snapsho
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import pending_changes
 from configlang.rendering import content_checksum
-from tests.conftest import APP_TEMPLATE
+from tests.factories import APP_TEMPLATE, CONFIG
 
 BROKEN_APP_TEMPLATE = '{"log_level": {{ log_level | tojson }}, "workers": {{ threads }}}\n'
 
@@ -546,6 +546,4 @@ def test_every_publish_request_is_audited_even_when_deduplicated(environment, su
 
 
 def config_with(workers: int) -> str:
-    from tests.conftest import CONFIG
-
     return CONFIG.replace("workers: 4", f"workers: {workers}")
