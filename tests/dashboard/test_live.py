@@ -8,7 +8,6 @@ transaction=True; database work in a test goes through database_sync_to_async.
 """
 
 import json
-from datetime import timedelta
 from importlib import import_module
 
 import pytest
@@ -16,19 +15,14 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
-from django.utils import timezone
 
 from apps.environments.models import Environment
-from apps.environments.services import environment_create
-from apps.fleet import enrollment
 from apps.fleet import services as fleet
 from apps.releases import services as releases
 from apps.releases.services import environment_update, snapshot_publish
 from apps.tenancy.models import Membership
 from apps.tenancy.services import membership_remove, membership_set
-from tests.api.support import publish
-from tests.factories import CONFIG
-from tests.rollouts.support import enroll_many, staged_environment, start
+from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,8 +54,7 @@ def app():
 @database_sync_to_async
 def sign_in(user) -> tuple[Client, str]:
     """A browser signed in as `user`: its client and its session key."""
-    client = Client()
-    client.force_login(user)
+    client = factories.session_client(user)
     return client, client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
@@ -138,24 +131,14 @@ def viewer(member):
 
 
 @pytest.fixture
-def blog(outsider) -> Environment:
-    """blog/prod of another tenant, visible to the outsider and not to `viewer`."""
-    return Environment.objects.get(application__name="blog", name="prod")
-
-
-@pytest.fixture
 def staging(application, superuser) -> Environment:
-    return environment_create(application=application, name="staging", config=CONFIG,
-                              actor=superuser)
+    """shop/staging, with shop/prod's config and no templates."""
+    return factories.environment(application, "staging", actor=superuser)
 
 
 @pytest.fixture
 def enrolled(environment, superuser):
-    _, secret = enrollment.enrollment_token_create(
-        environment=environment, max_uses=1, actor=superuser,
-        expires_at=timezone.now() + timedelta(hours=1))
-    agent, _ = enrollment.agent_enroll(enrollment_token=secret, name="web-1", labels={})
-    return agent
+    return factories.enrolled_agent(environment, "web-1", actor=superuser).agent
 
 
 # -- who may connect ----------------------------------------------------------------------
@@ -325,13 +308,6 @@ async def test_agent_event_carries_the_agent_id_and_not_its_labels(
     assert_ids_only(events)
 
 
-@pytest.fixture
-def first(environment, superuser):
-    snapshot = publish(environment, superuser)
-    assert snapshot.state == "ready"
-    return snapshot
-
-
 async def test_deployment_event_carries_ids_and_not_the_report_message(
     live, viewer, environment, enrolled, first
 ):
@@ -379,15 +355,16 @@ async def test_snapshot_event_carries_the_number_and_not_the_content(
 @pytest.fixture
 def staged(application, superuser):
     """shop/canary with #1 active, #2 ready, and two enrolled agents."""
-    env, _, second = staged_environment(application, "canary", superuser)
-    return env, second, enroll_many(env, 2)
+    env, _, second = factories.staged_environment(application, "canary", superuser)
+    return env, second, factories.enrolled_agents(env, 2)
 
 
 async def test_rollout_event_carries_the_rollout_id(live, viewer, staged, superuser):
     env, second, nodes = staged
     ws, _ = await live(await session_of(viewer))
 
-    rollout = await database_sync_to_async(start)(env, second, [nodes[0]], actor=superuser)
+    rollout = await database_sync_to_async(factories.start_rollout)(env, second, [nodes[0]],
+                                                                   actor=superuser)
 
     events = await drain(ws)
     assert {"kind": "rollout", "environment": env.pk, "id": rollout.pk} in events

@@ -3,7 +3,7 @@ scoping, the named partials htmx asks for, role-aware buttons backed by the serv
 own refusals, CSRF, and every action calling the same services as the API.
 
 Agents, snapshots, reports and rollouts are made by the real services (enrollment,
-snapshot_publish, report_record, rollout_create), as in tests/fleet and tests/rollouts.
+releases.snapshot_publish, report_intake, rollout_create) through tests/factories.py.
 A render queued by a publish runs on commit, which never comes inside the default
 test transaction: tests that need the finished snapshot use transaction=True.
 """
@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 import pytest
 import yaml
-from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
@@ -29,11 +28,20 @@ from apps.releases import services as releases
 from apps.releases.services import environment_update
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.models import Publication, Snapshot
-from tests.factories import CONFIG
-from tests.fleet.support import poll, publish, publish_variant
-from tests.rollouts.support import ack, enroll_many, fresh, staged_environment, start
+from tests.factories import (
+    CONFIG,
+    ack,
+    enrolled_agents,
+    poll,
+    publish,
+    publish_variant,
+    session_client,
+    staged_environment,
+    start_rollout,
+)
 
-pytestmark = pytest.mark.django_db
+# Heartbeats and poll states live in the cache: every test starts and ends with it empty.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_cache")]
 transactional = pytest.mark.django_db(transaction=True)
 
 HTMX = {"HX-Request": "true"}
@@ -41,26 +49,11 @@ HTMX = {"HX-Request": "true"}
 MANUAL_WAVES = [{"percent": 100, "gate": "manual"}]
 
 
-@pytest.fixture(autouse=True)
-def _empty_cache():
-    """Heartbeats and poll states live in the cache (local memory or a Redis
-    database): start and end every test with it empty."""
-    cache.clear()
-    yield
-    cache.clear()
-
-
 # --- helpers ---------------------------------------------------------------------------
 
 
 def url(name: str, *args, env: tuple[str, str] = ("shop", "prod")) -> str:
     return reverse(f"dashboard:{name}", args=[*env, *args])
-
-
-def signed_in(user, **options) -> Client:
-    client = Client(**options)
-    client.force_login(user)
-    return client
 
 
 def text(response) -> str:
@@ -99,7 +92,7 @@ def stored() -> dict:
 
 
 def rollout_state(rollout: Rollout) -> tuple:
-    current = fresh(rollout)
+    current = Rollout.objects.get(pk=rollout.pk)
     return current.state, current.version, current.current_wave
 
 
@@ -132,14 +125,6 @@ def follow_page(client, response) -> str:
 
 
 @pytest.fixture
-def first(environment, superuser) -> Snapshot:
-    """shop/prod's snapshot #1, published and active."""
-    snapshot = publish(environment, superuser)
-    assert (snapshot.number, snapshot.state) == (1, "ready")
-    return snapshot
-
-
-@pytest.fixture
 def second(first, environment, superuser) -> Snapshot:
     """shop/prod's snapshot #2 (4 workers become 8), published and active."""
     snapshot = publish_variant(environment, superuser, workers=8)
@@ -162,13 +147,13 @@ def candidate(second, environment, superuser) -> Snapshot:
 @pytest.fixture
 def nodes(environment):
     """web-1, web-2, web-3: enrolled agents of shop/prod."""
-    return enroll_many(environment, 3)
+    return enrolled_agents(environment, 3)
 
 
 @pytest.fixture
 def rollout(candidate, nodes, environment) -> Rollout:
     """A running rollout of #3 with web-1 as its canary, then a manual wave."""
-    return start(environment, candidate, [nodes[0]], waves=MANUAL_WAVES)
+    return start_rollout(environment, candidate, [nodes[0]], waves=MANUAL_WAVES)
 
 
 @pytest.fixture
@@ -183,12 +168,12 @@ def deployer(member):
 
 @pytest.fixture
 def as_viewer(viewer):
-    return signed_in(viewer)
+    return session_client(viewer)
 
 
 @pytest.fixture
 def as_deployer(deployer):
-    return signed_in(deployer)
+    return session_client(deployer)
 
 
 # --- sign-in ---------------------------------------------------------------------------
@@ -296,7 +281,7 @@ def test_anonymous_posts_redirect_to_login_and_change_nothing(path, rollout):
 
 
 def test_logout_is_post_only(environment, viewer):
-    client = signed_in(viewer)
+    client = session_client(viewer)
 
     refused = client.get("/logout/")
     still_in = client.get("/")
@@ -332,14 +317,14 @@ def test_pages_load_htmx_without_the_debug_script_that_replaces_them_on_a_4xx(
 
 
 def test_overview_of_an_outsider_lists_none_of_the_tenants_environments(environment, outsider):
-    html = text(signed_in(outsider).get("/"))
+    html = text(session_client(outsider).get("/"))
 
     assert 'data-environment="shop/prod"' not in html
     assert 'data-environment="blog/prod"' in html
 
 
 def test_overview_of_a_user_without_a_tenant_lists_nothing(environment, make_user):
-    html = text(signed_in(make_user("nobody")).get("/"))
+    html = text(session_client(make_user("nobody")).get("/"))
 
     assert "data-environment=" not in html
     assert "You see no environments yet." in html
@@ -379,7 +364,7 @@ def _fleet_buckets(row: str) -> dict[str, int]:
 
 def test_overview_counts_the_fleet_in_sync_behind_failed_and_offline(
         environment, first, second, as_viewer):
-    synced, behind, failed, offline, never = enroll_many(environment, 5)
+    synced, behind, failed, offline, never = enrolled_agents(environment, 5)
     ack(synced, second)
     ack(behind, first)
     ack(failed, first)
@@ -431,7 +416,7 @@ def test_overview_htmx_request_gets_only_the_environments_partial(first, as_view
                                   "/e/shop/prod/snapshots/1/rollback/",
                                   "/e/shop/prod/rollouts/new/"])
 def test_pages_of_an_environment_the_user_cannot_see_are_404(path, first, outsider):
-    response = signed_in(outsider).get(path, headers=HTMX)
+    response = session_client(outsider).get(path, headers=HTMX)
 
     assert response.status_code == 404
     assert b"shop.example.com" not in response.content
@@ -576,8 +561,8 @@ def world(environment, second, nodes, application, superuser):
     descriptor, roll back to #1 and start a rollout; shop/staging: a rollout whose
     canary acknowledged, so it could be confirmed or rolled back."""
     staging, _, staged = staged_environment(application, "staging", superuser)
-    canary, _ = enroll_many(staging, 2, prefix="stg")
-    staging_rollout = start(staging, staged, [canary], waves=MANUAL_WAVES)
+    canary, _ = enrolled_agents(staging, 2, prefix="stg")
+    staging_rollout = start_rollout(staging, staged, [canary], waves=MANUAL_WAVES)
     ack(canary, staged)
     return {"nodes": nodes, "rollout": staging_rollout, "staged": staged}
 
@@ -650,7 +635,7 @@ def test_a_deployers_same_post_is_carried_out(action, world, as_deployer):
 
 
 def test_a_post_without_the_csrf_token_is_refused(second, nodes, deployer):
-    client = signed_in(deployer, enforce_csrf_checks=True)
+    client = session_client(deployer, enforce_csrf_checks=True)
     client.get(url("environment"))  # the CSRF cookie is set, but the token is not sent
 
     response = client.post(url("deploy"), headers=HTMX)
@@ -663,7 +648,7 @@ def test_a_post_without_the_csrf_token_is_refused(second, nodes, deployer):
 
 
 def test_a_plain_post_without_the_csrf_token_gets_djangos_page(second, nodes, deployer):
-    client = signed_in(deployer, enforce_csrf_checks=True)
+    client = session_client(deployer, enforce_csrf_checks=True)
 
     response = client.post(url("deploy"))
 
@@ -673,7 +658,7 @@ def test_a_plain_post_without_the_csrf_token_gets_djangos_page(second, nodes, de
 
 
 def test_an_htmx_post_with_the_token_from_hx_headers_succeeds(second, nodes, deployer):
-    client = signed_in(deployer, enforce_csrf_checks=True)
+    client = session_client(deployer, enforce_csrf_checks=True)
     page = text(client.get(url("environment")))
     token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'""", page).group(1)
 
@@ -735,10 +720,8 @@ def test_deploy_now_to_a_bad_agent_id_is_refused_with_a_message_and_creates_noth
     assert stored() == before
 
 
-def test_deploy_now_to_an_agent_of_another_tenant_is_refused(second, nodes, as_deployer,
-                                                             outsider):
-    blog = Environment.objects.get(application__name="blog")
-    (stranger,) = enroll_many(blog, 1, prefix="blog")
+def test_deploy_now_to_an_agent_of_another_tenant_is_refused(second, nodes, as_deployer, blog):
+    (stranger,) = enrolled_agents(blog, 1, prefix="blog")
     before = stored()
 
     response = as_deployer.post(url("deploy"), {"agent": stranger.pk}, headers=HTMX)
@@ -1363,7 +1346,7 @@ def test_confirm_as_a_plain_form_redirects_to_the_page_with_the_message(rollout,
 
     assert response["Location"] == url("environment")
     assert "confirmed" in flash(follow_page(as_deployer, response))
-    assert fresh(rollout).current_wave == 1
+    assert Rollout.objects.get(pk=rollout.pk).current_wave == 1
 
 
 @pytest.mark.parametrize("action", ["rollout-confirm", "rollout-rollback"])
@@ -1392,7 +1375,7 @@ def test_rollback_rolls_the_rollout_back_to_a_new_snapshot(rollout, nodes, secon
 
     assert response.status_code == 200
     assert f"Rollout {rollout.pk} rolled back." in flash(text(response))
-    rolled = fresh(rollout)
+    rolled = Rollout.objects.get(pk=rollout.pk)
     assert (rolled.state, rolled.version) == ("rolled_back", rollout.version + 1)
     replacement = rolled.rollback_snapshot
     assert (replacement.number, replacement.rolled_back_from) == (4, second)
@@ -1461,7 +1444,7 @@ def test_the_overview_and_the_agents_table_refresh_every_60_seconds_on_their_own
 def _mixed_fleet(environment, count: int, first: Snapshot, second: Snapshot, actor) -> None:
     """`count` agents in every state a row can show: in sync, behind, failed, manual
     with a pushed target, pinned by an operator, never seen."""
-    for index, node in enumerate(enroll_many(environment, count, prefix="node")):
+    for index, node in enumerate(enrolled_agents(environment, count, prefix="node")):
         kind = index % 6
         if kind == 0:
             ack(node, second)
@@ -1494,7 +1477,7 @@ def test_overview_query_count_does_not_grow_with_the_agents(count, environment, 
                                                             second, superuser, viewer,
                                                             django_assert_num_queries):
     _mixed_fleet(environment, count, first, second, superuser)
-    client = signed_in(viewer)
+    client = session_client(viewer)
 
     with django_assert_num_queries(OVERVIEW_QUERIES):
         response = client.get("/", headers=HTMX)
@@ -1511,7 +1494,7 @@ def test_overview_query_count_does_not_grow_with_the_environments(
                                    config=CONFIG, actor=superuser)
         publish(other, superuser)
         environment_update(environment=other, config=CONFIG + "# changed\n", actor=superuser)
-    client = signed_in(viewer)
+    client = session_client(viewer)
 
     with django_assert_num_queries(OVERVIEW_QUERIES):
         response = client.get("/", headers=HTMX)
@@ -1525,7 +1508,7 @@ def test_agents_panel_query_count_does_not_grow_with_the_agents(count, environme
                                                                 second, superuser, deployer,
                                                                 django_assert_num_queries):
     _mixed_fleet(environment, count, first, second, superuser)
-    client = signed_in(deployer)
+    client = session_client(deployer)
 
     with django_assert_num_queries(AGENTS_PANEL_QUERIES):
         response = client.get(url("environment") + "?panel=agents", headers=HTMX)
@@ -1619,7 +1602,7 @@ def test_the_overview_counts_each_agent_as_its_row_in_the_agents_table_shows_it(
     """The overview computes sync in SQL (apps.fleet.selectors.with_sync); the table
     with agent_status in Python: the same rule, so the same buckets."""
     _mixed_fleet(environment, 12, first, second, superuser)
-    client = signed_in(viewer)
+    client = session_client(viewer)
 
     overview = _fleet_buckets(text(client.get("/", headers=HTMX)))
     table = text(client.get(url("environment") + "?panel=agents", headers=HTMX))
