@@ -8,8 +8,9 @@ from rest_framework.test import APIClient
 
 from apps.fleet.models import Agent
 from apps.rollouts.models import Rollout, RolloutTarget
-from tests.api.support import assert_error
-from tests.rollouts.support import ack, fresh, pins, release, start
+from tests.api_helpers import assert_error
+from tests.factories import ack, start_rollout
+from tests.rollouts.support import fresh, pins, release
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +50,7 @@ def nodes(fleet, second):
 @pytest.fixture
 def running(environment, second, nodes):
     """A running rollout: web-1 canary (manual gate), then web-2, then web-3, web-4."""
-    return start(environment, second, nodes[:1], waves=MANUAL_WAVES)
+    return start_rollout(environment, second, nodes[:1], waves=MANUAL_WAVES)
 
 
 def _create_body(nodes, **extra):
@@ -229,7 +230,7 @@ def test_an_outsider_or_unknown_rollout_is_404(stranger, viewer, running):
 def test_a_deployer_deletes_a_finished_rollout_without_pins(deployer, environment, second,
                                                             fleet):
     web1, = fleet(1)
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
     ack(web1, second)
     confirm = deployer.post(rollout_url(rollout.pk, "/confirm"), {"expected_version": 1},
                             format="json")
@@ -410,7 +411,7 @@ def test_the_detail_and_its_evidence_show_at_most_100_agents(viewer, environment
         Agent(environment=environment, name=f"bulk-{i:03d}", token_key=f"bulk{i:012d}",
               token_hash="0" * 64) for i in range(150)])
     canaries = list(Agent.objects.order_by("pk").values_list("pk", flat=True)[:120])
-    rollout = start(environment, second, canaries)
+    rollout = start_rollout(environment, second, canaries)
 
     body = viewer.get(rollout_url(rollout.pk)).json()
 

@@ -26,7 +26,8 @@ from apps.environments.models import Environment
 from apps.rollouts import reconcile, services
 from apps.rollouts.models import Rollout, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
-from tests.rollouts.support import ack, enroll_many, fresh, staged_environment, start
+from tests.factories import ack, enrolled_agents, staged_environment, start_rollout
+from tests.rollouts.support import fresh
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -96,8 +97,8 @@ def _ready_to_confirm(application, superuser, name: str, canaries: int = 1,
     acknowledged; with 3 canaries, confirming it completes the rollout."""
     env, _, second = staged_environment(application, name, superuser,
                                         slow_render=slow_render)
-    nodes = enroll_many(env, 3)
-    rollout = start(env, second, nodes[:canaries], waves=THREE_WAVES)
+    nodes = enrolled_agents(env, 3)
+    rollout = start_rollout(env, second, nodes[:canaries], waves=THREE_WAVES)
     for node in nodes[:canaries]:
         ack(node, second)
     return env, fresh(rollout)
@@ -209,9 +210,9 @@ def test_two_racing_rollbacks_render_one_replacement_snapshot(application, super
 def test_concurrent_creates_for_one_environment_start_exactly_one_rollout(application,
                                                                          superuser):
     env, _, second = staged_environment(application, "creates", superuser)
-    nodes = enroll_many(env, 4)
+    nodes = enrolled_agents(env, 4)
 
-    outcomes = _race([(lambda n=n: start(env, second, [n])) for n in nodes])
+    outcomes = _race([(lambda n=n: start_rollout(env, second, [n])) for n in nodes])
 
     started = [o for o in outcomes if isinstance(o, Rollout)]
     refused = [o for o in outcomes if not isinstance(o, Rollout)]
@@ -222,9 +223,9 @@ def test_concurrent_creates_for_one_environment_start_exactly_one_rollout(applic
 
 def test_concurrent_reconciles_advance_an_acknowledged_wave_once(application, superuser):
     env, _, second = staged_environment(application, "reconciles", superuser)
-    nodes = enroll_many(env, 3)
-    rollout = start(env, second, nodes[:1], canary_gate="auto", bake_s=60,
-                    waves=[{"count": 1}, {"percent": 100}])
+    nodes = enrolled_agents(env, 3)
+    rollout = start_rollout(env, second, nodes[:1], canary_gate="auto", bake_s=60,
+                            waves=[{"count": 1}, {"percent": 100}])
     ack(nodes[0], second)  # its reconcile on commit finds the wave not yet baked
     assert fresh(rollout).current_wave == 0
     Rollout.objects.filter(pk=rollout.pk).update(

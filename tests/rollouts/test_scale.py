@@ -17,7 +17,8 @@ from django.utils import timezone
 from apps.fleet.models import Agent, Deployment
 from apps.rollouts import reconcile, services
 from apps.rollouts.models import Rollout, RolloutTarget
-from tests.rollouts.support import ack, confirm, fresh
+from tests.factories import ack
+from tests.rollouts.support import confirm, fresh
 
 pytestmark = pytest.mark.django_db
 

@@ -21,19 +21,8 @@ from apps.releases.services import environment_update
 from apps.rollouts import reconcile, selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
-from tests.fleet.support import poll, publish_variant
-from tests.rollouts.support import (
-    ack,
-    confirm,
-    enroll_many,
-    fresh,
-    pins,
-    release,
-    rollback,
-    start,
-    target_states,
-    waves_of,
-)
+from tests.factories import ack, enrolled_agents, poll, publish_variant, start_rollout
+from tests.rollouts.support import confirm, fresh, pins, release, rollback, target_states, waves_of
 
 pytestmark = pytest.mark.django_db
 
@@ -91,7 +80,7 @@ def test_a_rollout_targets_every_enabled_agent_and_skips_disabled_ones(
     web1, web2, web3 = fleet(3)
     fleet_services.agent_update(agent=web3.agent, actor=superuser, enabled=False)
 
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
 
     assert set(target_states(rollout)) == {"web-1", "web-2"}
     assert pins([web3]) == {"web-3": (None, None)}
@@ -101,7 +90,7 @@ def test_creation_freezes_previous_desired_snapshots_and_pins_only_the_canaries_
         environment, first, second, fleet):
     web1, web2, web3 = fleet(3)
 
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
 
     assert pins([web1, web2, web3]) == {"web-1": (2, rollout.pk), "web-2": (1, rollout.pk),
                                         "web-3": (1, rollout.pk)}
@@ -123,7 +112,7 @@ def test_each_target_is_frozen_on_what_it_desired_itself(environment, first, sec
     assert manual.desired_number() == 2
     third = publish_third(environment, superuser)
 
-    rollout = start(environment, third, [web1])
+    rollout = start_rollout(environment, third, [web1])
 
     assert pins([web1, web2, manual]) == {"web-1": (3, rollout.pk), "web-2": (1, rollout.pk),
                                           "web-3": (2, rollout.pk)}
@@ -170,7 +159,7 @@ def test_a_stale_expected_generation_is_a_conflict_listing_only_the_stale_target
 
 def test_a_target_of_another_environment_is_not_found(environment, second, fleet, staging):
     web1, = fleet(1)
-    stranger, = enroll_many(staging[0], 1, prefix="stage")
+    stranger, = enrolled_agents(staging[0], 1, prefix="stage")
 
     with pytest.raises(NotFound):
         services.rollout_create(
@@ -189,7 +178,7 @@ def test_an_agent_pinned_by_an_operator_is_refused(environment, first, second, f
     generations = _generations([web1, web2])
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, [web1])
+        start_rollout(environment, second, [web1])
 
     assert caught.value.code == "agent_pinned"
     assert "web-2" in caught.value.message
@@ -245,7 +234,7 @@ def test_wave_sizes_come_from_counts_and_percentages_and_the_last_wave_takes_the
         environment, second, fleet):
     nodes = fleet(10)
 
-    rollout = start(environment, second, nodes[:1], bake_s=30, waves=[
+    rollout = start_rollout(environment, second, nodes[:1], bake_s=30, waves=[
         {"count": 2, "gate": "manual", "bake_s": 5},
         {"percent": 50, "gate": "auto", "bake_s": 10},
         {"percent": 100}])
@@ -259,7 +248,7 @@ def test_wave_sizes_come_from_counts_and_percentages_and_the_last_wave_takes_the
 def test_when_every_target_is_a_canary_there_is_one_wave(environment, second, fleet):
     nodes = fleet(2)
 
-    rollout = start(environment, second, nodes)
+    rollout = start_rollout(environment, second, nodes)
 
     assert [w["size"] for w in fresh(rollout).waves] == [2]
 
@@ -270,19 +259,19 @@ def test_a_wave_without_a_valid_percent_or_count_is_refused(environment, second,
     web1, = fleet(1)
 
     with pytest.raises(ValidationFailed):
-        start(environment, second, [web1], waves=[wave])
+        start_rollout(environment, second, [web1], waves=[wave])
 
     assert not Rollout.objects.exists()
 
 
 def test_one_active_rollout_per_environment(environment, second, fleet, staging):
     web1, web2 = fleet(2)
-    start(environment, second, [web1])
-    stage, = enroll_many(staging[0], 1, prefix="stage")
+    start_rollout(environment, second, [web1])
+    stage, = enrolled_agents(staging[0], 1, prefix="stage")
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, [web2])
-    other = start(staging[0], staging[2], [stage])  # another environment may have its own
+        start_rollout(environment, second, [web2])
+    other = start_rollout(staging[0], staging[2], [stage])  # another environment may have its own
 
     assert caught.value.code == "rollout_active"
     assert Rollout.objects.filter(environment=environment).count() == 1
@@ -308,7 +297,7 @@ def test_a_snapshot_of_another_environment_is_refused(environment, second, fleet
     web1, = fleet(1)
 
     with pytest.raises(ValidationFailed):
-        start(environment, staging[2], [web1])
+        start_rollout(environment, staging[2], [web1])
 
 
 def test_a_target_that_applied_a_newer_snapshot_needs_a_rollback(environment, first, second,
@@ -318,7 +307,7 @@ def test_a_target_that_applied_a_newer_snapshot_needs_a_rollback(environment, fi
     ack(web2, third)
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, [web1])
+        start_rollout(environment, second, [web1])
 
     assert caught.value.code == "rollback_required"
     assert "web-2" in caught.value.message
@@ -329,7 +318,7 @@ def test_more_targets_than_the_bound_are_refused(environment, second, fleet):
     nodes = fleet(3)
 
     with pytest.raises(ValidationFailed) as caught:
-        start(environment, second, nodes[:1])
+        start_rollout(environment, second, nodes[:1])
 
     assert caught.value.code == "too_many_targets"
     assert "at most 2" in caught.value.message
@@ -353,11 +342,11 @@ def test_more_explicit_targets_than_the_bound_are_refused_before_they_are_looked
 @override_settings(BELLWETHER_ROLLOUT_LIMITS={**LIMITS, "max_active": 1})
 def test_more_active_rollouts_than_the_bound_are_refused(environment, second, fleet, staging):
     web1, = fleet(1)
-    stage, = enroll_many(staging[0], 1, prefix="stage")
-    start(staging[0], staging[2], [stage])
+    stage, = enrolled_agents(staging[0], 1, prefix="stage")
+    start_rollout(staging[0], staging[2], [stage])
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, [web1])
+        start_rollout(environment, second, [web1])
 
     assert caught.value.code == "too_many_rollouts"
     assert not Rollout.objects.filter(environment=environment).exists()
@@ -367,15 +356,15 @@ def test_more_active_rollouts_than_the_bound_are_refused(environment, second, fl
 def test_more_finished_rollouts_than_the_bound_are_refused_until_one_is_deleted(
         environment, second, fleet):
     web1, = fleet(1)
-    done = start(environment, second, [web1], canary_gate="auto")
+    done = start_rollout(environment, second, [web1], canary_gate="auto")
     ack(web1, second)
     assert reconcile.rollout_reconcile(rollout_id=done.pk) == "advanced"
     assert fresh(done).state == "completed"
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, [web1])
+        start_rollout(environment, second, [web1])
     services.rollout_delete(rollout=done, actor=None)
-    again = start(environment, second, [web1])
+    again = start_rollout(environment, second, [web1])
 
     assert caught.value.code == "history_full"
     assert fresh(again).state == "running"
@@ -388,7 +377,7 @@ def test_more_finished_rollouts_than_the_bound_are_refused_until_one_is_deleted(
 def canaried(environment, first, second, fleet):
     """Two canaries (web-1, web-2), then web-3, then web-4 and web-5, manual gates."""
     nodes = fleet(5)
-    rollout = start(environment, second, nodes[:2], waves=MANUAL_WAVES)
+    rollout = start_rollout(environment, second, nodes[:2], waves=MANUAL_WAVES)
     return rollout, nodes
 
 
@@ -447,7 +436,7 @@ def test_an_acknowledgement_before_activation_does_not_count(environment, second
     web1, web2 = fleet(2)
     ack(web1, second)  # applied #2 before the rollout made it its desired snapshot
 
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
     error = _refusal(rollout)
 
     assert _blocked(error)["waiting"] == ["web-1"]
@@ -529,7 +518,7 @@ def test_a_late_report_of_another_snapshot_does_not_turn_an_old_ack_into_a_fresh
         environment, first, second, fleet):
     web1, web2 = fleet(2)
     ack(web1, second)  # before the rollout: must never count
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
 
     ack(web1, first)  # a late (re-sent) report of #1: applied stays #2
 
@@ -637,12 +626,12 @@ def test_a_rolled_back_snapshot_is_refused_for_a_new_rollout_without_an_override
         release(node, rollout)
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, nodes[:1])
+        start_rollout(environment, second, nodes[:1])
     assert caught.value.code == "quarantined"
     # Even with the override it stays refused here: the rollback made a newer
     # snapshot active, and rolling #2 out again would move the environment back.
     with pytest.raises(Conflict) as older:
-        start(environment, second, nodes[:1], override_quarantine=True)
+        start_rollout(environment, second, nodes[:1], override_quarantine=True)
     assert older.value.code == "rollback_required"
 
 
@@ -668,7 +657,7 @@ def test_a_finished_rollout_cannot_be_rolled_back(canaried):
 def test_rollback_after_every_activated_target_was_released_still_terminates(
         environment, second, fleet):
     web1, web2 = fleet(2)
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
     release(web1, rollout)
 
     done = rollback(rollout)
@@ -684,8 +673,8 @@ def test_rollback_after_every_activated_target_was_released_still_terminates(
 def automatic(environment, first, second, fleet):
     """web-1 canary, then web-2, web-3: automatic gates with a 60 s bake."""
     nodes = fleet(3)
-    rollout = start(environment, second, nodes[:1], canary_gate="auto", bake_s=60,
-                    waves=[{"count": 1, "gate": "auto", "bake_s": 60}, {"percent": 100}])
+    rollout = start_rollout(environment, second, nodes[:1], canary_gate="auto", bake_s=60,
+                            waves=[{"count": 1, "gate": "auto", "bake_s": 60}, {"percent": 100}])
     return rollout, nodes
 
 
@@ -753,7 +742,7 @@ def test_reconcile_completes_the_rollout_after_the_last_automatic_wave(automatic
 def test_failures_beyond_the_threshold_roll_back_by_themselves(environment, first, second,
                                                                fleet):
     nodes = fleet(4)
-    rollout = start(environment, second, nodes[:3], failure_threshold=1)
+    rollout = start_rollout(environment, second, nodes[:3], failure_threshold=1)
     ack(nodes[0], second, status="failed")
 
     tolerated = reconcile.rollout_reconcile(rollout_id=rollout.pk)
@@ -771,7 +760,7 @@ def test_failures_beyond_the_threshold_roll_back_by_themselves(environment, firs
 def test_a_failure_before_activation_is_not_counted(environment, second, fleet):
     web1, web2 = fleet(2)
     ack(web1, second, status="failed")
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
 
     assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "waiting"
     assert selectors.failures(fresh(rollout)) == 0
@@ -809,8 +798,8 @@ def test_a_paused_rollout_can_still_be_confirmed_and_runs_again(canaried, second
 def test_a_report_arriving_drives_the_rollout(environment, first, second, fleet,
                                               django_capture_on_commit_callbacks):
     nodes = fleet(3)
-    rollout = start(environment, second, nodes[:1], canary_gate="auto",
-                    waves=[{"count": 1}, {"percent": 100}])
+    rollout = start_rollout(environment, second, nodes[:1], canary_gate="auto",
+                            waves=[{"count": 1}, {"percent": 100}])
 
     with django_capture_on_commit_callbacks(execute=True):
         ack(nodes[0], second)
@@ -822,7 +811,7 @@ def test_a_report_arriving_drives_the_rollout(environment, first, second, fleet,
 def test_a_failure_report_arriving_rolls_back_by_itself(environment, first, second, fleet,
                                                         django_capture_on_commit_callbacks):
     nodes = fleet(3)
-    rollout = start(environment, second, nodes[:1], waves=[{"count": 1}, {"percent": 100}])
+    rollout = start_rollout(environment, second, nodes[:1], waves=[{"count": 1}, {"percent": 100}])
 
     with django_capture_on_commit_callbacks(execute=True):
         ack(nodes[0], second, status="failed", message="reload failed")
@@ -836,8 +825,8 @@ def test_a_failure_report_arriving_rolls_back_by_itself(environment, first, seco
 
 def test_the_periodic_reconcile_drives_every_running_rollout(automatic, second, staging):
     rollout, nodes = automatic
-    stage, = enroll_many(staging[0], 1, prefix="stage")
-    other = start(staging[0], staging[2], [stage])
+    stage, = enrolled_agents(staging[0], 1, prefix="stage")
+    other = start_rollout(staging[0], staging[2], [stage])
     ack(nodes[0], second)
     _bake(rollout, 61)
 
@@ -851,8 +840,8 @@ def test_the_periodic_reconcile_drives_every_running_rollout(automatic, second, 
 
 def test_releasing_with_another_rollouts_id_is_refused(canaried, environment, staging):
     rollout, nodes = canaried
-    stage, = enroll_many(staging[0], 1, prefix="stage")
-    other = start(staging[0], staging[2], [stage])
+    stage, = enrolled_agents(staging[0], 1, prefix="stage")
+    other = start_rollout(staging[0], staging[2], [stage])
     generation = nodes[2].fresh().generation
 
     with pytest.raises(Conflict) as caught:
@@ -937,7 +926,7 @@ def test_a_rolled_back_rollout_is_deleted_only_once_its_pins_are_released(canari
 
 def test_a_completed_rollout_can_be_deleted(environment, second, fleet):
     web1, = fleet(1)
-    rollout = start(environment, second, [web1])
+    rollout = start_rollout(environment, second, [web1])
     ack(web1, second)
     confirm(rollout)
 
@@ -955,7 +944,7 @@ def test_an_agents_poll_answer_changes_exactly_when_its_pin_changes_what_it_desi
     etags = [n.etag() for n in nodes]
 
     with django_capture_on_commit_callbacks(execute=True):
-        rollout = start(environment, second, nodes[:1], waves=MANUAL_WAVES)
+        rollout = start_rollout(environment, second, nodes[:1], waves=MANUAL_WAVES)
     after_create = [poll(n.client, etag).status_code for n, etag in zip(nodes, etags,
                                                                           strict=True)]
     assert after_create == [200, 304, 304]  # only the canary's desired snapshot moved
@@ -992,7 +981,7 @@ def test_a_rollback_changes_the_poll_answer_of_activated_agents_only(
         environment, first, second, fleet, django_capture_on_commit_callbacks):
     nodes = fleet(2)
     with django_capture_on_commit_callbacks(execute=True):
-        rollout = start(environment, second, nodes[:1], waves=MANUAL_WAVES)
+        rollout = start_rollout(environment, second, nodes[:1], waves=MANUAL_WAVES)
     etags = [n.etag() for n in nodes]
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -1039,7 +1028,7 @@ def test_a_rollout_never_moves_the_environment_back(environment, first, second, 
     releases.snapshot_activate(snapshot=third, actor=superuser)
 
     with pytest.raises(Conflict) as caught:
-        start(environment, second, [web1])
+        start_rollout(environment, second, [web1])
 
     assert caught.value.code == "rollback_required"
     assert "older than the active #3" in caught.value.message
@@ -1102,7 +1091,7 @@ def test_a_failure_reported_during_a_paused_rollout_rolls_it_back_at_once(
 def test_failures_within_the_threshold_do_not_block_an_automatic_gate(environment, second,
                                                                      fleet):
     nodes = fleet(3)
-    rollout = start(environment, second, nodes[:2], canary_gate="auto", failure_threshold=1)
+    rollout = start_rollout(environment, second, nodes[:2], canary_gate="auto", failure_threshold=1)
     ack(nodes[0], second)
     ack(nodes[1], second, status="failed")
 
@@ -1113,7 +1102,7 @@ def test_failures_within_the_threshold_do_not_block_an_automatic_gate(environmen
 def test_a_manual_gate_needs_every_agent_even_when_failures_are_tolerated(
         environment, second, fleet):
     nodes = fleet(3)
-    rollout = start(environment, second, nodes[:2], failure_threshold=1)
+    rollout = start_rollout(environment, second, nodes[:2], failure_threshold=1)
     ack(nodes[0], second)
     ack(nodes[1], second, status="failed")
 
@@ -1151,7 +1140,7 @@ def nothing_active(environment, superuser, fleet):
 def test_targets_that_desired_nothing_are_held_at_nothing(nothing_active):
     env, snapshot, nodes = nothing_active
 
-    rollout = start(env, snapshot, nodes[:1])
+    rollout = start_rollout(env, snapshot, nodes[:1])
 
     assert pins(nodes) == {"web-1": (1, rollout.pk), "web-2": (None, rollout.pk),
                            "web-3": (None, rollout.pk)}
@@ -1161,7 +1150,7 @@ def test_targets_that_desired_nothing_are_held_at_nothing(nothing_active):
 
 def test_rolling_back_from_nothing_releases_the_canaries_to_nothing(nothing_active):
     env, snapshot, nodes = nothing_active
-    rollout = start(env, snapshot, nodes[:1])
+    rollout = start_rollout(env, snapshot, nodes[:1])
 
     done = rollback(rollout)
 
@@ -1176,12 +1165,12 @@ def test_rolling_back_from_nothing_releases_the_canaries_to_nothing(nothing_acti
 def test_an_agent_a_rollout_holds_at_nothing_is_refused_by_another_rollout(
         nothing_active, superuser):
     env, snapshot, nodes = nothing_active
-    first_rollout = start(env, snapshot, nodes[:1])
+    first_rollout = start_rollout(env, snapshot, nodes[:1])
     rollback(first_rollout)  # web-2 and web-3 stay held (at nothing) by it
     fixed = publish_variant(env, superuser, workers=9)
 
     with pytest.raises(Conflict) as caught:
-        start(env, fixed, nodes[:1])
+        start_rollout(env, fixed, nodes[:1])
 
     assert caught.value.code == "agent_pinned"
     assert pins(nodes[1:]) == {"web-2": (None, first_rollout.pk),
@@ -1191,7 +1180,7 @@ def test_an_agent_a_rollout_holds_at_nothing_is_refused_by_another_rollout(
 def test_a_push_to_an_agent_a_rollout_holds_at_nothing_is_refused(nothing_active,
                                                                   superuser):
     env, snapshot, nodes = nothing_active
-    start(env, snapshot, nodes[:1])
+    start_rollout(env, snapshot, nodes[:1])
     fleet_services.agent_update(agent=nodes[1].agent, actor=superuser, mode="manual")
 
     with pytest.raises(Conflict) as caught:

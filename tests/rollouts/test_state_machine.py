@@ -42,8 +42,7 @@ from apps.releases.services import environment_update
 from apps.rollouts import reconcile, services
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
 from apps.snapshots.models import Snapshot
-from tests.fleet.support import publish, publish_variant
-from tests.rollouts.support import ack, enroll_many
+from tests.factories import ack, enrolled_agents, publish, publish_variant
 
 pytestmark = pytest.mark.django_db
 
@@ -217,7 +216,7 @@ def make_machine(environment, actor):
         def enroll_and_start(self, count, with_manual, canaries, canary_gate, plan, threshold):
             """Agents on #1, a new snapshot, and a first rollout of it (so that every
             example starts with something to confirm, report on or roll back)."""
-            nodes = enroll_many(environment, count)
+            nodes = enrolled_agents(environment, count)
             self.ids = [n.pk for n in nodes]
             self.manual, self.target = set(), {}
             if with_manual:
