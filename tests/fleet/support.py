@@ -1,18 +1,9 @@
-"""Helpers shared by the fleet tests: URLs, agent clients, polling."""
+"""Helpers of the fleet tests: URLs, enrolling and reporting over HTTP as an agent does."""
 
-from django.db import connection
 from rest_framework.test import APIClient
-
-from tests.api.support import assert_error, publish, publish_variant
-
-__all__ = ["assert_error", "publish", "publish_variant"]
-
-ON_POSTGRES = connection.vendor == "postgresql"
-
 
 ENV = "/api/v1/environments/shop/prod"
 AGENTS = f"{ENV}/agents"
-DESIRED = "/api/v1/agent/desired"
 REPORTS = "/api/v1/agent/reports"
 ENROLL = "/api/v1/agent/enroll"
 
@@ -33,16 +24,13 @@ def agent_url(agent_id: int, suffix: str = "") -> str:
     return f"/api/v1/agents/{agent_id}{suffix}"
 
 
-def bearer(token: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
-
-
-def poll(client, etag: str | None = None, method: str = "get"):
-    """A conditional GET (or HEAD) of the agent's desired state."""
-    headers = {"HTTP_IF_NONE_MATCH": etag} if etag is not None else {}
-    return getattr(client, method)(DESIRED, **headers)
+def enroll_over_http(secret: str, name: str = "web-1", labels=None):
+    """POST /api/v1/agent/enroll with an enrollment token, as a new agent (no
+    credentials) does; `labels` are sent when given."""
+    body = {"enrollment_token": secret, "name": name}
+    if labels is not None:
+        body["labels"] = labels
+    return APIClient().post(ENROLL, body, format="json")
 
 
 def report(client, snapshot, status: str = "succeeded", message: str = "",

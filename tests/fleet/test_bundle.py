@@ -10,7 +10,9 @@ from apps.releases.publishing import publication_abandon
 from apps.releases.services import environment_update, snapshot_publish
 from apps.snapshots.models import Snapshot
 from configlang.rendering import content_checksum
-from tests.fleet.support import assert_error, bundle_url, publish, publish_variant
+from tests.api_helpers import assert_error
+from tests.factories import publish, publish_variant
+from tests.fleet.support import bundle_url
 
 
 @pytest.fixture

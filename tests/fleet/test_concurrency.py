@@ -5,17 +5,15 @@ Threads are released together by a barrier so the checks in the services race.
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from apps.core.errors import ApplicationError
 from apps.fleet import enrollment
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
 from apps.releases import services as releases
-from tests.fleet.support import publish
+from tests.factories import enrolled_agent, enrollment_token, publish
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -41,15 +39,8 @@ def _race(calls) -> list:
         return list(pool.map(run, calls, timeout=TIMEOUT_S))
 
 
-def _token(environment, superuser, uses: int) -> str:
-    _, secret = enrollment.enrollment_token_create(
-        environment=environment, max_uses=uses, actor=superuser,
-        expires_at=timezone.now() + timedelta(hours=1))
-    return secret
-
-
 def test_concurrent_enrollments_never_exceed_max_uses(environment, superuser):
-    secret = _token(environment, superuser, uses=3)
+    _, secret = enrollment_token(environment, uses=3, actor=superuser)
 
     outcomes = _race([
         (lambda i=i: enrollment.agent_enroll(enrollment_token=secret, name=f"web-{i}",
@@ -67,7 +58,7 @@ def test_concurrent_enrollments_never_exceed_max_uses(environment, superuser):
 def test_concurrent_enrollments_of_one_name_with_different_tokens_are_409_not_500(
     environment, superuser
 ):
-    secrets = [_token(environment, superuser, uses=1) for _ in range(THREADS)]
+    secrets = [enrollment_token(environment, actor=superuser)[1] for _ in range(THREADS)]
 
     outcomes = _race([
         (lambda s=s: enrollment.agent_enroll(enrollment_token=s, name="web-1", labels={}))
@@ -82,8 +73,7 @@ def test_concurrent_enrollments_of_one_name_with_different_tokens_are_409_not_50
 
 def test_concurrent_identical_pull_reports_record_one_deployment(environment, superuser):
     snapshot = publish(environment, superuser)
-    agent, _ = enrollment.agent_enroll(enrollment_token=_token(environment, superuser, 1),
-                                     name="web-1", labels={})
+    agent = enrolled_agent(environment, "web-1", actor=superuser).agent
 
     outcomes = _race([
         (lambda: releases.report_intake(agent=agent, deployment_id=None,

@@ -16,15 +16,9 @@ from apps.fleet import enrollment, services
 from apps.fleet.models import Agent
 from apps.releases import services as releases
 from apps.releases.services import environment_update
-from tests.fleet.support import (
-    AGENTS,
-    agent_url,
-    assert_error,
-    bearer,
-    deploy_url,
-    poll,
-    publish_variant,
-)
+from tests.api_helpers import assert_error
+from tests.factories import bearer_client, poll, publish_variant
+from tests.fleet.support import AGENTS, agent_url, deploy_url
 
 CACHE_DOWN = {"default": {
     "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -79,7 +73,7 @@ def test_same_desired_state_gives_the_same_etag(enroll, first):
                                     "Bearer bwu_0123456789ab.user-prefix"])
 def test_desired_without_a_valid_agent_token_is_401(header, enroll, first):
     enroll()
-    client = bearer("x")
+    client = bearer_client("x")
     client.credentials(**({"HTTP_AUTHORIZATION": header} if header else {}))
 
     response = poll(client)
@@ -98,7 +92,7 @@ def test_wrong_secret_for_a_cached_key_is_401(enroll, first):
     etag = _warm(agent.client)
     key = agent.token.partition(".")[0]
 
-    response = poll(bearer(f"{key}.not-the-secret"), etag)
+    response = poll(bearer_client(f"{key}.not-the-secret"), etag)
 
     assert_error(response, 401, "authentication_failed")
 
@@ -286,7 +280,7 @@ def test_rotated_token_is_refused_and_the_new_one_polls(
     with django_capture_on_commit_callbacks(execute=True):
         rotated = api_client(superuser).post(agent_url(agent.agent.pk, "/token/rotate"))
     old = poll(agent.client, etag)
-    new = poll(bearer(rotated.json()["token"]))
+    new = poll(bearer_client(rotated.json()["token"]))
 
     assert rotated.status_code == 200
     assert_error(old, 401, "authentication_failed")
@@ -477,7 +471,7 @@ def test_unknown_agent_token_key_is_not_confused_with_a_cached_one(enroll, first
     _warm(agent.client)
     secret = agent.token.partition(".")[2]
 
-    response = poll(bearer(f"bwa_{uuid.uuid4().hex[:12]}.{secret}"))
+    response = poll(bearer_client(f"bwa_{uuid.uuid4().hex[:12]}.{secret}"))
 
     assert_error(response, 401)
     assert poll(agent.client).status_code == 200

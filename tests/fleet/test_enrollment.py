@@ -9,14 +9,9 @@ from rest_framework.test import APIClient
 
 from apps.fleet import enrollment
 from apps.fleet.models import Agent, EnrollmentToken
-from tests.fleet.support import DESIRED, ENROLL, REPORTS, assert_error, bearer, bundle_url
-
-
-def _enroll(secret: str, name: str = "web-1", labels=None):
-    body = {"enrollment_token": secret, "name": name}
-    if labels is not None:
-        body["labels"] = labels
-    return APIClient().post(ENROLL, body, format="json")
+from tests.api_helpers import assert_error
+from tests.factories import DESIRED, bearer_client
+from tests.fleet.support import ENROLL, REPORTS, bundle_url, enroll_over_http
 
 
 def _row_text(model, pk) -> str:
@@ -26,7 +21,7 @@ def _row_text(model, pk) -> str:
 def test_enrollment_returns_the_agents_id_token_and_environment(enrollment_token):
     _, secret = enrollment_token()
 
-    response = _enroll(secret, labels={"zone": "eu-1", "role": "edge"})
+    response = enroll_over_http(secret, labels={"zone": "eu-1", "role": "edge"})
 
     assert response.status_code == 201, response.content
     body = response.json()
@@ -41,9 +36,9 @@ def test_enrollment_returns_the_agents_id_token_and_environment(enrollment_token
 
 def test_enrolled_token_authenticates_the_agent(enrollment_token):
     _, secret = enrollment_token()
-    token = _enroll(secret).json()["token"]
+    token = enroll_over_http(secret).json()["token"]
 
-    response = bearer(token).get(DESIRED)
+    response = bearer_client(token).get(DESIRED)
 
     assert response.status_code == 200
     assert response.json()["mode"] == "auto_pull"
@@ -52,7 +47,7 @@ def test_enrolled_token_authenticates_the_agent(enrollment_token):
 def test_labels_default_to_empty(enrollment_token):
     _, secret = enrollment_token()
 
-    response = _enroll(secret)
+    response = enroll_over_http(secret)
 
     assert response.status_code == 201
     assert Agent.objects.get(pk=response.json()["agent_id"]).labels == {}
@@ -61,7 +56,7 @@ def test_labels_default_to_empty(enrollment_token):
 def test_only_hashes_of_both_secrets_are_stored(enrollment_token):
     token_row, enrollment_secret = enrollment_token()
 
-    body = _enroll(enrollment_secret).json()
+    body = enroll_over_http(enrollment_secret).json()
 
     enrollment_part = enrollment_secret.partition(".")[2]
     agent_part = body["token"].partition(".")[2]
@@ -76,7 +71,7 @@ def test_only_hashes_of_both_secrets_are_stored(enrollment_token):
 def test_each_enrollment_uses_up_one_use(enrollment_token):
     token_row, secret = enrollment_token(uses=3)
 
-    statuses = [_enroll(secret, name=f"web-{i}").status_code for i in range(4)]
+    statuses = [enroll_over_http(secret, name=f"web-{i}").status_code for i in range(4)]
 
     assert statuses == [201, 201, 201, 401]
     token_row.refresh_from_db()
@@ -112,7 +107,7 @@ def _revoked(token_row, secret):
 
 
 def _used_up(token_row, secret):
-    assert _enroll(secret, name="first").status_code == 201
+    assert enroll_over_http(secret, name="first").status_code == 201
     return secret
 
 
@@ -133,7 +128,7 @@ def test_unusable_enrollment_token_is_refused_with_401(case, enrollment_token):
     presented = REFUSED[case](token_row, secret)
     agents_before = Agent.objects.count()
 
-    response = _enroll(presented, name="web-9")
+    response = enroll_over_http(presented, name="web-9")
 
     assert_error(response, 401, "authentication_failed")
     assert Agent.objects.count() == agents_before
@@ -142,9 +137,9 @@ def test_unusable_enrollment_token_is_refused_with_401(case, enrollment_token):
 def test_taken_name_is_a_409_and_costs_no_use(enrollment_token):
     _, first_secret = enrollment_token()
     token_row, secret = enrollment_token(uses=2)
-    assert _enroll(first_secret, name="web-1").status_code == 201
+    assert enroll_over_http(first_secret, name="web-1").status_code == 201
 
-    response = _enroll(secret, name="web-1")
+    response = enroll_over_http(secret, name="web-1")
 
     assert_error(response, 409, "name_taken")
     token_row.refresh_from_db()
@@ -156,8 +151,8 @@ def test_the_same_name_in_another_environment_is_free(enrollment_token, blog):
     _, shop_secret = enrollment_token()
     _, blog_secret = enrollment_token(env=blog)
 
-    shop = _enroll(shop_secret, name="web-1")
-    other = _enroll(blog_secret, name="web-1")
+    shop = enroll_over_http(shop_secret, name="web-1")
+    other = enroll_over_http(blog_secret, name="web-1")
 
     assert (shop.status_code, other.status_code) == (201, 201)
     assert other.json()["environment"] == "blog/prod"
@@ -167,7 +162,7 @@ def test_the_same_name_in_another_environment_is_free(enrollment_token, blog):
 def test_bad_name_is_a_400(name, enrollment_token):
     token_row, secret = enrollment_token()
 
-    response = _enroll(secret, name=name)
+    response = enroll_over_http(secret, name=name)
 
     assert_error(response, 400)
     token_row.refresh_from_db()
@@ -189,7 +184,7 @@ def test_bad_name_is_a_400(name, enrollment_token):
 def test_bad_labels_are_a_400(labels, enrollment_token):
     token_row, secret = enrollment_token()
 
-    response = _enroll(secret, labels=labels)
+    response = enroll_over_http(secret, labels=labels)
 
     assert_error(response, 400)
     token_row.refresh_from_db()
@@ -218,7 +213,7 @@ def test_missing_field_is_a_400(missing, enrollment_token):
 def test_enrollment_token_cannot_call_other_agent_endpoints(method, url, enrollment_token,
                                                             first):
     _, secret = enrollment_token(uses=5)
-    client = bearer(secret)
+    client = bearer_client(secret)
     body = {"snapshot": 1, "checksum": first.checksum, "status": "succeeded"}
 
     response = client.post(url, body, format="json") if method == "post" else getattr(

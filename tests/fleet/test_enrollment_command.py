@@ -4,20 +4,15 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from rest_framework.test import APIClient
 
 from apps.fleet.models import EnrollmentToken
+from tests.fleet.support import enroll_over_http
 
 
 def run(*args) -> str:
     out = StringIO()
     call_command("enrollment_token", *args, stdout=out, stderr=StringIO())
     return out.getvalue().strip()
-
-
-def enroll(secret: str, name: str):
-    return APIClient().post("/api/v1/agent/enroll",
-                            {"enrollment_token": secret, "name": name}, format="json")
 
 
 def test_create_prints_a_secret_once_that_enrolls_agents(environment):
@@ -27,9 +22,9 @@ def test_create_prints_a_secret_once_that_enrolls_agents(environment):
     assert secret.startswith(f"bwe_{token.key}.")
     assert secret.split(".", 1)[1] not in token.secret_hash
     assert (token.max_uses, token.environment) == (2, environment)
-    assert enroll(secret, "web-1").status_code == 201
-    assert enroll(secret, "web-2").status_code == 201
-    assert enroll(secret, "web-3").status_code == 401
+    assert enroll_over_http(secret, "web-1").status_code == 201
+    assert enroll_over_http(secret, "web-2").status_code == 201
+    assert enroll_over_http(secret, "web-3").status_code == 401
 
 
 def test_list_shows_uses_and_state_but_never_the_secret(environment):
@@ -44,7 +39,7 @@ def test_revoke_stops_enrollment(environment):
     secret = run("create", "shop/prod")
     run("revoke", EnrollmentToken.objects.get().key)
 
-    assert enroll(secret, "web-1").status_code == 401
+    assert enroll_over_http(secret, "web-1").status_code == 401
     assert "revoked" in run("list", "shop/prod")
 
 

@@ -6,13 +6,8 @@ from apps.core.errors import Conflict
 from apps.fleet import services
 from apps.releases import services as releases
 from apps.releases.services import environment_update
-from tests.fleet.support import (
-    agent_url,
-    poll,
-    publish,
-    publish_variant,
-    report,
-)
+from tests.factories import poll, publish, publish_variant
+from tests.fleet.support import agent_url, report
 
 
 def test_push_bumps_the_generation(enroll, first, superuser):

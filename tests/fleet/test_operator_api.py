@@ -15,18 +15,9 @@ from apps.fleet import cache as fleet_cache
 from apps.fleet.models import Agent, EnrollmentToken
 from apps.releases import services as releases
 from apps.tenancy.models import ROLE_RANK, Role
-from tests.fleet.support import (
-    AGENTS,
-    ENROLL,
-    ENV,
-    agent_url,
-    assert_error,
-    bearer,
-    deploy_url,
-    poll,
-    publish_variant,
-    report,
-)
+from tests.api_helpers import assert_error, call, route_id
+from tests.factories import bearer_client, poll, publish_variant
+from tests.fleet.support import AGENTS, ENROLL, ENV, agent_url, deploy_url, report
 
 ROLES = ["viewer", "deployer", "owner"]
 
@@ -45,13 +36,6 @@ ROUTES = [
 ]
 
 
-
-
-def route_id(route) -> str:
-    method, path, *_ = route
-    return f"{method.upper()} {path.removeprefix('/api/v1/')}"
-
-
 @pytest.fixture
 def fleet(enroll, first):
     """shop/prod with snapshot #1 active and one auto_pull agent."""
@@ -64,12 +48,6 @@ def url(fleet):
         return path.format(env=env, agent=fleet.agent.pk)
 
     return make
-
-
-def call(client, method: str, path: str, body=None):
-    if body is None:
-        return getattr(client, method)(path)
-    return getattr(client, method)(path, body, format="json")
 
 
 # -- who may call which -------------------------------------------------------------------
@@ -307,7 +285,7 @@ def test_rotate_returns_a_new_working_token_and_the_old_one_fails(client_for, fl
     assert response.status_code == 200
     token = response.json()["token"]
     assert token.startswith("bwa_") and token != fleet.token
-    assert poll(bearer(token)).status_code == 200
+    assert poll(bearer_client(token)).status_code == 200
     assert_error(poll(old), 401, "authentication_failed")
 
 
@@ -317,7 +295,7 @@ def test_rotate_after_revoke_gives_a_working_token(client_for, fleet):
 
     token = owner.post(agent_url(fleet.agent.pk, "/token/rotate")).json()["token"]
 
-    assert poll(bearer(token)).status_code == 200
+    assert poll(bearer_client(token)).status_code == 200
 
 
 def test_revoke_refuses_the_token(client_for, fleet):

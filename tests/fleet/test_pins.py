@@ -4,20 +4,9 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.fleet.models import Agent
-from tests.fleet.support import (
-    agent_url,
-    assert_error,
-    bearer,
-    deploy_url,
-    poll,
-    publish_variant,
-    report,
-)
-
-
-@pytest.fixture
-def deployer(client_for):
-    return client_for("deployer")
+from tests.api_helpers import assert_error
+from tests.factories import bearer_client, poll, publish_variant
+from tests.fleet.support import agent_url, deploy_url, report
 
 
 def _pin(client, agent, number, generation=None):
@@ -40,7 +29,7 @@ def test_a_pinned_agent_stays_on_its_snapshot_when_another_is_activated(
     with django_capture_on_commit_callbacks(execute=True):
         publish_variant(environment, superuser, workers=8)
 
-    body = poll(bearer(agent.token)).json()
+    body = poll(bearer_client(agent.token)).json()
 
     assert body["snapshot"]["number"] == 1
     status = deployer.get(agent_url(agent.agent.pk)).json()["status"]
@@ -59,13 +48,13 @@ def test_releasing_the_pin_follows_the_active_snapshot_again(
 
     assert response.status_code == 200
     assert response.json()["status"]["pinned"] is None
-    assert poll(bearer(agent.token)).json()["snapshot"]["number"] == 2
+    assert poll(bearer_client(agent.token)).json()["snapshot"]["number"] == 2
 
 
 def test_pinning_to_what_it_follows_keeps_the_answer_but_moves_the_generation(
         enroll, first, deployer, django_capture_on_commit_callbacks):
     agent = enroll()
-    client = bearer(agent.token)
+    client = bearer_client(agent.token)
     etag = poll(client)["ETag"]
     generation = Agent.objects.get(pk=agent.agent.pk).generation
 
@@ -90,7 +79,7 @@ def test_pinning_below_what_the_agent_applied_needs_a_rollback(enroll, first, en
                                                                superuser, deployer):
     agent = enroll()
     second = publish_variant(environment, superuser, workers=8)
-    report(bearer(agent.token), second)
+    report(bearer_client(agent.token), second)
 
     assert_error(_pin(deployer, agent.agent, 1), 409, "rollback_required")
 

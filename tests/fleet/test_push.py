@@ -4,23 +4,11 @@ import pytest
 
 from apps.fleet import services
 from apps.fleet.models import Deployment
-from apps.releases.publishing import publication_abandon, publication_complete
-from apps.releases.services import environment_update, snapshot_publish, snapshot_rollback
-from tests.fleet.support import (
-    activate_url,
-    agent_url,
-    assert_error,
-    deploy_url,
-    poll,
-    publish,
-    publish_variant,
-    report,
-)
-
-
-@pytest.fixture
-def deployer(client_for):
-    return client_for("deployer")
+from apps.releases.publishing import publication_abandon
+from apps.releases.services import environment_update, snapshot_publish
+from tests.api_helpers import assert_error
+from tests.factories import poll, publish, publish_variant, rollback_publication
+from tests.fleet.support import activate_url, agent_url, deploy_url, report
 
 
 def _push(client, number: int, agents):
@@ -375,18 +363,13 @@ def test_activating_an_unknown_snapshot_is_404(gated, deployer):
 # -- rollback -----------------------------------------------------------------------------
 
 
-def _roll_back_to(snapshot, actor):
-    publication = snapshot_rollback(snapshot=snapshot, actor=actor)
-    return publication_complete(publication_id=str(publication.pk)).snapshot
-
-
 def test_auto_pull_agents_follow_a_rollback_at_a_higher_number(enroll, first, environment,
                                                               superuser):
     agent = enroll()
     publish_variant(environment, superuser, workers=8)
     report(agent.client, environment.snapshots.get(number=2))
 
-    rolled = _roll_back_to(first, superuser)
+    rolled = rollback_publication(first, superuser).snapshot
     desired = poll(agent.client).json()["snapshot"]
 
     assert (rolled.number, rolled.checksum) == (3, first.checksum)
@@ -400,7 +383,7 @@ def test_rollback_activates_even_when_activation_is_required(enroll, first, envi
     gated = environment_update(environment=environment, require_activation=True,
                                actor=superuser)
 
-    _roll_back_to(first, superuser)
+    rollback_publication(first, superuser)
 
     gated.refresh_from_db()
     assert gated.active_snapshot.number == 3
@@ -412,6 +395,6 @@ def test_manual_agents_stay_on_their_target_after_a_rollback(enroll, first, envi
     manual = enroll(mode="manual")
     publish_variant(environment, superuser, workers=8)
 
-    _roll_back_to(first, superuser)
+    rollback_publication(first, superuser)
 
     assert poll(manual.client).json()["snapshot"]["number"] == 1

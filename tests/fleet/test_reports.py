@@ -9,14 +9,9 @@ from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from apps.releases.publishing import publication_abandon
 from apps.releases.services import snapshot_publish
-from tests.fleet.support import (
-    REPORTS,
-    agent_url,
-    assert_error,
-    poll,
-    publish_variant,
-    report,
-)
+from tests.api_helpers import assert_error
+from tests.factories import poll, publish_variant
+from tests.fleet.support import REPORTS, agent_url, report
 
 
 def _snapshot_of_agent(agent: Agent) -> dict:

@@ -2,30 +2,18 @@
 mode switch, report payloads bound to their deployment, blocked versions clearing,
 disabled agents left out of pushes."""
 
-import pytest
 
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, Deployment
-from tests.fleet.support import (
-    agent_url,
-    assert_error,
-    bearer,
-    deploy_url,
-    poll,
-    publish_variant,
-    report,
-)
-
-
-@pytest.fixture
-def deployer(client_for):
-    return client_for("deployer")
+from tests.api_helpers import assert_error
+from tests.factories import bearer_client, poll, publish_variant
+from tests.fleet.support import agent_url, deploy_url, report
 
 
 def test_a_stored_poll_answer_is_current_until_the_state_changes(enroll, first, superuser,
                                                                  environment):
     agent = enroll()
-    etag = poll(bearer(agent.token))["ETag"]
+    etag = poll(bearer_client(agent.token))["ETag"]
     key = agent.agent.token_key
 
     assert selectors.poll_state_current(agent.agent.pk, token_key=key, etag=etag)
@@ -35,7 +23,7 @@ def test_a_stored_poll_answer_is_current_until_the_state_changes(enroll, first, 
 
 def test_a_revoked_token_makes_its_stored_answer_stale(enroll, first, superuser):
     agent = enroll()
-    etag = poll(bearer(agent.token))["ETag"]
+    etag = poll(bearer_client(agent.token))["ETag"]
 
     enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
 
@@ -52,7 +40,7 @@ def test_switching_to_auto_pull_is_refused_while_the_agent_is_ahead(
     assert deployer.post(deploy_url(2), {"agents": [ahead.agent.pk]},
                          format="json").status_code == 201
     deployment = Deployment.objects.get(agent=ahead.agent, snapshot=second)
-    report(bearer(ahead.token), second, deployment_id=deployment.pk)
+    report(bearer_client(ahead.token), second, deployment_id=deployment.pk)
 
     response = deployer.patch(agent_url(ahead.agent.pk), {"mode": "auto_pull"},
                               format="json")
@@ -69,14 +57,14 @@ def test_a_report_for_a_deployment_with_another_snapshot_is_a_conflict(
     deployment = Deployment.objects.get(agent=agent.agent)
     second = publish_variant(environment, superuser, workers=8)
 
-    response = report(bearer(agent.token), second, deployment_id=deployment.pk)
+    response = report(bearer_client(agent.token), second, deployment_id=deployment.pk)
 
     assert_error(response, 409, "report_conflict")
 
 
 def test_a_later_success_clears_an_older_blocked_version(enroll, first, environment, superuser):
     agent = enroll()
-    client = bearer(agent.token)
+    client = bearer_client(agent.token)
     second = publish_variant(environment, superuser, workers=8)
     report(client, second, status="failed", message="validate failed")
     third = publish_variant(environment, superuser, workers=9)
