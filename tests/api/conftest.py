@@ -1,10 +1,11 @@
-"""Fixtures for the API tests: an environment with snapshots, clients per role."""
+"""Fixtures for the API tests: shop/prod with a fallback file and two snapshots, the
+world every route needs, and an owner's client."""
 
 import pytest
 
 from apps.environments.services import environment_file_put
 from apps.snapshots.models import Publication
-from tests.api.support import publish, publish_variant
+from tests import factories
 
 
 @pytest.fixture
@@ -17,8 +18,8 @@ def fallback_file(environment, superuser):
 @pytest.fixture
 def snapshots(environment, fallback_file, superuser):
     """shop/prod with two ready snapshots: #1 (workers 4) and #2 (workers 8)."""
-    first = publish(environment, superuser)
-    second = publish_variant(environment, superuser, workers=8)
+    first = factories.publish(environment, superuser)
+    second = factories.publish_variant(environment, superuser, workers=8)
     assert (first.number, first.state, second.number, second.state) == (1, "ready", 2, "ready")
     return first, second
 
@@ -40,10 +41,6 @@ def route_url(world):
 
 
 @pytest.fixture
-def client_for(api_client, member):
-    """client_for("deployer") -> an API client of a new tenant member with that role."""
-
-    def make(role: str):
-        return api_client(member(role, username=f"{role}-user"))
-
-    return make
+def owner_client(client_for):
+    """An API client of an owner of the tenant."""
+    return client_for("owner")

@@ -5,7 +5,8 @@ import uuid
 import pytest
 
 from apps.tenancy.models import ROLE_RANK, Role
-from tests.api.support import ENV_ROUTES, ROUTES, assert_error, call, route_id
+from tests.api.support import ENV_ROUTES, ROUTES
+from tests.api_helpers import assert_error, call, route_id
 
 ROLES = ["viewer", "deployer", "owner"]
 

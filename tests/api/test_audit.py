@@ -4,7 +4,9 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.environments.services import environment_file_put
-from tests.api.support import ENV, assert_error, publish
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
+from tests.factories import publish
 
 
 def test_pending_without_any_snapshot_lists_every_change_and_all_files_added(environment,

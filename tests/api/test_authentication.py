@@ -8,16 +8,12 @@ from rest_framework.test import APIClient
 
 from apps.environments.models import Environment
 from apps.tenancy.models import ApiToken
-from apps.tenancy.services import api_token_create, api_token_revoke
-from tests.api.support import ENV, ROUTES, assert_error, call, route_id
+from apps.tenancy.services import api_token_revoke
+from tests.api.support import ENV, ROUTES
+from tests.api_helpers import assert_error, call, route_id
+from tests.factories import api_token, bearer_client
 
 CSRF_SECRET = "A" * 32  # a valid unmasked CSRF secret: 32 letters or digits
-
-
-def _bearer(secret: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    return client
 
 
 def _anonymous(user):
@@ -25,39 +21,37 @@ def _anonymous(user):
 
 
 def _malformed(user):
-    return _bearer("not-a-bellwether-token")
+    return bearer_client("not-a-bellwether-token")
 
 
 def _unknown(user):
-    return _bearer("bwu_0123456789ab.no-such-secret")
+    return bearer_client("bwu_0123456789ab.no-such-secret")
 
 
 def _wrong_secret(user):
-    token, _ = api_token_create(user=user, name="t", actor=user)
-    return _bearer(f"bwu_{token.key}.not-the-secret")
+    token, _ = api_token(user, name="t")
+    return bearer_client(f"bwu_{token.key}.not-the-secret")
 
 
 def _revoked(user):
-    token, secret = api_token_create(user=user, name="t", actor=user)
+    token, secret = api_token(user, name="t")
     api_token_revoke(token=token, actor=user)
-    return _bearer(secret)
+    return bearer_client(secret)
 
 
 def _expired(user):
-    token, secret = api_token_create(
-        user=user, name="t", expires_at=timezone.now() + timedelta(hours=1), actor=user
-    )
+    token, secret = api_token(user, name="t", expires_at=timezone.now() + timedelta(hours=1))
     ApiToken.objects.filter(pk=token.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
-    return _bearer(secret)
+    return bearer_client(secret)
 
 
 def _inactive_user(user):
-    _, secret = api_token_create(user=user, name="t", actor=user)
+    _, secret = api_token(user, name="t")
     user.is_active = False
     user.save(update_fields=["is_active"])
-    return _bearer(secret)
+    return bearer_client(secret)
 
 
 REFUSED_CLIENTS = {
@@ -120,7 +114,7 @@ def test_other_authorization_schemes_count_as_anonymous(header, environment):
 
 
 def test_bearer_scheme_is_case_insensitive(environment, superuser):
-    _, secret = api_token_create(user=superuser, name="t", actor=superuser)
+    _, secret = api_token(superuser, name="t")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"bearer {secret}")
 
@@ -132,9 +126,9 @@ def test_bearer_scheme_is_case_insensitive(environment, superuser):
 
 def test_valid_token_authenticates_and_records_last_use(environment, member):
     user = member("viewer")
-    token, secret = api_token_create(user=user, name="ci", actor=user)
+    token, secret = api_token(user, name="ci")
 
-    response = _bearer(secret).get(ENV)
+    response = bearer_client(secret).get(ENV)
 
     assert response.status_code == 200
     token.refresh_from_db()
@@ -143,8 +137,8 @@ def test_valid_token_authenticates_and_records_last_use(environment, member):
 
 def test_token_of_user_who_was_deactivated_stops_working_at_once(environment, member):
     user = member("owner")
-    _, secret = api_token_create(user=user, name="ci", actor=user)
-    client = _bearer(secret)
+    _, secret = api_token(user, name="ci")
+    client = bearer_client(secret)
     assert client.get(ENV).status_code == 200
 
     user.is_active = False
@@ -155,8 +149,8 @@ def test_token_of_user_who_was_deactivated_stops_working_at_once(environment, me
 
 def test_revoking_a_token_refuses_its_next_request(environment, member):
     user = member("owner")
-    token, secret = api_token_create(user=user, name="ci", actor=user)
-    client = _bearer(secret)
+    token, secret = api_token(user, name="ci")
+    client = bearer_client(secret)
     assert client.get(ENV).status_code == 200
 
     api_token_revoke(token=token, actor=user)
@@ -223,9 +217,8 @@ def test_session_authenticated_unsafe_request_with_csrf_token_is_accepted(enviro
 
 def test_token_authenticated_unsafe_request_needs_no_csrf_token(environment, member):
     user = member("owner")
-    _, secret = api_token_create(user=user, name="ci", actor=user)
-    client = APIClient(enforce_csrf_checks=True)
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    _, secret = api_token(user, name="ci")
+    client = bearer_client(secret, enforce_csrf_checks=True)
 
     response = client.patch(ENV, {"poll_interval_s": 60}, format="json")
 

@@ -14,12 +14,12 @@ from django.test import override_settings
 from apps.audit.models import AuditEvent
 from apps.environments.models import Descriptor
 from apps.environments.services import environment_create, environment_file_put, policy_publish
-from apps.releases.publishing import publication_complete
-from apps.releases.services import environment_update, snapshot_rollback
+from apps.releases.services import environment_update
 from apps.snapshots.models import Publication, Snapshot
 from apps.tenancy.models import Tenant
-from tests.api.support import ENV, assert_error, publish
-from tests.factories import CONFIG
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
+from tests.factories import CONFIG, publish, rollback_publication
 
 URL = "/api/v1/descriptors"
 transactional = pytest.mark.django_db(transaction=True)
@@ -584,8 +584,7 @@ def test_rollback_re_renders_a_descriptor_snapshot_from_its_frozen_layers(
     changed = publish(layered, superuser)
     assert changed.files != made.files
 
-    publication = snapshot_rollback(snapshot=made, actor=superuser)
-    rolled_back = publication_complete(publication_id=str(publication.pk)).snapshot
+    rolled_back = rollback_publication(made, superuser).snapshot
 
     assert rolled_back.number == 3 and rolled_back.rolled_back_from == made
     assert rolled_back.state == "ready"

@@ -4,7 +4,9 @@ import pytest
 from django.test import override_settings
 
 from apps.environments.services import environment_file_put
-from tests.api.support import ENV, assert_error, publish
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
+from tests.factories import publish
 
 BROKEN = "{{ no_such_name }}\n"
 

@@ -5,18 +5,14 @@ from django.test import override_settings
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import FallbackFile, Template
-from tests.api.support import ENV, assert_error
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
 
 # (url segment, text field, model, audit kind)
 KINDS = [
     pytest.param("templates", "source", Template, "template", id="template"),
     pytest.param("fallback-files", "content", FallbackFile, "fallback", id="fallback-file"),
 ]
-
-
-@pytest.fixture
-def owner_client(client_for):
-    return client_for("owner")
 
 
 @pytest.fixture

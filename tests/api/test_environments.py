@@ -5,14 +5,10 @@ import pytest
 from apps.audit.models import AuditEvent
 from apps.environments.services import environment_create
 from apps.tenancy.services import application_create
-from tests.api.support import ENV, assert_error
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
 
 BROKEN_YAML = "listen: 80\nserver_name: shop.example.com\nupstreams: [10.0.0.1,\nworkers: 4\n"
-
-
-@pytest.fixture
-def owner_client(client_for):
-    return client_for("owner")
 
 
 # -- list ---------------------------------------------------------------------------------

@@ -4,12 +4,8 @@ import pytest
 from django.test import override_settings
 
 from apps.environments.models import Environment
-from tests.api.support import ENV, assert_error
-
-
-@pytest.fixture
-def owner_client(client_for):
-    return client_for("owner")
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,9 @@ from apps.environments.services import environment_file_put
 from apps.releases.services import environment_update
 from apps.releases.tasks import publication_render_task
 from apps.snapshots.models import Publication, Snapshot
-from tests.api.support import ENV, assert_error, publish, publish_variant
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
+from tests.factories import publish, publish_variant
 
 transactional = pytest.mark.django_db(transaction=True)
 
