@@ -4,18 +4,16 @@ client, and published snapshots."""
 import pytest
 
 from apps.environments.services import environment_set_owners
-from apps.tenancy.services import membership_set
-from tests.admin.support import publish, publish_with_workers
+from tests import factories
 
 
 @pytest.fixture
-def staff_member(make_user, tenant, superuser):
+def staff_member(tenant, superuser):
     """staff_member("owner") -> a staff user with that role in shop-team."""
 
     def make(role: str, username: str | None = None):
-        user = make_user(username or f"staff-{role}", is_staff=True)
-        membership_set(tenant=tenant, user=user, role=role, actor=superuser)
-        return user
+        return factories.member(tenant, role, username=username or f"staff-{role}",
+                                is_staff=True, actor=superuser)
 
     return make
 
@@ -55,7 +53,7 @@ def login(client):
 @pytest.fixture
 def snapshots(environment, superuser):
     """shop/prod with two ready snapshots: #1 (workers 4) and #2 (workers 8)."""
-    first = publish(environment, superuser)
-    second = publish_with_workers(environment, superuser, workers=8)
+    first = factories.publish(environment, superuser)
+    second = factories.publish_variant(environment, superuser, workers=8)
     assert (first.number, first.state, second.number, second.state) == (1, "ready", 2, "ready")
     return first, second

@@ -1,12 +1,8 @@
-"""Helpers for the admin tests: change-form POST data, changelist contents, publishing."""
+"""Helpers for the admin tests: URLs, change-form POST data, changelist contents."""
 
 import json
-import re
 
 from apps.environments.models import Environment
-from apps.releases.publishing import publication_complete
-from apps.releases.services import environment_update, snapshot_publish
-from apps.snapshots.models import Snapshot
 
 ENVIRONMENTS = "/admin/environments/environment/"
 SNAPSHOTS = "/admin/snapshots/snapshot/"
@@ -82,17 +78,3 @@ def environment_form(environment: Environment, *, templates: list[dict] | None =
                             fallback_rows(environment) if fallback_files is None
                             else fallback_files))
     return data
-
-
-def publish(environment: Environment, actor) -> Snapshot:
-    """Publish the environment's current inputs and render them now."""
-    publication = snapshot_publish(environment=environment, actor=actor)
-    return publication_complete(publication_id=str(publication.pk)).snapshot
-
-
-def publish_with_workers(environment: Environment, actor, workers: int) -> Snapshot:
-    """A new snapshot whose config differs from the current one by `workers`."""
-    environment.refresh_from_db()
-    config = re.sub(r"^workers: .*$", f"workers: {workers}", environment.config, flags=re.M)
-    environment = environment_update(environment=environment, config=config, actor=actor)
-    return publish(environment, actor)

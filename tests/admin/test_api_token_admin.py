@@ -3,13 +3,12 @@
 import re
 
 from django.contrib.admin.models import LogEntry
-from rest_framework.test import APIClient
 
 from apps.audit.models import AuditEvent
 from apps.core.tokens import hash_secret
 from apps.tenancy.models import ApiToken
-from apps.tenancy.services import api_token_create
 from tests.admin.support import API_TOKENS, change_url, listed, messages_of
+from tests.factories import api_token, bearer_client
 
 SECRET = re.compile(r"bwu_[0-9a-f]+\.[A-Za-z0-9_-]+")
 
@@ -24,9 +23,7 @@ def secrets_in(response) -> list[str]:
 
 
 def authenticates(secret: str) -> bool:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    return client.get("/api/v1/environments").status_code == 200
+    return bearer_client(secret).get("/api/v1/environments").status_code == 200
 
 
 def test_adding_a_token_shows_its_secret_once_and_stores_only_its_hash(
@@ -66,7 +63,7 @@ def test_staff_user_creates_a_token_for_themselves(login, staff_member):
 
 
 def test_revoke_action_sets_revoked_at(login, superuser, make_user):
-    token, secret = api_token_create(user=make_user("ci-bot"), name="ci", actor=superuser)
+    token, secret = api_token(make_user("ci-bot"), name="ci", actor=superuser)
     assert authenticates(secret)
 
     response = login(superuser).post(API_TOKENS, {
@@ -83,8 +80,8 @@ def test_revoke_action_sets_revoked_at(login, superuser, make_user):
 
 def test_staff_user_sees_only_their_own_tokens(login, staff_member, make_user, superuser):
     user = staff_member("owner")
-    own, _ = api_token_create(user=user, name="mine", actor=user)
-    other, _ = api_token_create(user=make_user("someone"), name="theirs", actor=superuser)
+    own, _ = api_token(user, name="mine")
+    other, _ = api_token(make_user("someone"), name="theirs", actor=superuser)
     client = login(user)
 
     assert listed(client.get(API_TOKENS)) == [own]
@@ -95,8 +92,7 @@ def test_staff_user_sees_only_their_own_tokens(login, staff_member, make_user, s
 
 def test_staff_user_cannot_revoke_another_users_token(
         login, staff_member, make_user, superuser):
-    other, secret = api_token_create(user=make_user("someone"), name="theirs",
-                                     actor=superuser)
+    other, secret = api_token(make_user("someone"), name="theirs", actor=superuser)
 
     login(staff_member("owner")).post(API_TOKENS, {
         "action": "revoke", "_selected_action": [str(other.pk)]})
@@ -107,7 +103,7 @@ def test_staff_user_cannot_revoke_another_users_token(
 
 
 def test_tokens_cannot_be_edited(login, superuser, make_user):
-    token, _ = api_token_create(user=make_user("ci-bot"), name="ci", actor=superuser)
+    token, _ = api_token(make_user("ci-bot"), name="ci", actor=superuser)
 
     response = login(superuser).post(change_url(API_TOKENS, token.pk), {"name": "renamed"})
 

@@ -1,16 +1,13 @@
 """Enrollment tokens and agents in the admin: scoped, actions through the services."""
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
 from apps.audit.models import AuditEvent
-from apps.fleet.enrollment import agent_enroll, enrollment_token_create
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
 from apps.releases.services import agent_pin
 from apps.snapshots.models import Snapshot
-from tests.admin.support import listed, messages_of, publish
+from tests.admin.support import listed, messages_of
+from tests.factories import enrolled_agent, publish
 
 TOKENS = "/admin/fleet/enrollmenttoken/"
 AGENTS = "/admin/fleet/agent/"
@@ -19,9 +16,7 @@ AGENTS = "/admin/fleet/agent/"
 @pytest.fixture
 def agent(environment, superuser):
     publish(environment, superuser)
-    _, secret = enrollment_token_create(environment=environment, max_uses=1, actor=superuser,
-                                        expires_at=timezone.now() + timedelta(hours=1))
-    return agent_enroll(enrollment_token=secret, name="web-1", labels={})[0]
+    return enrolled_agent(environment, "web-1", actor=superuser).agent
 
 
 def test_adding_an_enrollment_token_shows_its_secret_once(login, tenant_owner, environment):
@@ -78,9 +73,7 @@ def test_deploy_now_pushes_the_active_snapshot_to_the_selected_agents(login, ten
 
 def test_deploy_now_without_an_active_snapshot_says_so_and_pushes_nothing(
         login, tenant_owner, environment, superuser):
-    _, secret = enrollment_token_create(environment=environment, max_uses=1, actor=superuser,
-                                        expires_at=timezone.now() + timedelta(hours=1))
-    fresh = agent_enroll(enrollment_token=secret, name="web-2", labels={})[0]
+    fresh = enrolled_agent(environment, "web-2", actor=superuser).agent
 
     response = login(tenant_owner).post(AGENTS, {"action": "deploy_now",
                                                  "_selected_action": [fresh.pk]}, follow=True)

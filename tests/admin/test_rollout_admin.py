@@ -1,15 +1,11 @@
 """Rollouts in the admin: scoped, read-only, roll back through the service."""
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
-from apps.fleet.enrollment import agent_enroll, enrollment_token_create
 from apps.releases.services import environment_update
 from apps.rollouts.models import Rollout
-from apps.rollouts.services import rollout_create
-from tests.admin.support import listed, messages_of, publish, publish_with_workers
+from tests.admin.support import listed, messages_of
+from tests.factories import enrolled_agents, publish, publish_variant, start_rollout
 
 ROLLOUTS = "/admin/rollouts/rollout/"
 
@@ -17,14 +13,10 @@ ROLLOUTS = "/admin/rollouts/rollout/"
 @pytest.fixture
 def rollout(environment, superuser):
     publish(environment, superuser)
-    _, secret = enrollment_token_create(environment=environment, max_uses=2, actor=superuser,
-                                        expires_at=timezone.now() + timedelta(hours=1))
-    canary = agent_enroll(enrollment_token=secret, name="web-1", labels={})[0]
-    agent_enroll(enrollment_token=secret, name="web-2", labels={})
+    canary, _ = enrolled_agents(environment, 2, actor=superuser)
     environment_update(environment=environment, actor=superuser, require_activation=True)
-    second = publish_with_workers(environment, superuser, workers=8)
-    return rollout_create(environment=environment, snapshot=second, actor=superuser,
-                          canary_agents=[canary.pk])
+    second = publish_variant(environment, superuser, workers=8)
+    return start_rollout(environment, second, [canary], actor=superuser)
 
 
 def test_owners_see_their_rollouts_and_outsiders_none(login, tenant_owner, staff_outsider,

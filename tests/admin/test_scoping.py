@@ -12,8 +12,8 @@ from tests.admin.support import (
     change_url,
     environment_form,
     listed,
-    publish,
 )
+from tests.factories import publish
 
 
 @pytest.mark.parametrize("owner_fixture", ["tenant_owner", "environment_owner"])

@@ -7,7 +7,8 @@ import pytest
 from apps.audit.models import AuditEvent
 from apps.releases.services import environment_update
 from apps.snapshots.models import Snapshot
-from tests.admin.support import AUDIT_EVENTS, SNAPSHOTS, change_url, listed, publish
+from tests.admin.support import AUDIT_EVENTS, SNAPSHOTS, change_url, listed
+from tests.factories import publish
 
 
 def page_text(response) -> str:
