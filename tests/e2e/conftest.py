@@ -13,21 +13,17 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
 from apps.environments.services import (
-    environment_create,
     environment_file_delete,
     environment_file_put,
 )
-from apps.fleet.enrollment import enrollment_token_create
 from apps.releases.services import environment_update
 from apps.tenancy.models import Role
-from apps.tenancy.services import api_token_create, membership_set
+from tests import factories
 from tests.e2e.harness import (
     AgentProcess,
     Api,
@@ -112,22 +108,18 @@ class Fleet:
 
 
 @pytest.fixture
-def make_fleet(server, processes, tenant, application, superuser, make_user, tmp_path):
+def make_fleet(server, processes, tenant, application, superuser, tmp_path):
     """make_fleet(config, templates) -> a Fleet for shop/<name> served by `server`."""
 
     def make(config: str, templates: dict[str, str], name: str = "prod") -> Fleet:
-        environment = environment_create(application=application, name=name, config=config,
-                                         poll_interval_s=5, actor=superuser)
-        for path, text in templates.items():
-            environment_file_put(environment=environment, kind="template", path=path,
-                                 text=text, actor=superuser)
-        operator = make_user(f"operator-{name}")
-        membership_set(tenant=tenant, user=operator, role=Role.OWNER, actor=superuser)
-        _, api_secret = api_token_create(user=operator, name="e2e", actor=operator)
-        _, enrollment_secret = enrollment_token_create(
-            environment=environment, max_uses=10, expires_at=timezone.now() + timedelta(hours=1),
-            actor=superuser,
-        )
+        environment = factories.environment(application, name, config=config,
+                                            templates=templates, poll_interval_s=5,
+                                            actor=superuser)
+        operator = factories.member(tenant, Role.OWNER, username=f"operator-{name}",
+                                    actor=superuser)
+        _, api_secret = factories.api_token(operator, name="e2e")
+        _, enrollment_secret = factories.enrollment_token(environment, uses=10,
+                                                          actor=superuser)
         root = tmp_path / f"fleet-{name}"
         root.mkdir()
         return Fleet(environment=environment, actor=superuser,

@@ -26,7 +26,7 @@ from django.db import connection
 from apps.environments.models import Environment
 from apps.releases.services import environment_update
 from apps.tenancy.models import Role
-from apps.tenancy.services import api_token_create, membership_set
+from tests import factories
 from tests.e2e.harness import Api, shared_database_url, wait_for, wait_in_sync
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -56,11 +56,11 @@ def validate_command(*, reject: bool, gate: Path | None = None) -> str:
             f"{wait}{verdict}; fi")
 
 
-def deployer_api(fleet, tenant, make_user, superuser) -> Api:
+def deployer_api(fleet, tenant, superuser) -> Api:
     """A REST client for the fleet's environment with a deployer's API token."""
-    deployer = make_user("deployer-prod")
-    membership_set(tenant=tenant, user=deployer, role=Role.DEPLOYER, actor=superuser)
-    _, secret = api_token_create(user=deployer, name="e2e-rollout", actor=deployer)
+    deployer = factories.member(tenant, Role.DEPLOYER, username="deployer-prod",
+                                actor=superuser)
+    _, secret = factories.api_token(deployer, name="e2e-rollout")
     env = fleet.environment
     return Api(fleet.server, secret, env.application.name, env.name)
 
@@ -135,9 +135,9 @@ def wait_rolled_back(fleet, api: Api, rollout_id: int) -> dict:
 
 
 def test_a_canary_failing_validation_rolls_the_rollout_back_by_itself(
-        make_fleet, tenant, make_user, superuser):
+        make_fleet, tenant, superuser):
     fleet = make_fleet(config("hello v1", workers=2), TEMPLATES)
-    api = deployer_api(fleet, tenant, make_user, superuser)
+    api = deployer_api(fleet, tenant, superuser)
     gate = fleet.root / "let-canary-bad-fail"
     created, ids = roll_out_second_snapshot(
         fleet, api, good_validate=validate_command(reject=False),
@@ -259,10 +259,9 @@ def reconcile_outcomes(fleet) -> list[str]:
                       fleet.server.log())
 
 
-def test_two_reports_arriving_together_roll_back_once(make_fleet, tenant, make_user,
-                                                      superuser):
+def test_two_reports_arriving_together_roll_back_once(make_fleet, tenant, superuser):
     fleet = make_fleet(config("hello v1", workers=2), TEMPLATES)
-    api = deployer_api(fleet, tenant, make_user, superuser)
+    api = deployer_api(fleet, tenant, superuser)
     gate = fleet.root / "let-canaries-validate"
     created, _ = roll_out_second_snapshot(
         fleet, api, good_validate=validate_command(reject=False, gate=gate),
