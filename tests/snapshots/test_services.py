@@ -1,7 +1,8 @@
 """Publishing, deduplicating, numbering, rolling back and pending changes (real DB).
 
 `snapshot_publish` queues the render on commit, which never comes inside a test's
-transaction; each test calls `publication_render` itself, as the Celery task does.
+transaction; each test renders itself, as the Celery task does (with
+`publication_complete`, or through tests/factories.py).
 """
 
 import pytest
@@ -17,19 +18,9 @@ from apps.releases.services import environment_update, snapshot_publish, snapsho
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import pending_changes
 from configlang.rendering import content_checksum
-from tests.factories import APP_TEMPLATE, CONFIG
+from tests import factories
 
 BROKEN_APP_TEMPLATE = '{"log_level": {{ log_level | tojson }}, "workers": {{ threads }}}\n'
-
-
-def publish(environment, actor) -> Publication:
-    publication = snapshot_publish(environment=environment, actor=actor)
-    return publication_complete(publication_id=str(publication.pk))
-
-
-def rollback(snapshot, actor) -> Publication:
-    publication = snapshot_rollback(snapshot=snapshot, actor=actor)
-    return publication_complete(publication_id=str(publication.pk))
 
 
 def fresh(environment) -> Environment:
@@ -66,7 +57,7 @@ def actions(environment, prefix="snapshot.") -> list[str]:
 
 
 def test_first_publish_gets_number_one_and_todays_label(environment, superuser):
-    publication = publish(environment, superuser)
+    publication = factories.publication(environment, superuser)
     snapshot = publication.snapshot
     assert publication.state == Publication.State.READY
     assert publication.deduplicated is False
@@ -81,7 +72,7 @@ def test_first_publish_gets_number_one_and_todays_label(environment, superuser):
 
 
 def test_snapshot_stores_its_source_and_effective_config(environment, superuser):
-    snapshot = publish(environment, superuser).snapshot
+    snapshot = factories.publish(environment, superuser)
     assert snapshot.source["config"] == environment.config
     assert [t["path"] for t in snapshot.source["templates"]] == ["nginx/shop.conf",
                                                                  "shop/app.json"]
@@ -100,8 +91,8 @@ def test_publish_captures_the_config_at_publish_time(environment, superuser):
 
 
 def test_duplicate_publish_returns_the_same_snapshot(environment, superuser):
-    first = publish(environment, superuser)
-    again = publish(environment, superuser)
+    first = factories.publication(environment, superuser)
+    again = factories.publication(environment, superuser)
     assert again.pk != first.pk
     assert again.state == Publication.State.READY
     assert again.deduplicated is True
@@ -109,18 +100,18 @@ def test_duplicate_publish_returns_the_same_snapshot(environment, superuser):
 
 
 def test_duplicate_publish_allocates_no_number(environment, superuser):
-    publish(environment, superuser)
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
+    factories.publication(environment, superuser)
     assert counter(environment) == 1
     assert Snapshot.objects.filter(environment=environment).count() == 1
     assert actions(environment) == ["snapshot.create"]
 
 
 def test_changed_content_gets_the_next_number_and_label(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
-    second = publish(environment, superuser).snapshot
+    second = factories.publish(environment, superuser)
     assert second.number == 2
     assert second.label == f"{timezone.now():%Y%m%d}-002"
     assert second.parent == first
@@ -128,10 +119,10 @@ def test_changed_content_gets_the_next_number_and_label(environment, superuser):
 
 
 def test_a_changed_fallback_file_is_not_deduplicated(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     environment_file_put(environment=environment, kind="fallback", path="nginx/shop.conf",
                          text="# safe\n", actor=superuser)
-    second = publish(environment, superuser)
+    second = factories.publication(environment, superuser)
     assert second.deduplicated is False
     assert second.snapshot.number == 2
     assert second.snapshot.checksum == first.checksum  # the rendered files are the same
@@ -143,7 +134,7 @@ def test_a_changed_fallback_file_is_not_deduplicated(environment, superuser):
 
 def test_invalid_publish_stores_every_problem_in_the_report(environment, superuser):
     make_invalid(environment, superuser)
-    publication = publish(environment, superuser)
+    publication = factories.publication(environment, superuser)
     snapshot = publication.snapshot
     assert publication.state == Publication.State.INVALID
     assert snapshot.state == Snapshot.State.INVALID
@@ -158,7 +149,7 @@ def test_invalid_publish_stores_every_problem_in_the_report(environment, superus
 
 def test_invalid_snapshot_has_no_files(environment, superuser):
     make_invalid(environment, superuser)
-    snapshot = publish(environment, superuser).snapshot
+    snapshot = factories.publish(environment, superuser)
     assert snapshot.files == []
     assert snapshot.fallback_files == []
     assert snapshot.checksum == ""
@@ -166,11 +157,11 @@ def test_invalid_snapshot_has_no_files(environment, superuser):
 
 
 def test_invalid_publish_consumes_its_number_and_the_next_is_not_reused(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     make_invalid(environment, superuser)
-    invalid = publish(environment, superuser).snapshot
+    invalid = factories.publish(environment, superuser)
     make_valid_again(environment, superuser)
-    third = publish(environment, superuser).snapshot
+    third = factories.publish(environment, superuser)
     assert [first.number, invalid.number, third.number] == [1, 2, 3]
     assert invalid.label.endswith("-002")
     assert third.label.endswith("-003")
@@ -179,29 +170,29 @@ def test_invalid_publish_consumes_its_number_and_the_next_is_not_reused(environm
 
 def test_invalid_publish_of_the_first_snapshot_still_takes_number_one(environment, superuser):
     make_invalid(environment, superuser)
-    assert publish(environment, superuser).snapshot.number == 1
+    assert factories.publish(environment, superuser).number == 1
     make_valid_again(environment, superuser)
-    assert publish(environment, superuser).snapshot.number == 2
+    assert factories.publish(environment, superuser).number == 2
 
 
 def test_parent_is_the_previous_ready_snapshot(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     make_invalid(environment, superuser)
-    invalid = publish(environment, superuser).snapshot
+    invalid = factories.publish(environment, superuser)
     make_valid_again(environment, superuser)
-    third = publish(environment, superuser).snapshot
+    third = factories.publish(environment, superuser)
     assert invalid.parent == first
     assert third.parent == first
 
 
 def test_identical_content_after_an_invalid_snapshot_is_deduplicated(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     make_invalid(environment, superuser)
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser, config_schema=None)
     environment_file_put(environment=environment, kind="template", path="shop/app.json",
-                         text=APP_TEMPLATE, actor=superuser)
-    again = publish(environment, superuser)
+                         text=factories.APP_TEMPLATE, actor=superuser)
+    again = factories.publication(environment, superuser)
     assert again.deduplicated is True
     assert again.snapshot == first
     assert counter(environment) == 2
@@ -225,7 +216,7 @@ def test_identical_content_after_an_invalid_snapshot_is_deduplicated(environment
     ids=lambda change: next(iter(change)),
 )
 def test_a_stored_snapshot_cannot_be_updated(environment, superuser, change):
-    snapshot = publish(environment, superuser).snapshot
+    snapshot = factories.publish(environment, superuser)
     with pytest.raises(IntegrityError), transaction.atomic():
         Snapshot.objects.filter(pk=snapshot.pk).update(**change)
     stored = Snapshot.objects.get(pk=snapshot.pk)
@@ -236,7 +227,7 @@ def test_a_stored_snapshot_cannot_be_updated(environment, superuser, change):
 
 def test_an_invalid_snapshot_cannot_be_updated_either(environment, superuser):
     make_invalid(environment, superuser)
-    snapshot = publish(environment, superuser).snapshot
+    snapshot = factories.publish(environment, superuser)
     with pytest.raises(IntegrityError), transaction.atomic():
         Snapshot.objects.filter(pk=snapshot.pk).update(state="ready")
     assert Snapshot.objects.get(pk=snapshot.pk).state == Snapshot.State.INVALID
@@ -244,7 +235,7 @@ def test_an_invalid_snapshot_cannot_be_updated_either(environment, superuser):
 
 def test_deleting_the_author_keeps_the_snapshot(environment, member):
     deployer = member("deployer")
-    snapshot = publish(environment, deployer).snapshot
+    snapshot = factories.publish(environment, deployer)
     deployer.delete()
     stored = Snapshot.objects.get(pk=snapshot.pk)
     assert stored.author is None
@@ -253,7 +244,7 @@ def test_deleting_the_author_keeps_the_snapshot(environment, member):
 
 def test_the_author_can_be_cleared_but_not_reassigned(environment, member, make_user):
     deployer = member("deployer")
-    snapshot = publish(environment, deployer).snapshot
+    snapshot = factories.publish(environment, deployer)
     with pytest.raises(IntegrityError), transaction.atomic():
         Snapshot.objects.filter(pk=snapshot.pk).update(author=make_user("impostor"))
     assert Snapshot.objects.get(pk=snapshot.pk).author == deployer
@@ -263,13 +254,13 @@ def test_the_author_can_be_cleared_but_not_reassigned(environment, member, make_
 
 
 def test_rollback_creates_a_new_snapshot_with_the_old_content(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
     environment_file_put(environment=environment, kind="template", path="extra.conf",
                          text="added later\n", actor=superuser)
-    second = publish(environment, superuser).snapshot
-    publication = rollback(first, superuser)
+    second = factories.publish(environment, superuser)
+    publication = factories.rollback_publication(first, superuser)
     third = publication.snapshot
     assert publication.kind == Publication.Kind.ROLLBACK
     assert third.state == Snapshot.State.READY
@@ -284,19 +275,19 @@ def test_rollback_creates_a_new_snapshot_with_the_old_content(environment, super
 
 
 def test_rollback_ignores_config_changed_since(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     environment_update(environment=environment, actor=superuser,
                        config="listen: 81\nserver_name: changed\nupstreams: []\n"
                               "log_level: debug\nworkers: 1\n")
-    third = rollback(first, superuser).snapshot
+    third = factories.rollback_publication(first, superuser).snapshot
     assert third.number == 2
     assert third.checksum == first.checksum
     assert third.source == first.source
 
 
 def test_rollback_to_the_latest_content_still_gets_a_new_number(environment, superuser):
-    first = publish(environment, superuser).snapshot
-    publication = rollback(first, superuser)
+    first = factories.publish(environment, superuser)
+    publication = factories.rollback_publication(first, superuser)
     assert publication.deduplicated is False
     assert publication.snapshot.number == 2
     assert publication.snapshot.checksum == first.checksum
@@ -304,7 +295,7 @@ def test_rollback_to_the_latest_content_still_gets_a_new_number(environment, sup
 
 def test_rollback_of_an_invalid_snapshot_is_a_conflict(environment, superuser):
     make_invalid(environment, superuser)
-    invalid = publish(environment, superuser).snapshot
+    invalid = factories.publish(environment, superuser)
     with pytest.raises(Conflict) as excinfo:
         snapshot_rollback(snapshot=invalid, actor=superuser)
     assert excinfo.value.code == "rollback_unavailable"
@@ -327,7 +318,7 @@ def test_rendering_a_publication_twice_makes_one_snapshot(environment, superuser
 
 
 def test_rendering_a_rollback_twice_makes_one_snapshot(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     queued = snapshot_rollback(snapshot=first, actor=superuser)
     publication_complete(publication_id=str(queued.pk))
     publication_complete(publication_id=str(queued.pk))
@@ -340,10 +331,10 @@ def test_rendering_a_rollback_twice_makes_one_snapshot(environment, superuser):
 
 def test_publish_rollback_and_invalid_are_audited(environment, member):
     deployer = member("deployer")
-    first = publish(environment, deployer).snapshot
-    rolled = rollback(first, deployer).snapshot
+    first = factories.publish(environment, deployer)
+    rolled = factories.rollback_publication(first, deployer).snapshot
     make_invalid(environment, deployer)
-    invalid = publish(environment, deployer).snapshot
+    invalid = factories.publish(environment, deployer)
     events = list(
         AuditEvent.objects.filter(environment=environment, action__startswith="snapshot.")
         .order_by("id")
@@ -374,7 +365,7 @@ def test_before_any_snapshot_everything_is_pending(environment):
 
 
 def test_nothing_is_pending_right_after_a_publish(environment, superuser):
-    snapshot = publish(environment, superuser).snapshot
+    snapshot = factories.publish(environment, superuser)
     pending = pending_changes(fresh(environment))
     assert pending["snapshot"] == snapshot
     assert pending["events"] == []
@@ -383,7 +374,7 @@ def test_nothing_is_pending_right_after_a_publish(environment, superuser):
 
 
 def test_changes_after_the_latest_snapshot_are_pending_with_their_diff(environment, superuser):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
     environment_file_put(environment=environment, kind="template", path="motd",
@@ -400,12 +391,12 @@ def test_changes_after_the_latest_snapshot_are_pending_with_their_diff(environme
 
 
 def test_pending_changes_are_delimited_by_the_latest_ready_snapshot(environment, superuser):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser, poll_interval_s=60)
-    publish(environment, superuser)  # nothing rendered changed: deduplicated
+    factories.publication(environment, superuser)  # nothing rendered changed: deduplicated
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
-    second = publish(environment, superuser).snapshot
+    second = factories.publish(environment, superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 6"))
     pending = pending_changes(fresh(environment))
@@ -419,7 +410,7 @@ def test_pending_changes_are_delimited_by_the_latest_ready_snapshot(environment,
 
 
 def test_a_change_of_settings_alone_is_not_pending(environment, superuser):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser, poll_interval_s=90,
                        require_activation=True)
 
@@ -430,7 +421,7 @@ def test_a_change_of_settings_alone_is_not_pending(environment, superuser):
 
 def test_a_change_of_config_and_settings_together_is_pending_for_the_config_only(
         environment, superuser):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser, poll_interval_s=90,
                        config=environment.config.replace("workers: 4", "workers: 6"))
 
@@ -439,20 +430,20 @@ def test_a_change_of_config_and_settings_together_is_pending_for_the_config_only
 
 
 def test_pending_changes_exclude_snapshot_events(environment, superuser):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     make_invalid(environment, superuser)
-    publish(environment, superuser)  # invalid: the latest ready snapshot is still #1
+    factories.publication(environment, superuser)  # invalid: the latest ready snapshot is still #1
     pending = pending_changes(fresh(environment))
     assert pending["snapshot"].number == 1
     assert [e.action for e in pending["events"]] == ["template.update", "environment.update"]
 
 
 def test_pending_changes_after_a_rollback_start_at_the_rollback(environment, superuser):
-    first = publish(environment, superuser).snapshot
+    first = factories.publish(environment, superuser)
     environment_update(environment=environment, actor=superuser,
                        config=environment.config.replace("workers: 4", "workers: 8"))
-    publish(environment, superuser)
-    rolled = rollback(first, superuser).snapshot
+    factories.publication(environment, superuser)
+    rolled = factories.rollback_publication(first, superuser).snapshot
     pending = pending_changes(fresh(environment))
     assert pending["snapshot"] == rolled
     assert pending["events"] == []
@@ -486,7 +477,7 @@ def test_a_change_made_while_a_publication_renders_stays_pending(environment, su
 )
 def test_pending_changes_report_an_invalid_current_config(environment, superuser, change,
                                                            error):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser, **change)
     pending = pending_changes(fresh(environment))
     assert pending["valid"] is False
@@ -523,13 +514,13 @@ def test_an_unexpected_render_error_finishes_the_publication_as_invalid(environm
 
 
 def test_a_deduplicated_publish_clears_pending_changes(environment, superuser):
-    publish(environment, superuser)
+    factories.publication(environment, superuser)
     original = fresh(environment).config
     environment_update(environment=environment, actor=superuser, config=config_with(99))
     environment_update(environment=environment, actor=superuser, config=original)
     assert len(pending_changes(environment)["events"]) == 2
 
-    assert publish(environment, superuser).deduplicated
+    assert factories.publication(environment, superuser).deduplicated
 
     pending = pending_changes(environment)
     assert pending["events"] == []
@@ -537,8 +528,8 @@ def test_a_deduplicated_publish_clears_pending_changes(environment, superuser):
 
 
 def test_every_publish_request_is_audited_even_when_deduplicated(environment, superuser):
-    first = publish(environment, superuser)
-    second = publish(environment, superuser)
+    first = factories.publication(environment, superuser)
+    second = factories.publication(environment, superuser)
 
     requests = AuditEvent.objects.filter(environment=environment, action="publication.create")
     assert {e.object_id for e in requests} == {str(first.pk), str(second.pk)}
@@ -546,4 +537,4 @@ def test_every_publish_request_is_audited_even_when_deduplicated(environment, su
 
 
 def config_with(workers: int) -> str:
-    return CONFIG.replace("workers: 4", f"workers: {workers}")
+    return factories.CONFIG.replace("workers: 4", f"workers: {workers}")

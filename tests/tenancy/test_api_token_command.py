@@ -6,9 +6,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 from django.forms.models import model_to_dict
-from rest_framework.test import APIClient
 
 from apps.tenancy.models import ApiToken
+from tests.factories import bearer_client
 
 
 @pytest.fixture
@@ -25,12 +25,6 @@ def run(*args) -> tuple[str, str]:
 def create(username: str, *options) -> str:
     out, _ = run("create", username, *options)
     return out.strip()
-
-
-def bearer(secret: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    return client
 
 
 def test_create_prints_the_token_once_on_stdout_and_nothing_else(alice):
@@ -66,7 +60,7 @@ def test_each_create_prints_a_different_token(alice):
 def test_printed_token_authenticates_against_the_api(alice):
     token = create("alice")
 
-    response = bearer(token).get("/api/v1/environments")
+    response = bearer_client(token).get("/api/v1/environments")
 
     assert response.status_code == 200
     assert [e["full_name"] for e in response.json()["results"]] == ["shop/prod"]
@@ -77,7 +71,7 @@ def test_token_created_with_expiry_works_until_it_expires(alice):
 
     row = ApiToken.objects.get(user=alice)
     assert row.expires_at is not None
-    assert bearer(token).get("/api/v1/environments").status_code == 200
+    assert bearer_client(token).get("/api/v1/environments").status_code == 200
 
 
 def test_create_for_unknown_user_is_a_command_error_and_creates_nothing(db):
@@ -127,12 +121,12 @@ def test_list_for_one_user_shows_only_that_users_tokens(alice, member):
 def test_revoke_makes_the_token_fail_with_401(alice):
     token = create("alice")
     key = token.split(".")[0].removeprefix("bwu_")
-    assert bearer(token).get("/api/v1/environments").status_code == 200
+    assert bearer_client(token).get("/api/v1/environments").status_code == 200
 
     out, _ = run("revoke", key)
 
     assert key in out
-    response = bearer(token).get("/api/v1/environments")
+    response = bearer_client(token).get("/api/v1/environments")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "authentication_failed"
     assert response["WWW-Authenticate"] == "Bearer"
