@@ -70,7 +70,7 @@ REFUSED_CLIENTS = {
 def test_every_route_answers_401_with_bearer_challenge_without_valid_credentials(
     route, who, route_url, member
 ):
-    method, path, _, body = route
+    method, path, _, body, _ = route
     make_client, code = REFUSED_CLIENTS[who]
     client = make_client(member("owner"))
 

@@ -21,18 +21,18 @@ from tests.fleet.support import AGENTS, ENROLL, ENV, agent_url, deploy_url, repo
 
 ROLES = ["viewer", "deployer", "owner"]
 
-# Every fleet operator route, as (method, path, role needed, body); `{agent}` is an
-# agent of shop/prod, `{env}` an environment's "<application>/<name>".
+# Every fleet operator route, as (method, path, role needed, body, status of a success);
+# `{agent}` is an agent of shop/prod, `{env}` an environment's "<application>/<name>".
 ROUTES = [
-    ("get", "/api/v1/environments/{env}/agents", "viewer", None),
-    ("post", "/api/v1/environments/{env}/enrollment-tokens", "owner", {"uses": 2}),
-    ("post", "/api/v1/environments/{env}/snapshots/1/deploy", "deployer", {"agents": []}),
-    ("post", "/api/v1/environments/{env}/snapshots/1/activate", "deployer", None),
-    ("get", "/api/v1/agents/{agent}", "viewer", None),
-    ("patch", "/api/v1/agents/{agent}", "deployer", {"mode": "manual"}),
-    ("get", "/api/v1/agents/{agent}/deployments", "viewer", None),
-    ("post", "/api/v1/agents/{agent}/token/rotate", "owner", None),
-    ("post", "/api/v1/agents/{agent}/token/revoke", "owner", None),
+    ("get", "/api/v1/environments/{env}/agents", "viewer", None, 200),
+    ("post", "/api/v1/environments/{env}/enrollment-tokens", "owner", {"uses": 2}, 201),
+    ("post", "/api/v1/environments/{env}/snapshots/1/deploy", "deployer", {"agents": []}, 201),
+    ("post", "/api/v1/environments/{env}/snapshots/1/activate", "deployer", None, 200),
+    ("get", "/api/v1/agents/{agent}", "viewer", None, 200),
+    ("patch", "/api/v1/agents/{agent}", "deployer", {"mode": "manual"}, 200),
+    ("get", "/api/v1/agents/{agent}/deployments", "viewer", None, 200),
+    ("post", "/api/v1/agents/{agent}/token/rotate", "owner", None, 200),
+    ("post", "/api/v1/agents/{agent}/token/revoke", "owner", None, 200),
 ]
 
 
@@ -58,7 +58,7 @@ def url(fleet):
 def test_role_below_the_one_a_route_needs_gets_403_and_at_or_above_succeeds(
     route, role, url, client_for, request
 ):
-    method, path, required, body = route
+    method, path, required, body, status = route
 
     response = call(client_for(role), method, url(path), body)
 
@@ -66,7 +66,7 @@ def test_role_below_the_one_a_route_needs_gets_403_and_at_or_above_succeeds(
         error = assert_error(response, 403, "permission_denied")
         assert required in error["message"]
     else:
-        assert response.status_code < 400, (response.status_code, response.content[:300])
+        assert response.status_code == status, (response.status_code, response.content[:300])
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=route_id)
@@ -74,7 +74,7 @@ def test_role_below_the_one_a_route_needs_gets_403_and_at_or_above_succeeds(
 def test_superusers_and_environment_owners_may_use_every_route(
     route, who, url, api_client, superuser, make_user, environment, request
 ):
-    method, path, _, body = route
+    method, path, _, body, status = route
     user = superuser
     if who == "environment-owner":
         user = make_user("env-owner")
@@ -82,12 +82,12 @@ def test_superusers_and_environment_owners_may_use_every_route(
 
     response = call(api_client(user), method, url(path), body)
 
-    assert response.status_code < 400, (response.status_code, response.content[:300])
+    assert response.status_code == status, (response.status_code, response.content[:300])
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=route_id)
 def test_outsider_gets_404(route, url, api_client, outsider, fleet):
-    method, path, _, body = route
+    method, path, _, body, _ = route
     before = Agent.objects.values().get(pk=fleet.agent.pk)
 
     response = call(api_client(outsider), method, url(path), body)
@@ -98,7 +98,7 @@ def test_outsider_gets_404(route, url, api_client, outsider, fleet):
 
 @pytest.mark.parametrize("route", ROUTES, ids=route_id)
 def test_anonymous_gets_401_with_a_bearer_challenge(route, url):
-    method, path, _, body = route
+    method, path, _, body, _ = route
 
     response = call(APIClient(), method, url(path), body)
 
@@ -108,7 +108,7 @@ def test_anonymous_gets_401_with_a_bearer_challenge(route, url):
 
 @pytest.mark.parametrize("route", ROUTES, ids=route_id)
 def test_agent_token_is_refused_on_operator_routes(route, url, fleet):
-    method, path, _, body = route
+    method, path, _, body, _ = route
 
     response = call(fleet.client, method, url(path), body)
 
