@@ -96,3 +96,45 @@ def test_demo_second_snapshot_shows_its_diff_in_the_admin(load_demo, client):
     assert "Against #1:" in text
     assert '-  "workers": 4,' in text
     assert '+  "workers": 8,' in text
+
+
+def test_load_demo_renders_its_snapshots_without_a_worker(db, monkeypatch):
+    """Production mode: tasks go to a broker no worker reads; the demo still ends
+    with two ready snapshots per environment (the queued renders find them done)."""
+    from project.celery import app as celery_app
+
+    monkeypatch.setenv("BELLWETHER_DEMO_PASSWORD", PASSWORD)
+    out = io.StringIO()
+    eager, celery_app.conf.task_always_eager = celery_app.conf.task_always_eager, False
+    try:
+        call_command("load_demo", stdout=out)  # inside the test's transaction: nothing sent
+    finally:
+        celery_app.conf.task_always_eager = eager
+
+    assert "Environment shop/staging: 2 snapshot(s)" in out.getvalue()
+    assert "Environment shop/prod: 2 snapshot(s)" in out.getvalue()
+    assert sorted(Snapshot.objects.values_list("environment__name", "number", "state")) == [
+        ("prod", 1, "ready"), ("prod", 2, "ready"), ("staging", 1, "ready"),
+        ("staging", 2, "ready")]
+    assert not Publication.objects.filter(state="rendering").exists()
+
+
+def test_load_demo_again_signs_nobody_out(load_demo, client):
+    load_demo()
+    assert client.login(username="dev", password=PASSWORD)
+    assert client.get("/").status_code == 200
+    hashes = dict(get_user_model().objects.values_list("username", "password"))
+
+    load_demo()
+
+    assert dict(get_user_model().objects.values_list("username", "password")) == hashes
+    assert client.get("/").status_code == 200  # the session still holds
+
+
+def test_load_demo_with_a_new_password_sets_it(load_demo, monkeypatch):
+    load_demo()
+    monkeypatch.setenv("BELLWETHER_DEMO_PASSWORD", "another-pw-9c1d")
+
+    load_demo()
+
+    assert get_user_model().objects.get(username="dev").check_password("another-pw-9c1d")

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from apps.environments.models import Environment, PlatformPolicy
 from apps.environments.services import environment_create, environment_file_put, policy_publish
+from apps.releases.publishing import publication_complete
 from apps.releases.services import environment_update, snapshot_publish
 from apps.tenancy.models import Application, Role, Tenant
 from apps.tenancy.services import application_create, membership_set, tenant_create
@@ -128,17 +129,29 @@ class Command(BaseCommand):
                              actor=admin)
         return environment
 
+    def _user(self, username: str, password: str, *, superuser: bool):
+        """The demo user with `password`. An unchanged password is not hashed again:
+        a new hash would end every session of that user."""
+        users = get_user_model().objects
+        user = users.filter(username=username).first()
+        if user is None:
+            create = users.create_superuser if superuser else users.create_user
+            return create(username, f"{username}@example.com", password)
+        if not user.check_password(password):
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        return user
+
+    def _publish(self, environment, admin) -> None:
+        """Publish and render now, in every mode: the demo must not wait for (or race
+        in) a worker's queue. The queued render then finds the publication finished."""
+        publication = snapshot_publish(environment=environment, actor=admin)
+        publication_complete(publication_id=str(publication.pk))
+
     def handle(self, *args, **options):
         password = os.environ.get("BELLWETHER_DEMO_PASSWORD", "bellwether-demo")
-        users = get_user_model().objects
-        admin = users.filter(username="admin").first() or users.create_superuser(
-            "admin", "admin@example.com", password)
-        admin.set_password(password)
-        admin.save(update_fields=["password"])
-        dev = users.filter(username="dev").first() or users.create_user(
-            "dev", "dev@example.com", password)
-        dev.set_password(password)
-        dev.save(update_fields=["password"])
+        admin = self._user("admin", password, superuser=True)
+        dev = self._user("dev", password, superuser=False)
 
         if not PlatformPolicy.objects.exists():
             policy_publish(content=DEMO_POLICY, actor=admin)
@@ -155,11 +168,11 @@ class Command(BaseCommand):
                 with transaction.atomic():  # all of its files, or nothing
                     environment = self._create_environment(application, name, admin)
             if environment.snapshot_counter == 0:
-                snapshot_publish(environment=environment, actor=admin)
+                self._publish(environment, admin)
                 # A second release, so the admin has a diff to show.
                 environment_update(environment=environment, actor=admin,
                                    config=config_for(name, workers=8))
-                snapshot_publish(environment=environment, actor=admin)
+                self._publish(environment, admin)
             environment.refresh_from_db()
             self.stdout.write(f"Environment {environment.full_name}: "
                               f"{environment.snapshot_counter} snapshot(s)")
