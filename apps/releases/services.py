@@ -16,6 +16,7 @@ from django.db import transaction
 
 from apps.audit.models import Action
 from apps.audit.services import audit_record
+from apps.core.dispatch import queue_on_commit
 from apps.core.errors import Conflict, NotFound
 from apps.environments import services as environments
 from apps.environments.models import Descriptor, Environment
@@ -37,7 +38,7 @@ from apps.snapshots.services import publication_create
 
 
 def _queued(publication: Publication) -> Publication:
-    publication_render_task.delay_on_commit(str(publication.pk))
+    queue_on_commit(publication_render_task, str(publication.pk))
     return publication
 
 
@@ -215,5 +216,5 @@ def report_intake(*, agent: Agent, deployment_id, number: int, checksum: str, st
         rollout_id = (Rollout.objects.active_in(agent.environment_id)
                       .values_list("pk", flat=True).first())
         if created and rollout_id is not None:
-            rollout_reconcile_task.delay_on_commit(rollout_id)
+            queue_on_commit(rollout_reconcile_task, rollout_id)
     return deployment, created

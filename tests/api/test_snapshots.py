@@ -203,8 +203,7 @@ def test_publish_answers_202_with_the_publication_while_rendering(
     assert body["state"] == "rendering"
     assert body["snapshot"] is None
     assert response["Location"] == f"/api/v1/publications/{body['id']}"
-    renders = [c for c in callbacks if getattr(getattr(getattr(c, "func", None), "__self__", None),
-                                               "name", None) == publication_render_task.name]
+    renders = [c for c in callbacks if getattr(c, "task", None) is publication_render_task]
     assert len(renders) == 1  # the render, queued on commit
     finished = client.get(response["Location"])
     assert finished.status_code == 200
