@@ -111,15 +111,18 @@ def push_refusal(agents: list, snapshot, active) -> Conflict | None:
 
 def report_changes(agent, *, number: int, checksum: str, status: str, message: str,
                    now) -> dict:
-    """The agent's fields a report sets. A success moves the applied snapshot
-    forward only (a late report of an older success never moves it back) and lifts
-    a block on that number or older; a failure or warning blocks its snapshot."""
+    """The agent's fields a report sets. A report about an older snapshot than the
+    one the agent applied arrives late: it is history (its deployment row), and
+    changes nothing on the agent. Otherwise a success moves the applied snapshot
+    forward and lifts a block on that number or older; a failure or warning
+    blocks its snapshot."""
+    if agent.applied_number is not None and number < agent.applied_number:
+        return {}
     changes = {"last_status": status, "last_message": message, "last_report_at": now}
     if status != SUCCEEDED:
         changes.update(blocked_number=number, blocked_checksum=checksum)
         return changes
-    if agent.applied_number is None or number >= agent.applied_number:
-        changes.update(applied_number=number, applied_checksum=checksum)
+    changes.update(applied_number=number, applied_checksum=checksum)
     if agent.blocked_number is not None and number >= agent.blocked_number:
         changes.update(blocked_number=None, blocked_checksum="")
     return changes

@@ -267,13 +267,14 @@ def _deployment_reported(agent: Agent, deployment: Deployment, *, status: str, m
 
 def _pull_reported(agent: Agent, snapshot: Snapshot, *, status: str, message: str,
                    checksum: str, now) -> tuple[Deployment, bool]:
-    """Record a pulled apply as a deployment of its own; a repeat of the latest
-    report is a duplicate."""
-    latest = (Deployment.objects.filter(agent=agent, reported_at__isnull=False)
-              .order_by("-reported_at").first())
-    if latest is not None and latest.kind == Deployment.Kind.PULL and (
-            latest.snapshot_id, latest.state, latest.message) == (snapshot.pk, status, message):
-        return latest, False
+    """Record a pulled apply as a deployment of its own. A replay of any earlier
+    pulled report (the same snapshot, status and message) is a duplicate: an agent
+    re-sends a report it is not sure arrived, possibly after newer ones."""
+    earlier = (Deployment.objects.filter(agent=agent, kind=Deployment.Kind.PULL,
+                                         snapshot=snapshot, state=status, message=message)
+               .order_by("-reported_at").first())
+    if earlier is not None:
+        return earlier, False
     return Deployment.objects.create(
         agent=agent, snapshot=snapshot, kind=Deployment.Kind.PULL, state=status,
         message=message, reported_checksum=checksum, reported_at=now), True
@@ -302,7 +303,8 @@ def report_record(
                                    message=message, now=now)
     for field, value in changes.items():
         setattr(locked, field, value)
-    locked.save(update_fields=list(changes))
+    if changes:  # none for a late report of an older snapshot: history only
+        locked.save(update_fields=list(changes))
     emit("deployment", environment_id=locked.environment_id, id=str(deployment.pk),
          agent=locked.pk, snapshot=number)
     emit("agent", environment_id=locked.environment_id, id=locked.pk)

@@ -79,11 +79,24 @@ def test_a_success_moves_the_applied_snapshot_forward_and_lifts_older_blocks():
                        "blocked_number": None, "blocked_checksum": ""}
 
 
-def test_a_late_success_of_an_older_snapshot_never_moves_the_applied_one_back():
-    changes = report_changes(agent(applied=5, blocked=6), number=4, checksum="x",
-                             status="succeeded", message="late", now=NOW)
-    assert changes == {"last_status": "succeeded", "last_message": "late",
-                       "last_report_at": NOW}
+@pytest.mark.parametrize("status", ["succeeded", "warning", "failed"])
+def test_a_late_report_of_an_older_snapshot_than_the_applied_one_changes_nothing(status):
+    assert report_changes(agent(applied=5, blocked=6), number=4, checksum="x",
+                          status=status, message="late", now=NOW) == {}
+
+
+def test_a_failure_of_the_applied_snapshot_itself_is_current():
+    changes = report_changes(agent(applied=5), number=5, checksum="c", status="failed",
+                             message="reload failed", now=NOW)
+    assert changes == {"last_status": "failed", "last_message": "reload failed",
+                       "last_report_at": NOW, "blocked_number": 5, "blocked_checksum": "c"}
+
+
+def test_a_first_report_of_an_agent_that_applied_nothing_is_current():
+    changes = report_changes(agent(), number=1, checksum="x", status="succeeded",
+                             message="", now=NOW)
+    assert changes == {"last_status": "succeeded", "last_message": "", "last_report_at": NOW,
+                       "applied_number": 1, "applied_checksum": "x"}
 
 
 @pytest.mark.parametrize("status", ["failed", "warning"])

@@ -116,6 +116,51 @@ def test_success_of_the_blocked_version_clears_the_block(enroll, first):
     assert fresh.applied_number == 1
 
 
+def test_a_late_report_of_an_older_snapshot_is_history_only(enroll, first, environment,
+                                                            superuser, client_for):
+    agent = enroll()
+    second = publish_variant(environment, superuser, workers=8)
+    report(agent.client, second, message="on #2")
+    before = _snapshot_of_agent(agent.fresh())
+
+    response = report(agent.client, first, status="failed", message="late failure of #1")
+
+    assert response.status_code == 201
+    assert Deployment.objects.filter(agent=agent.agent, snapshot=first, state="failed",
+                                     message="late failure of #1").exists()
+    assert _snapshot_of_agent(agent.fresh()) == before
+    status = client_for("viewer").get(agent_url(agent.agent.pk)).json()["status"]
+    assert (status["sync"], status["last_status"], status["last_message"], status["blocked"]) == (
+        "in_sync", "succeeded", "on #2", None)
+
+
+def test_a_replay_of_an_earlier_report_not_the_latest_is_a_duplicate(enroll, first):
+    agent = enroll()
+    earlier = report(agent.client, first, status="failed", message="reload failed").json()
+    report(agent.client, first, status="succeeded", message="")
+    before = (Deployment.objects.count(), _snapshot_of_agent(agent.fresh()))
+
+    response = report(agent.client, first, status="failed", message="reload failed")
+
+    assert response.status_code == 200
+    assert response.json() == {**earlier, "duplicate": True}
+    assert (Deployment.objects.count(), _snapshot_of_agent(agent.fresh())) == before
+
+
+def test_a_replay_of_an_older_snapshots_report_is_a_duplicate(enroll, first, environment,
+                                                              superuser):
+    agent = enroll()
+    report(agent.client, first, message="on #1")
+    second = publish_variant(environment, superuser, workers=8)
+    report(agent.client, second, status="failed", message="bad")
+    before = (Deployment.objects.count(), _snapshot_of_agent(agent.fresh()))
+
+    response = report(agent.client, first, message="on #1")
+
+    assert (response.status_code, response.json()["duplicate"]) == (200, True)
+    assert (Deployment.objects.count(), _snapshot_of_agent(agent.fresh())) == before
+
+
 # -- pushes -------------------------------------------------------------------------------
 
 
