@@ -61,16 +61,23 @@ def env_bool(name: str, default: bool) -> bool:
     raise invalid(name, value, "expected true/false, 1/0, yes/no or on/off")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    """Decimal digits (with an optional minus sign), at least `minimum` when given."""
+def env_int(name: str, default: int, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+    """Decimal digits (with an optional minus sign), at least `minimum` and at most
+    `maximum` when given."""
     value = _value(name)
     if value is None:
         return default
     if not _INTEGER.fullmatch(value):
         raise invalid(name, value, "expected a whole number")
     number = int(value)
+    if maximum is not None and minimum is not None and not minimum <= number <= maximum:
+        raise invalid(name, value,
+                      f"expected a whole number of at least {minimum} and at most {maximum}")
     if minimum is not None and number < minimum:
         raise invalid(name, value, f"expected a whole number of at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise invalid(name, value, f"expected a whole number of at most {maximum}")
     return number
 
 

@@ -143,23 +143,29 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Every Redis connection (cache, channel layer, broker) gives up on connecting and
+# on each read or write after REDIS_TIMEOUT_S seconds, so a stalled Redis never
+# holds a request longer: polls fall back to the database, a live socket closes.
+REDIS_TIMEOUT_S = env_int("REDIS_TIMEOUT_S", 2, minimum=2, maximum=5)
 if REDIS_URL:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "bellwether",
-            # A silent Redis must not stall polls: fail fast, fall back to the DB.
-            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+            "OPTIONS": {"socket_connect_timeout": REDIS_TIMEOUT_S,
+                        "socket_timeout": REDIS_TIMEOUT_S},
         }
     }
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # A consumer waits on Redis in 5 s blocking pops; redis-py's default
-            # socket timeout is also 5 s, which would drop idle sockets
-            # (django/channels_redis#422): give the reads room.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+            "BACKEND": "apps.core.channel_layer.RedisChannelLayer",
+            # A consumer waits on Redis in blocking pops, which must end before the
+            # socket's read timeout or idle sockets drop (django/channels_redis#422):
+            # they wait half of it.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_TIMEOUT_S,
+                                  "socket_connect_timeout": REDIS_TIMEOUT_S}],
+                       "blocking_pop_s": REDIS_TIMEOUT_S / 2,
                        "prefix": "bellwether"},
         }
     }
@@ -169,6 +175,14 @@ else:
 
 # Celery: tasks are enqueued on commit; without a broker they run inline.
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
+CELERY_BROKER_CONNECTION_TIMEOUT = REDIS_TIMEOUT_S
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": REDIS_TIMEOUT_S,
+                                   "socket_connect_timeout": REDIS_TIMEOUT_S}
+CELERY_REDIS_SOCKET_TIMEOUT = CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = REDIS_TIMEOUT_S
+# A message is published at most twice (one retry after a dropped connection), so
+# a broker that does not answer costs a request at most two timeouts.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0,
+                                    "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "bellwether")

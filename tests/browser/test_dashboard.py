@@ -606,7 +606,7 @@ def test_a_viewer_sees_the_rollout_and_agents_but_no_deploy_or_confirm_buttons(
 
 # --- the production channel layer ---------------------------------------------------
 
-IDLE_MS = 8_000  # longer than channels_redis's blocking receive (5 s) and a reconnect
+IDLE_MS = 8_000  # longer than several blocking receives (REDIS_TIMEOUT_S / 2) and a reconnect
 
 
 @pytest.mark.redis

@@ -48,7 +48,10 @@ INTEGERS = {
     "BELLWETHER_ROLLOUT_MAX_TARGETS": (10_000, 1),
     "BELLWETHER_ROLLOUT_MAX_ACTIVE": (20, 1),
     "BELLWETHER_ROLLOUT_MAX_HISTORY": (200, 1),
+    "REDIS_TIMEOUT_S": (2, 2),
 }
+# Integers with a largest value too (the smallest is in INTEGERS).
+MAXIMA = {"REDIS_TIMEOUT_S": 5}
 STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
            "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR"]
 
@@ -146,9 +149,31 @@ def test_an_integer_below_its_minimum_raises(load_settings, name):
 @pytest.mark.parametrize("name", sorted(INTEGERS))
 def test_an_integer_parses_into_its_setting(load_settings, name):
     # A hard time limit stays above the default soft one (100).
-    value = 700 if name == "CELERY_TASK_TIME_LIMIT" else 7
+    value = {"CELERY_TASK_TIME_LIMIT": 700, "REDIS_TIMEOUT_S": 3}.get(name, 7)
     module = load_settings(**{name: f" {value} "})
     assert integer_setting(module, name) == value
+
+
+@pytest.mark.parametrize("name", sorted(MAXIMA))
+def test_an_integer_above_its_maximum_raises(load_settings, name):
+    maximum = MAXIMA[name]
+    with pytest.raises(ImproperlyConfigured, match=f"at most {maximum}"):
+        load_settings(**{name: str(maximum + 1)})
+
+
+def test_every_redis_client_times_out_within_redis_timeout_s(load_settings):
+    module = load_settings(**PRODUCTION, REDIS_URL="redis://cache:6379/0", REDIS_TIMEOUT_S="4")
+    options = module.CACHES["default"]["OPTIONS"]
+    assert (options["socket_timeout"], options["socket_connect_timeout"]) == (4, 4)
+    config = module.CHANNEL_LAYERS["default"]["CONFIG"]
+    [host] = config["hosts"]
+    assert (host["socket_timeout"], host["socket_connect_timeout"]) == (4, 4)
+    # The blocking pop ends before the read would time out (channels_redis#422).
+    assert config["blocking_pop_s"] < host["socket_timeout"]
+    transport = module.CELERY_BROKER_TRANSPORT_OPTIONS
+    assert (transport["socket_timeout"], transport["socket_connect_timeout"]) == (4, 4)
+    assert module.CELERY_BROKER_CONNECTION_TIMEOUT == 4
+    assert module.CELERY_REDIS_SOCKET_TIMEOUT == module.CELERY_REDIS_SOCKET_CONNECT_TIMEOUT == 4
 
 
 def test_the_pool_size_and_connection_age_parse_in_production(load_settings):
