@@ -11,7 +11,9 @@ ends this session's sockets at once (apps.dashboard.receivers).
 """
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from importlib import import_module
 
@@ -25,9 +27,12 @@ from django.contrib.auth import (
     get_user_model,
 )
 from django.utils.crypto import constant_time_compare
+from redis.exceptions import RedisError
 
 from apps.core.events import environment_group, serving_loop_is, user_group
 from apps.environments.models import Environment
+
+logger = logging.getLogger(__name__)
 
 # Close codes the page understands. SIGNED_OUT (this session signed out): it stops.
 # SESSION_CHANGED (the check failed): it reconnects, and the handshake decides with
@@ -78,6 +83,17 @@ def _wanted(query_string: bytes) -> list[int]:
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
+    async def __call__(self, scope, receive, send):
+        """Serve the socket; when the channel layer (Redis) fails, end it with a
+        close (a refused handshake before it was accepted) instead of an error,
+        and the page falls back to polling."""
+        try:
+            await super().__call__(scope, receive, send)
+        except (RedisError, OSError):
+            logger.warning("channel layer unavailable; live socket ended", exc_info=True)
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": 1011})
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not user.is_active:
@@ -88,7 +104,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.session_key = self.scope["session"].session_key
         self.wanted = _wanted(self.scope.get("query_string", b""))
         self.environment_ids: set[int] = set()
-        await self._subscribe(user, refresh=True)
+        try:
+            await self._subscribe(user, refresh=True)
+        except (RedisError, OSError):
+            # The channel layer (Redis) is down: refuse the handshake cleanly; the
+            # page keeps polling and tries again later.
+            logger.warning("channel layer unavailable; live socket refused", exc_info=True)
+            del self.environment_ids  # nothing to leave on disconnect
+            await self.close()
+            return
         await self.accept()
         await self.send_json({"kind": "hello", "environments": sorted(self.environment_ids)})
 

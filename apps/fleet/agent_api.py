@@ -5,6 +5,9 @@ view machinery or SQL runs; on a miss the view computes the answer from the
 database and caches its ETag.
 """
 
+import logging
+
+from django.db import DatabaseError
 from django.http import HttpResponse
 from django.utils.cache import get_conditional_response
 from django.views.decorators.http import condition
@@ -17,10 +20,25 @@ from rest_framework.views import APIView
 from apps.core import tokens
 from apps.core.errors import NotFound
 from apps.fleet import cache, enrollment, selectors
+from apps.fleet import services as fleet
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
 from apps.releases import services as releases
 from apps.snapshots.models import Snapshot
+
+logger = logging.getLogger(__name__)
+
+
+def _heartbeat(agent_id: int) -> None:
+    """Record the poll; heartbeats the cache refused go to the database (rarely:
+    only while the cache is failing), so agents do not turn offline meanwhile."""
+    refused = cache.record_heartbeat(agent_id)
+    if refused:
+        try:
+            fleet.heartbeats_save(refused)
+        except DatabaseError:
+            logger.warning("database unavailable; %d heartbeat(s) kept in this process",
+                           len(refused), exc_info=True)
 
 
 def desired_etag(request) -> str | None:
@@ -32,7 +50,7 @@ def desired_etag(request) -> str | None:
     state = cache.poll_state(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
         return None
-    cache.record_heartbeat(state["agent_id"])
+    _heartbeat(state["agent_id"])
     return state["etag"]
 
 
@@ -98,7 +116,7 @@ class DesiredApi(AgentAPIView):
         # stored it: read again, and drop what we stored if it is already stale.
         if not selectors.poll_state_current(agent.pk, token_key=agent.token_key, etag=etag):
             cache.forget_poll_states([agent.token_key])
-        cache.record_heartbeat(agent.pk)
+        _heartbeat(agent.pk)
         # Reached on a cache miss (or outage): the same conditional answer, from the DB.
         not_modified = get_conditional_response(request, etag=etag)
         if not_modified is not None:

@@ -132,18 +132,26 @@ class _HeartbeatBuffer:
         self._pending: dict[int, float] = {}
         self._flushed_at = 0.0
 
-    def record(self, agent_id: int) -> None:
+    def record(self, agent_id: int) -> dict[int, float]:
+        """Buffer the heartbeat; returns the batch the cache refused (empty when
+        written or not yet due), for the caller to save elsewhere. A refused batch
+        stays buffered, so it reaches the cache once it answers again."""
         now = time.time()
         with self._lock:
             self._pending[agent_id] = now
             if now - self._flushed_at < self.FLUSH_S:
-                return
+                return {}
             batch, self._pending, self._flushed_at = self._pending, {}, now
         try:
             _cache().set_many({_seen_key(i): t for i, t in batch.items()}, timeout=HEARTBEAT_TTL)
+            return {}
         except Exception:
-            logger.warning("cache unavailable; %d heartbeat(s) not recorded", len(batch),
-                           exc_info=True)
+            logger.warning("cache unavailable; %d heartbeat(s) kept for the next flush",
+                           len(batch), exc_info=True)
+        with self._lock:
+            for i, t in batch.items():
+                self._pending[i] = max(t, self._pending.get(i, t))
+        return batch
 
     def pending(self) -> dict[int, float]:
         with self._lock:
@@ -153,8 +161,10 @@ class _HeartbeatBuffer:
 _heartbeats = _HeartbeatBuffer()
 
 
-def record_heartbeat(agent_id: int) -> None:
-    _heartbeats.record(agent_id)
+def record_heartbeat(agent_id: int) -> dict[int, float]:
+    """Record a poll; returns the heartbeats (agent id -> unix time) the cache
+    refused just now, which the caller saves to the database instead."""
+    return _heartbeats.record(agent_id)
 
 
 def heartbeats(agent_ids) -> dict[int, float]:

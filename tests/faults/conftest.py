@@ -48,9 +48,10 @@ class PrivateRedis:
             os.kill(self.process.pid, signal.SIGCONT)
 
     def terminate(self):
-        os.kill(self.process.pid, signal.SIGCONT)
-        self.process.terminate()
-        self.process.wait(10)
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+            self.process.terminate()
+            self.process.wait(10)
 
 
 @pytest.fixture

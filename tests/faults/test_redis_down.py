@@ -1,0 +1,75 @@
+"""Redis down (a private Redis, stopped): agents' heartbeats reach the database, so
+healthy agents stay online; the live socket's handshake is refused cleanly."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.utils import timezone
+
+from apps.fleet import cache as fleet_cache
+from apps.fleet import selectors
+from tests import factories
+from tests.factories import enrolled_agent, poll
+
+
+def redis_settings(settings, url: str) -> None:
+    """The cache and the channel layer on `url`, with the production clients' timeouts."""
+    settings.CACHES = {"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": url, "KEY_PREFIX": "bellwether",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "apps.core.channel_layer.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": url, "socket_timeout": 2,
+                              "socket_connect_timeout": 2}], "blocking_pop_s": 1}}}
+
+
+@pytest.fixture
+def redis_down(private_redis, settings):
+    redis_settings(settings, private_redis.url)
+    private_redis.terminate()
+    yield
+    fleet_cache._shared = None
+
+
+def test_heartbeats_reach_the_database_while_redis_is_down(redis_down, first, environment,
+                                                         superuser, monkeypatch):
+    agent = enrolled_agent(environment, "web-1", actor=superuser)
+    long_ago = timezone.now() - timedelta(hours=1)
+    agent.agent.__class__.objects.filter(pk=agent.agent.pk).update(last_seen_at=long_ago)
+    monkeypatch.setattr(fleet_cache._HeartbeatBuffer, "FLUSH_S", 0.0)
+
+    assert poll(agent.client).status_code == 200  # answered from the database
+
+    fresh = agent.fresh()
+    assert fresh.last_seen_at > timezone.now() - timedelta(seconds=5)
+    seen = selectors.last_seen([fresh])[fresh.pk]
+    assert selectors.is_online(seen, environment.poll_interval_s)
+    # Kept for the cache too: written there once Redis answers again.
+    assert agent.agent.pk in fleet_cache._heartbeats.pending()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_live_handshake_is_refused_cleanly_while_the_channel_layer_is_down(
+        redis_down):
+    from channels.db import database_sync_to_async
+
+    from project.asgi import application
+
+    @database_sync_to_async
+    def signed_in():
+        client = factories.session_client(factories.superuser())
+        return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+    session_key = await signed_in()
+    communicator = WebsocketCommunicator(application, "/ws/live/", headers=[
+        (b"host", b"testserver"), (b"origin", b"http://testserver"),
+        (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session_key}".encode())])
+    started = time.monotonic()
+    connected, code = await communicator.connect(timeout=10)
+    await communicator.disconnect()
+    assert not connected  # refused (403), not an error
+    assert time.monotonic() - started < 5
