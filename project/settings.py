@@ -89,6 +89,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "apps.core.handlers.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -114,6 +115,11 @@ SQLITE_PATH = env_str("SQLITE_PATH", str(VAR_DIR / "bellwether.sqlite3"))
 DATABASE_POOL = env_bool("DATABASE_POOL", True)
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10, minimum=1)
 CONN_MAX_AGE = env_int("CONN_MAX_AGE", 60, minimum=0)
+# A database that is down answers 503 fast rather than holding requests: a new
+# connection gives up after DATABASE_CONNECT_TIMEOUT_S (libpq's least is 2), a
+# request waits for a pooled one at most DATABASE_POOL_TIMEOUT_S.
+DATABASE_CONNECT_TIMEOUT_S = env_int("DATABASE_CONNECT_TIMEOUT_S", 2, minimum=2, maximum=30)
+DATABASE_POOL_TIMEOUT_S = env_int("DATABASE_POOL_TIMEOUT_S", 1, minimum=1, maximum=30)
 if EMBEDDED:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -134,12 +140,16 @@ else:
         DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
     except ValueError as exc:  # an unknown scheme or a URL that does not parse
         raise invalid("DATABASE_URL", DATABASE_URL, str(exc).rstrip(".")) from None
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", DATABASE_CONNECT_TIMEOUT_S)
     if DATABASE_POOL:
-        DATABASES["default"]["OPTIONS"] = {
-            "pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}
-        }
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": DATABASE_POOL_TIMEOUT_S}
     else:
         DATABASES["default"]["CONN_MAX_AGE"] = CONN_MAX_AGE
+    # Each connection is checked before use (with the pool: as it leaves it), so
+    # one broken by a database restart is replaced rather than failing a request.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

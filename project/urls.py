@@ -1,16 +1,17 @@
 """URL configuration: admin, the REST API under /api/v1/ (each app's urls), its
-schema and docs, /healthz, and the dashboard at the root."""
+schema and docs, /healthz (liveness), /readyz (readiness), and the dashboard at the root."""
 
 from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from apps.core.handlers import healthz, not_found_api
+from apps.core.handlers import healthz, not_found_api, readyz
 
 API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts"]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
     path("admin/", admin.site.urls),
     *[path("api/v1/", include(f"apps.{app}.urls")) for app in API_APPS],
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

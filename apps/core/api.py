@@ -5,6 +5,7 @@ import logging
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -26,6 +27,9 @@ _DRF_CODES = {
     exceptions.ParseError: "parse_error",
     exceptions.ValidationError: "invalid",
 }
+
+
+UNAVAILABLE = "The database is unavailable; try again shortly."
 
 
 def error_response(status_code: int, code: str, message: str, details=None, headers=None):
@@ -58,6 +62,10 @@ def exception_handler(exc, context):
         set_rollback()
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return error_response(exc.status, exc.code, exc.message, exc.details, headers)
+    if isinstance(exc, OperationalError | InterfaceError):
+        set_rollback()
+        logger.warning("database unavailable: %s", exc)
+        return error_response(503, "unavailable", UNAVAILABLE, headers={"Retry-After": "5"})
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return error_response(413, "too_large", f"Request body is over {limit} bytes.")

@@ -1,7 +1,14 @@
 """Django-level error handlers: API paths answer with the JSON error envelope."""
 
+import logging
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.views import defaults
+
+logger = logging.getLogger(__name__)
 
 
 def _is_api(request) -> bool:
@@ -11,6 +18,66 @@ def _is_api(request) -> bool:
 def healthz(request):
     """Liveness for load balancers: the process answers HTTP. Touches nothing else."""
     return HttpResponse("ok\n", content_type="text/plain")
+
+
+def _database_problem() -> str | None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except (OperationalError, InterfaceError) as exc:
+        return str(exc).strip() or type(exc).__name__
+    return None
+
+
+def _redis_problem() -> str | None:
+    if not settings.REDIS_URL:
+        return None
+    try:
+        cache.get("readyz")
+    except Exception as exc:  # any client error means "not ready"
+        return str(exc).strip() or type(exc).__name__
+    return None
+
+
+def readyz(request):
+    """Readiness: the database answers, and Redis when one is configured. 503 with
+    the error envelope naming what is down (load balancers stop sending traffic)."""
+    problems = {name: problem for name, problem in
+                (("database", _database_problem()), ("redis", _redis_problem())) if problem}
+    if problems:
+        logger.warning("not ready: %s", problems)
+        return JsonResponse({"error": {
+            "code": "unavailable", "message": "Not ready: " + ", ".join(sorted(problems)) + ".",
+            "details": [{"dependency": name, "message": problem}
+                        for name, problem in sorted(problems.items())]}}, status=503,
+            headers={"Retry-After": "5"})
+    return JsonResponse({"status": "ready", "database": "ok",
+                         "redis": "ok" if settings.REDIS_URL else "not configured"})
+
+
+class DatabaseUnavailableMiddleware:
+    """A view (outside DRF, whose exception handler does the same) that fails
+    because the database is down answers 503 at once: the error envelope on API
+    paths, a plain page elsewhere."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, OperationalError | InterfaceError):
+            return None
+        logger.warning("database unavailable: %s", exception)
+        if _is_api(request):
+            return JsonResponse({"error": {
+                "code": "unavailable",
+                "message": "The database is unavailable; try again shortly."}},
+                status=503, headers={"Retry-After": "5"})
+        return HttpResponse("Service unavailable: the database is down; try again shortly.\n",
+                            content_type="text/plain", status=503,
+                            headers={"Retry-After": "5"})
 
 
 def not_found_api(request, *args, **kwargs):

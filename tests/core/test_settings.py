@@ -49,9 +49,12 @@ INTEGERS = {
     "BELLWETHER_ROLLOUT_MAX_ACTIVE": (20, 1),
     "BELLWETHER_ROLLOUT_MAX_HISTORY": (200, 1),
     "REDIS_TIMEOUT_S": (2, 2),
+    "DATABASE_CONNECT_TIMEOUT_S": (2, 2),
+    "DATABASE_POOL_TIMEOUT_S": (1, 1),
 }
 # Integers with a largest value too (the smallest is in INTEGERS).
-MAXIMA = {"REDIS_TIMEOUT_S": 5}
+MAXIMA = {"REDIS_TIMEOUT_S": 5, "DATABASE_CONNECT_TIMEOUT_S": 30,
+          "DATABASE_POOL_TIMEOUT_S": 30}
 STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
            "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR"]
 
@@ -161,6 +164,13 @@ def test_an_integer_above_its_maximum_raises(load_settings, name):
         load_settings(**{name: str(maximum + 1)})
 
 
+def test_the_database_times_out_fast_in_production(load_settings):
+    module = load_settings(**PRODUCTION, DATABASE_CONNECT_TIMEOUT_S="3",
+                           DATABASE_POOL_TIMEOUT_S="2")
+    options = module.DATABASES["default"]["OPTIONS"]
+    assert (options["connect_timeout"], options["pool"]["timeout"]) == (3, 2)
+
+
 def test_every_redis_client_times_out_within_redis_timeout_s(load_settings):
     module = load_settings(**PRODUCTION, REDIS_URL="redis://cache:6379/0", REDIS_TIMEOUT_S="4")
     options = module.CACHES["default"]["OPTIONS"]
@@ -178,9 +188,10 @@ def test_every_redis_client_times_out_within_redis_timeout_s(load_settings):
 
 def test_the_pool_size_and_connection_age_parse_in_production(load_settings):
     pooled = load_settings(**PRODUCTION, DATABASE_POOL_SIZE="25")
-    assert pooled.DATABASES["default"]["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 25}
+    assert pooled.DATABASES["default"]["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 25,
+                                                              "timeout": 1}
     unpooled = load_settings(**PRODUCTION, DATABASE_POOL="no", CONN_MAX_AGE="0")
-    assert "OPTIONS" not in unpooled.DATABASES["default"]
+    assert unpooled.DATABASES["default"]["OPTIONS"] == {"connect_timeout": 2}
     assert unpooled.DATABASES["default"]["CONN_MAX_AGE"] == 0
 
 
@@ -250,7 +261,8 @@ def test_production_defaults_are_unchanged(load_settings):
     database = module.DATABASES["default"]
     assert (database["ENGINE"], database["HOST"], database["NAME"]) == (
         "django.db.backends.postgresql", "db", "bellwether")
-    assert database["OPTIONS"] == {"pool": {"min_size": 1, "max_size": 10}}
+    assert database["OPTIONS"] == {"connect_timeout": 2,
+                                   "pool": {"min_size": 1, "max_size": 10, "timeout": 1}}
     assert module.SESSION_COOKIE_SECURE is True
     assert module.CSRF_COOKIE_SECURE is True
     assert load_settings(**PRODUCTION, DATABASE_POOL="0").DATABASES["default"][

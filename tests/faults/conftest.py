@@ -1,14 +1,17 @@
 """Private services for fault tests: a Redis of the test's own on a free port, which
-the test may stall (SIGSTOP/SIGCONT) or stop without touching the shared one.
+the test may stall (SIGSTOP/SIGCONT) or stop, and a PostgreSQL cluster of its own
+(initdb, pg_ctl) it may stop and start, without touching the shared ones.
 
-A missing redis-server skips the test, and fails it under
+A missing redis-server or PostgreSQL binaries skip the test, and fail it under
 BELLWETHER_REQUIRE_SERVICES=1 (as .ci/run sets), like the suite's other services.
 """
 
+import glob
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 
@@ -54,13 +57,60 @@ class PrivateRedis:
             self.process.wait(10)
 
 
+def _missing(message: str):
+    if REQUIRE_SERVICES:
+        pytest.fail(message + "; BELLWETHER_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)
+
+
 @pytest.fixture
 def private_redis(tmp_path):
     if shutil.which("redis-server") is None:
-        message = "needs redis-server on PATH for a private Redis"
-        if REQUIRE_SERVICES:
-            pytest.fail(message + "; BELLWETHER_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(message)
+        _missing("needs redis-server on PATH for a private Redis")
     server = PrivateRedis(tmp_path)
     yield server
     server.terminate()
+
+
+class PrivatePostgres:
+    """A cluster in a temporary directory, run as the `postgres` user when the test
+    runs as root (initdb refuses root)."""
+
+    def __init__(self, bindir: str):
+        self.bindir = bindir
+        self.port = free_port()
+        self.root = tempfile.mkdtemp(prefix="bw-pg-")
+        self.data = os.path.join(self.root, "data")
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.root, "postgres")
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync")
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self.start()
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run([*self.as_user, os.path.join(self.bindir, tool), *args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", self.data, "-w", "-l", os.path.join(self.root, "log"),
+                  "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1",
+                  "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+
+    def remove(self) -> None:
+        if os.path.exists(os.path.join(self.data, "postmaster.pid")):
+            self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def private_postgres():
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        _missing("needs PostgreSQL's initdb and pg_ctl for a private cluster")
+    server = PrivatePostgres(os.path.dirname(found[-1]))
+    yield server
+    server.remove()
