@@ -5,7 +5,7 @@ from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of, quarantines_by_checksum
 from apps.snapshots.models import Snapshot
-from apps.snapshots.selectors import pending_changes
+from apps.snapshots.selectors import pending_changes, snapshot_preview
 
 
 def snapshot_flags(environment: Environment) -> dict:
@@ -49,3 +49,10 @@ def pending_view(environment: Environment) -> dict:
                    f"(as #{rolled_back['snapshot']}); the active snapshot does not hold "
                    "them. An owner can reset the inputs to the active snapshot's source.")
     return {**pending, "rolled_back": rolled_back, "message": message}
+
+
+def inputs_rolled_back(environment: Environment) -> dict | None:
+    """Whether the environment's current inputs render to content a rollout rolled
+    back: {rollout, snapshot} or None (renders the inputs; records nothing)."""
+    rendered = snapshot_preview(environment)
+    return _rolled_back(environment, rendered.checksum if rendered.is_valid else None)
