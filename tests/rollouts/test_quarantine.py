@@ -183,3 +183,18 @@ def test_reset_inputs_refuses_without_an_active_snapshot(environment, superuser)
     with pytest.raises(Conflict) as caught:
         releases.environment_inputs_reset(environment=environment, actor=superuser)
     assert caught.value.code == "no_active_snapshot"
+
+
+def test_the_data_migration_turns_a_snapshot_quarantine_into_its_checksum(
+        environment, first, second, superuser):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("apps.rollouts.migrations.0003_quarantine_checksums")
+    SnapshotQuarantine.objects.create(environment=environment, checksum="", snapshot=second,
+                                      reason="old")
+    migration.by_checksum(apps, None)
+    quarantine = SnapshotQuarantine.objects.get()
+    assert (quarantine.environment_id, quarantine.checksum) == (environment.pk, second.checksum)
+    assert quarantine_of(environment.pk, second.checksum).reason == "old"
