@@ -47,6 +47,9 @@ class Action(models.TextChoices):
     ROLLOUT_ROLLBACK = "rollout.rollback"
     ROLLOUT_RELEASE = "rollout.release"
     ROLLOUT_DELETE = "rollout.delete"
+    QUARANTINE_OVERRIDE = "quarantine.override"  # an owner released quarantined content
+    QUARANTINE_LIFT = "quarantine.lift"
+    ENVIRONMENT_RESET = "environment.reset"  # inputs reset to the active snapshot's source
 
     @classmethod
     def file_change(cls, kind: str, change: str) -> "Action":

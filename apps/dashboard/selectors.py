@@ -4,7 +4,7 @@ scoped with Environment.objects.visible_to like every other surface."""
 from collections import Counter
 
 from apps.environments.models import Environment
-from apps.environments.selectors import has_role
+from apps.environments.selectors import environment_role, has_role
 from apps.fleet.models import Agent
 from apps.fleet.selectors import (
     agent_status,
@@ -13,11 +13,12 @@ from apps.fleet.selectors import (
     last_seen,
     with_sync,
 )
+from apps.releases import selectors as release_reads
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import pending_events, with_pending_counts
-from apps.tenancy.models import Role
+from apps.tenancy.models import ROLE_RANK, Role
 
 AGENTS_SHOWN = 500
 SNAPSHOTS_SHOWN = 25
@@ -91,6 +92,14 @@ def may_deploy(user, environment: Environment) -> bool:
     return has_role(user=user, environment=environment, required=Role.DEPLOYER)
 
 
+def permissions(user, environment: Environment) -> dict:
+    """{"can_deploy", "can_own"} from one look at the user's role."""
+    role = environment_role(user=user, environment=environment)
+    rank = ROLE_RANK[role] if role is not None else -1
+    return {"can_deploy": rank >= ROLE_RANK[Role.DEPLOYER],
+            "can_own": rank >= ROLE_RANK[Role.OWNER]}
+
+
 def canary_choices(environment: Environment) -> list[Agent]:
     """The agents a rollout form offers as canaries (the API takes any of them)."""
     return list(Agent.objects.filter(environment=environment, enabled=True)
@@ -121,6 +130,9 @@ def snapshots_panel(environment: Environment) -> dict:
         Snapshot.objects.filter(environment=environment)
         .select_related("author", "rolled_back_from").defer(*SNAPSHOT_CONTENT)
         .order_by("-number"), "rolled_back_from")[:SNAPSHOTS_SHOWN])
+    flags = release_reads.snapshot_flags(environment)
+    for snapshot in snapshots:
+        snapshot.quarantined = release_reads.snapshot_state(snapshot, flags)["quarantined"]
     return {
         "snapshots": snapshots,
         "rendering": Publication.objects.filter(environment=environment,
@@ -132,7 +144,8 @@ def pending_panel(environment: Environment) -> dict:
     latest, events = pending_events(environment)
     return {"snapshot": latest,
             "events": list(events.select_related("actor").order_by("-id")[:20]),
-            "count": events.count()}
+            "count": events.count(),
+            "rolled_back": release_reads.inputs_rolled_back(environment)}
 
 
 def rollout_panel(environment: Environment) -> dict:

@@ -17,6 +17,7 @@ urlpatterns = [
     path(f"{ENV}diff/", views.diff_page, name="diff"),
     path(f"{ENV}descriptor/", views.descriptor_page, name="descriptor"),
     path(f"{ENV}deploy/", views.deploy, name="deploy"),
+    path(f"{ENV}reset-inputs/", views.reset_inputs, name="reset-inputs"),
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
          name="snapshot-rollback"),
     path(f"{ENV}rollouts/new/", views.rollout_new, name="rollout-new"),

@@ -28,7 +28,12 @@ from apps.core.errors import ApplicationError, ValidationFailed
 from apps.dashboard import forms, selectors
 from apps.environments.selectors import require_role
 from apps.environments.services import descriptor_check
-from apps.releases.services import descriptor_submit, snapshot_deploy, snapshot_rollback
+from apps.releases.services import (
+    descriptor_submit,
+    environment_inputs_reset,
+    snapshot_deploy,
+    snapshot_rollback,
+)
 from apps.rollouts.services import rollout_confirm, rollout_create, rollout_rollback
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
@@ -62,7 +67,7 @@ def _environment(request, application: str, environment: str):
 
 
 def _page_context(request, env) -> dict:
-    return {"environment": env, "can_deploy": selectors.may_deploy(request.user, env),
+    return {"environment": env, **selectors.permissions(request.user, env),
             "env_url": reverse("dashboard:environment", args=[env.application.name, env.name])}
 
 
@@ -292,6 +297,20 @@ def snapshot_rollback_page(request, application, environment, number):
         return _publication_message(publication, True)[1]
 
     return _act(request, env, "snapshots", roll_back)
+
+
+@_signed_in_action
+@require_POST
+def reset_inputs(request, application, environment):
+    """Reset the environment's inputs to the active snapshot's source (owners)."""
+    env = _environment(request, application, environment)
+
+    def reset():
+        require_role(user=request.user, environment=env, required=Role.OWNER)
+        environment_inputs_reset(environment=env, actor=request.user)
+        return f"Inputs reset to #{env.active_snapshot.number}'s source."
+
+    return _act(request, env, "pending", reset)
 
 
 @login_required

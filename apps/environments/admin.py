@@ -15,7 +15,7 @@ from apps.environments import services
 from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
 from apps.environments.selectors import environment_limits
 from apps.releases import services as releases
-from apps.snapshots.selectors import pending_changes
+from apps.releases.selectors import pending_view
 from configlang.rendering import path_collisions
 
 
@@ -132,7 +132,7 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     search_fields = ["name", "application__name"]
     readonly_fields = ["snapshot_counter", "pending"]
     filter_horizontal = ["owners"]
-    actions = ["publish"]
+    actions = ["publish", "reset_inputs"]
 
     def get_queryset(self, request):
         return Environment.objects.owned_by(request.user).select_related("application__tenant")
@@ -151,11 +151,13 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="Pending changes")
     def pending(self, obj):
-        pending = pending_changes(obj)
-        snapshot = pending["snapshot"]
+        pending = pending_view(obj)
+        snapshot, against = pending["snapshot"], pending["against"]
         since = f"since #{snapshot.number} ({snapshot.label})" if snapshot else "never published"
-        header = format_html("<p>{} change(s) waiting to roll out, {}.</p>",
-                             len(pending["events"]), since)
+        header = format_html("<p>{} change(s) waiting to roll out, {}.{}</p><p>{}</p>",
+                             len(pending["events"]), since,
+                             f" Diff against #{against.number}." if against else "",
+                             pending["message"])
         if not pending["valid"]:
             problems = format_html("<ul>{}</ul>", format_html("".join(
                 format_html("<li>{}</li>", " ".join(
@@ -209,6 +211,17 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                     environment=environment, kind=kind, path=file_form.cleaned_data["path"],
                     text=file_form.cleaned_data[file_form.text_field], actor=request.user,
                 )
+
+    @admin.action(description="Reset the inputs to the active snapshot's source")
+    def reset_inputs(self, request, queryset):
+        for environment in queryset:
+            try:
+                releases.environment_inputs_reset(environment=environment, actor=request.user)
+            except ApplicationError as exc:
+                self.message_user(request, f"{environment}: {exc.message}", messages.ERROR)
+            else:
+                self.message_user(request, f"{environment}: inputs reset to the active "
+                                           "snapshot's source.", messages.SUCCESS)
 
     @admin.action(description="Publish a snapshot of the selected environments")
     def publish(self, request, queryset):

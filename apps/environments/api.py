@@ -42,11 +42,17 @@ class EnvironmentDetailSerializer(EnvironmentListSerializer):
     templates = serializers.SerializerMethodField()
     fallback_files = EnvironmentFileSerializer(many=True, source="fallback_file_list")
     role = serializers.CharField()
+    active_snapshot = serializers.SerializerMethodField()
 
     class Meta(EnvironmentListSerializer.Meta):
         fields = EnvironmentListSerializer.Meta.fields + [
-            "config", "config_schema", "templates", "fallback_files", "role"
+            "config", "config_schema", "templates", "fallback_files", "role", "active_snapshot"
         ]
+
+    def get_active_snapshot(self, obj) -> dict | None:
+        """What auto_pull agents follow: {number, label, checksum}, or None."""
+        s = obj.active_snapshot
+        return {"number": s.number, "label": s.label, "checksum": s.checksum} if s else None
 
     def get_templates(self, obj) -> list[dict]:
         return [{"path": t.path, "source": t.source} for t in obj.template_list]

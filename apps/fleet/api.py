@@ -12,7 +12,11 @@ from rest_framework.response import Response
 from apps.core.errors import NotFound
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
-from apps.environments.views import EnvironmentAPIView
+from apps.environments.views import (
+    EnvironmentAPIView,
+    QuarantineOverrideSerializer,
+    quarantine_override,
+)
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
@@ -156,16 +160,21 @@ class EnrollmentTokenApi(EnvironmentAPIView):
 
 
 class SnapshotActivateApi(EnvironmentAPIView):
-    @extend_schema(request=None, responses={200: None},
+    @extend_schema(request=QuarantineOverrideSerializer, responses={200: None},
                    summary="Make a ready snapshot the one auto_pull agents follow")
     def post(self, request, application, environment, number):
-        snapshot = snapshot_get(environment=self.environment(Role.DEPLOYER), number=number)
-        releases.snapshot_activate(snapshot=snapshot, actor=request.user)
+        env = self.environment(Role.DEPLOYER)
+        snapshot = snapshot_get(environment=env, number=number)
+        data = QuarantineOverrideSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        releases.snapshot_activate(snapshot=snapshot, actor=request.user,
+                                   override_reason=quarantine_override(
+                                       request, env, data.validated_data))
         return Response({"active": snapshot.number})
 
 
 class SnapshotDeployApi(EnvironmentAPIView):
-    class DeployRequestSerializer(serializers.Serializer):
+    class DeployRequestSerializer(QuarantineOverrideSerializer):
         agents = serializers.ListField(child=serializers.IntegerField(min_value=1,
                                                                       max_value=2**63 - 1),
                                        required=False, default=list, max_length=10_000)
@@ -174,19 +183,20 @@ class SnapshotDeployApi(EnvironmentAPIView):
                    responses={201: DeploymentSerializer(many=True)},
                    summary="Push a snapshot now to the listed agents (empty: all enabled)")
     def post(self, request, application, environment, number):
-        snapshot = snapshot_get(environment=self.environment(Role.DEPLOYER), number=number)
+        env = self.environment(Role.DEPLOYER)
+        snapshot = snapshot_get(environment=env, number=number)
         data = self.DeployRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        deployments = releases.snapshot_deploy(snapshot=snapshot,
-                                               agent_ids=data.validated_data["agents"],
-                                               actor=request.user)
+        deployments = releases.snapshot_deploy(
+            snapshot=snapshot, agent_ids=data.validated_data["agents"], actor=request.user,
+            override_reason=quarantine_override(request, env, data.validated_data))
         for deployment in deployments:
             deployment.snapshot = snapshot
         return Response(DeploymentSerializer(deployments, many=True).data,
                         status=status.HTTP_201_CREATED)
 
 
-class AgentPinRequestSerializer(serializers.Serializer):
+class AgentPinRequestSerializer(QuarantineOverrideSerializer):
     snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     expected_generation = serializers.IntegerField(min_value=1)
 
@@ -207,7 +217,9 @@ class AgentPinApi(_AgentApi):
         snapshot = snapshot_get(environment=agent.environment,
                                 number=data.validated_data["snapshot"])
         releases.agent_pin(agent=agent, snapshot=snapshot, actor=request.user,
-                           expected_generation=data.validated_data["expected_generation"])
+                           expected_generation=data.validated_data["expected_generation"],
+                           override_reason=quarantine_override(
+                               request, agent.environment, data.validated_data))
         return Response(_agent_body(self.agent_for(Role.VIEWER)))
 
 

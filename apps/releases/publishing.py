@@ -9,6 +9,7 @@ from apps.environments.models import Environment
 from apps.fleet.services import environment_activate
 from apps.releases.rules import publication_activates
 from apps.rollouts.models import Rollout
+from apps.rollouts.quarantine import quarantine_of
 from apps.snapshots.models import Publication
 from apps.snapshots.services import failed_render, publication_rendered, publication_store
 from configlang.rendering import Rendered
@@ -23,7 +24,9 @@ def _finish(publication: Publication, rendered: Rendered) -> Publication:
         if publication_activates(
                 outcome=outcome, is_rollback=publication.kind == Publication.Kind.ROLLBACK,
                 require_activation=environment.require_activation,
-                rollout_active=Rollout.objects.active_in(environment).exists()):
+                rollout_active=Rollout.objects.active_in(environment).exists(),
+                quarantined=publication.snapshot is not None
+                and quarantine_of(environment.pk, publication.snapshot.checksum) is not None):
             environment_activate(environment=environment, snapshot=publication.snapshot)
     return publication
 

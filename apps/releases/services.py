@@ -30,7 +30,8 @@ from apps.fleet.rules import (
 )
 from apps.releases.tasks import publication_render_task
 from apps.rollouts.models import Rollout
-from apps.rollouts.services import refuse_quarantined, rollout_pin_release
+from apps.rollouts.quarantine import quarantine_lift, refuse_quarantined
+from apps.rollouts.services import rollout_pin_release
 from apps.rollouts.tasks import rollout_reconcile_task
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import descriptor_source, render_source_for
@@ -102,13 +103,15 @@ def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> t
 
 def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
     """Queue a new snapshot re-rendered from `snapshot`'s stored source; it becomes
-    active when stored. Refused while a rollout runs: roll that back instead."""
+    active when stored. Refused while a rollout runs (roll that back instead) and
+    for quarantined content (whatever the number of the snapshot holding it)."""
     if not snapshot.is_ready:
         raise Conflict(f"Snapshot {snapshot.number} is {snapshot.state}; only a ready "
                        "snapshot can be rolled back to.", code="rollback_unavailable")
     with transaction.atomic():
         locked = Environment.objects.lock(snapshot.environment_id)
         _refuse_during_rollout(locked, "roll that back instead.")
+        refuse_quarantined(snapshot)
         return _queued(publication_create(environment=locked, actor=actor,
                                           kind=Publication.Kind.ROLLBACK,
                                           source=snapshot.source, rolled_back_from=snapshot))
@@ -128,6 +131,52 @@ def environment_update(*, environment: Environment, actor, **changes) -> Environ
     return locked
 
 
+def _files_reset(environment: Environment, kind: str, wanted: dict, actor) -> None:
+    """Make the environment's files of `kind` exactly `wanted` {path: text}; each
+    change is audited as its own kind (template.update, fallback.delete, ...)."""
+    existing = (environment.templates if kind == "template" else environment.fallback_files)
+    for path in existing.exclude(path__in=list(wanted)).values_list("path", flat=True):
+        environments.environment_file_delete(environment=environment, kind=kind, path=path,
+                                              actor=actor)
+    for path, text in wanted.items():
+        environments.environment_file_put(environment=environment, kind=kind, path=path,
+                                          text=text, actor=actor)
+
+
+def environment_inputs_reset(*, environment: Environment, actor) -> Environment:
+    """Reset the environment's inputs (config, schema, templates, fallback files) to
+    the active snapshot's stored source: after a rollback the inputs still hold the
+    change rolled back. Each input changed is audited as usual (so it is pending
+    until a snapshot holds it), the reset itself as environment.reset."""
+    with transaction.atomic():
+        locked = Environment.objects.lock(environment.pk)
+        active = locked.active_snapshot
+        if active is None:
+            raise Conflict(f"{locked.full_name} has no active snapshot to reset to.",
+                           code="no_active_snapshot")
+        _refuse_during_rollout(locked, "it decides what becomes active.")
+        source = active.source
+        environments.check_changes(locked, {"config": source["config"]})
+        environments.environment_change(environment=locked, actor=actor,
+                                        config=source["config"],
+                                        config_schema=source["config_schema"])
+        _files_reset(locked, "template",
+                     {t["path"]: t["source"] for t in source["templates"]}, actor)
+        _files_reset(locked, "fallback",
+                     {f["path"]: f["content"] for f in source["fallback_files"]}, actor)
+        audit_record(actor=actor, action=Action.ENVIRONMENT_RESET, obj=locked,
+                     environment=locked, tenant=locked.application.tenant,
+                     summary=f"Reset the inputs of {locked.full_name} to #{active.number}'s "
+                             "source", data={"number": active.number})
+    return locked
+
+
+def snapshot_quarantine_lift(*, snapshot: Snapshot, actor, reason: str = "") -> None:
+    """Lift the quarantine of `snapshot`'s content (an owner's act, audited)."""
+    quarantine_lift(environment=snapshot.environment, number=snapshot.number, actor=actor,
+                    reason=reason)
+
+
 # --- activation and pushes -------------------------------------------------------------
 
 
@@ -140,12 +189,15 @@ def _refuse_going_back(environment: Environment, snapshot: Snapshot) -> None:
             code="rollback_required")
 
 
-def snapshot_activate(*, snapshot: Snapshot, actor) -> Snapshot:
-    """Activate a ready snapshot explicitly (environments that require it)."""
+def snapshot_activate(*, snapshot: Snapshot, actor,
+                      override_reason: str | None = None) -> Snapshot:
+    """Activate a ready snapshot explicitly (environments that require it);
+    quarantined content only with an owner's `override_reason`."""
     with transaction.atomic():
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
-        refuse_quarantined(snapshot)
+        refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
+                           what="activated")
         _refuse_during_rollout(environment, "it decides what becomes active.")
         if environment.active_snapshot_id == snapshot.pk:
             return snapshot
@@ -158,14 +210,15 @@ def snapshot_activate(*, snapshot: Snapshot, actor) -> Snapshot:
     return snapshot
 
 
-def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None,
-                    actor) -> list[Deployment]:
+def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor,
+                    override_reason: str | None = None) -> list[Deployment]:
     """Push `snapshot` now: a pending deployment per agent (all enabled ones when
     `agent_ids` is empty); manual agents are targeted at it."""
     with transaction.atomic():
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
-        refuse_quarantined(snapshot)
+        refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
+                           what="pushed")
         agents = fleet.agents_chosen(environment, agent_ids)
         _raise(push_refusal(agents, snapshot, environment.active_snapshot))
         deployments = fleet.pushes_create(snapshot=snapshot, agents=agents, actor=actor)
@@ -176,14 +229,16 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None,
     return deployments
 
 
-def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, actor) -> Agent:
+def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, actor,
+              override_reason: str | None = None) -> Agent:
     """Hold the agent on `snapshot` whatever is activated or pushed, until released."""
     with transaction.atomic():
         Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
         check_generation(locked, expected_generation)
         _raise(pin_target_refusal(locked, snapshot))
-        refuse_quarantined(snapshot)
+        refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
+                           what="pinned")
         _raise(going_back_refusal(locked, snapshot))
         return fleet.agent_pin_hold(agent=locked, snapshot=snapshot, actor=actor)
 

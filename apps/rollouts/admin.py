@@ -7,7 +7,8 @@ from apps.core.admin import OwnedInlineMixin, ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.rollouts import services
-from apps.rollouts.models import Rollout, RolloutTarget
+from apps.rollouts.models import Rollout, RolloutTarget, SnapshotQuarantine
+from apps.rollouts.quarantine import quarantine_lift
 
 
 class RolloutTargetInline(OwnedInlineMixin, admin.TabularInline):
@@ -62,3 +63,32 @@ class RolloutAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return services.rollout_rollback(reason="rolled back from the admin", **kwargs)
 
         self._each(request, queryset, "rolled back", rollback)
+
+
+@admin.register(SnapshotQuarantine)
+class SnapshotQuarantineAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Quarantined content (by checksum, per environment); owners lift it here."""
+
+    list_display = ["environment", "checksum", "snapshot", "rollout", "reason", "created_at"]
+    list_select_related = ["environment__application", "snapshot"]
+    fields = list_display
+    readonly_fields = fields
+    actions = ["lift"]
+
+    def get_queryset(self, request):
+        return SnapshotQuarantine.objects.filter(
+            environment__in=Environment.objects.owned_by(request.user))
+
+    @admin.action(description="Lift the quarantine")
+    def lift(self, request, queryset):
+        for quarantine in queryset.select_related("environment", "snapshot"):
+            try:
+                quarantine_lift(environment=quarantine.environment,
+                                number=quarantine.snapshot.number, actor=request.user,
+                                reason="lifted from the admin")
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            else:
+                self.message_user(request, f"Lifted the quarantine of "
+                                           f"#{quarantine.snapshot.number}'s content.",
+                                  messages.SUCCESS)

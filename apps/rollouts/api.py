@@ -9,7 +9,11 @@ from rest_framework.response import Response
 from apps.core.errors import NotFound
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
-from apps.environments.views import EnvironmentAPIView
+from apps.environments.views import (
+    EnvironmentAPIView,
+    QuarantineOverrideSerializer,
+    quarantine_override,
+)
 from apps.rollouts import selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
@@ -35,7 +39,7 @@ class TargetSpecSerializer(serializers.Serializer):
     expected_generation = serializers.IntegerField(min_value=1)
 
 
-class RolloutCreateSerializer(serializers.Serializer):
+class RolloutCreateSerializer(QuarantineOverrideSerializer):
     snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     targets = TargetSpecSerializer(many=True, required=False, max_length=100_000)
     canary_agents = serializers.ListField(
@@ -47,7 +51,6 @@ class RolloutCreateSerializer(serializers.Serializer):
     waves = WaveSpecSerializer(many=True, required=False, max_length=50)
     failure_threshold = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     wave_timeout_s = serializers.IntegerField(min_value=60, max_value=7 * 86400, default=3600)
-    override_quarantine = serializers.BooleanField(default=False)
 
 
 class ExpectedVersionSerializer(serializers.Serializer):
@@ -114,8 +117,11 @@ class RolloutListApi(EnvironmentAPIView, ListAPIView):
         data.is_valid(raise_exception=True)
         v = dict(data.validated_data)
         snapshot = snapshot_get(environment=env, number=v.pop("snapshot"))
+        override_reason = quarantine_override(request, env, v)
+        v.pop("override_quarantine"), v.pop("reason")
         rollout = services.rollout_create(environment=env, snapshot=snapshot,
-                                          actor=request.user, **v)
+                                          actor=request.user, override_reason=override_reason,
+                                          **v)
         return Response(_detail(_rollouts().get(pk=rollout.pk)),
                         status=status.HTTP_201_CREATED)
 

@@ -114,15 +114,31 @@ class RolloutTarget(models.Model):
 
 
 class SnapshotQuarantine(models.Model):
-    """A snapshot a rollout rolled back: it cannot be rolled out or activated again
-    without an explicit override. Kept apart because snapshots are immutable."""
+    """Content a rollout rolled back, quarantined by its checksum in one environment:
+    any snapshot of that environment with this checksum (whatever its number or the
+    request that produced it) is not activated, pushed, pinned or rolled out again
+    without an owner's override. `snapshot` and `rollout` say where it came from.
+    Kept apart because snapshots are immutable; lifting it deletes the row."""
 
-    snapshot = models.OneToOneField(Snapshot, on_delete=models.CASCADE,
-                                    related_name="quarantine")
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    checksum = models.CharField(max_length=71)
+    snapshot = models.ForeignKey(Snapshot, on_delete=models.CASCADE,
+                                 related_name="quarantines")
     rollout = models.ForeignKey(Rollout, null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="+")
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "checksum"],
+                                    name="quarantine_env_checksum_unique"),
+        ]
+
     def __str__(self) -> str:
-        return f"#{self.snapshot.number} quarantined"
+        return f"{self.checksum[:19]} (#{self.snapshot.number}) quarantined"
+
+    def as_dict(self) -> dict:
+        """What the API and the dashboard show: which snapshot and rollout, why, when."""
+        return {"snapshot": self.snapshot.number, "rollout": self.rollout_id,
+                "reason": self.reason, "at": self.created_at}

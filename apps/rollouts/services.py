@@ -22,7 +22,8 @@ from apps.fleet.rules import check_generation, refuses
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
 from apps.rollouts import rules, selectors
-from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget, SnapshotQuarantine
+from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
+from apps.rollouts.quarantine import quarantine_record, refuse_quarantined
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.services import publication_create, publication_rendered, publication_store
 
@@ -31,17 +32,6 @@ logger = logging.getLogger(__name__)
 
 def _limits() -> dict:
     return settings.BELLWETHER_ROLLOUT_LIMITS
-
-
-def refuse_quarantined(snapshot: Snapshot, *,
-                       instead: str = "roll out a fixed snapshot instead") -> None:
-    """A snapshot a rollout rolled back is not activated, pushed, pinned or rolled
-    out again (a rollout may override it explicitly)."""
-    quarantine = SnapshotQuarantine.objects.filter(snapshot=snapshot).first()
-    if quarantine is not None:
-        by = f"rollout {quarantine.rollout_id}" if quarantine.rollout_id else "a rollout"
-        raise Conflict(f"#{snapshot.number} was rolled back by {by} and is quarantined; "
-                       f"{instead}.", code="quarantined")
 
 
 def _record_generations(targets) -> None:
@@ -64,14 +54,15 @@ def _activate_wave(rollout: Rollout, wave: int) -> int:
 # --- create ----------------------------------------------------------------------------
 
 
-def _check_environment(env: Environment, snapshot: Snapshot, override_quarantine: bool) -> None:
+def _check_environment(env: Environment, snapshot: Snapshot, actor,
+                       override_reason: str | None) -> None:
     """What the environment (locked) says about starting a rollout of `snapshot`."""
     limits = _limits()
     if not snapshot.is_ready or snapshot.environment_id != env.pk:
         raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
                                f"{env.full_name}.")
-    if not override_quarantine:
-        refuse_quarantined(snapshot, instead="roll it out again only with an explicit override")
+    refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
+                       what="rolled out")
     if Rollout.objects.active_in(env).exists():
         raise Conflict(f"{env.full_name} already has an active rollout.", code="rollout_active")
     if Rollout.objects.active().count() >= limits["max_active"]:
@@ -165,11 +156,12 @@ def rollout_create(
     canary_agents: list[int] | None = None, canary_labels: dict | None = None,
     waves: list[dict] | None = None, failure_threshold: int = 0,
     canary_gate: str = Rollout.Gate.MANUAL, bake_s: int = 0, wave_timeout_s: int = 3600,
-    override_quarantine: bool = False,
+    override_reason: str | None = None,
 ) -> Rollout:
     """Stage `snapshot` over the environment's agents (all enabled ones, or `targets`
     [{agent, expected_generation}]). Freezes every target's desired snapshot with a
-    pin, then pins the canaries to the new one — all in one transaction."""
+    pin, then pins the canaries to the new one — all in one transaction. Quarantined
+    content is refused unless `override_reason` (an owner's) is given."""
     waves = waves or [{"percent": 100, "gate": Rollout.Gate.AUTO, "bake_s": 0}]
     problem = rules.wave_specs_problem(waves)
     if problem:
@@ -178,7 +170,7 @@ def rollout_create(
         raise ValidationFailed("Name the canaries: agent ids or labels.", code="no_canaries")
     with transaction.atomic():
         env = Environment.objects.lock(environment.pk)
-        _check_environment(env, snapshot, override_quarantine)
+        _check_environment(env, snapshot, actor, override_reason)
         agents = _targets(env, targets, snapshot)
         canaries, others = _canaries(agents, canary_agents, canary_labels)
         plan = rules.plan_waves(total=len(agents), canaries=len(canaries), waves=waves,
@@ -312,8 +304,7 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
                 target_snapshot=replacement)
         pins_set(agent_ids, snapshot=None)
         activated.update(state=RolloutTarget.State.RELEASED)
-        SnapshotQuarantine.objects.get_or_create(
-            snapshot=locked.snapshot, defaults={"rollout": locked, "reason": reason})
+        quarantine_record(rollout=locked, reason=reason)
         transition(locked, actor, Action.ROLLOUT_ROLLBACK,
                     f"Rollout {locked.pk} rolled back"
                     + (f" to #{replacement.number}" if replacement else "")

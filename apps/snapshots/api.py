@@ -2,7 +2,7 @@
 
 from django.db.models import F
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -13,6 +13,7 @@ from apps.core.api import error_response
 from apps.core.errors import NotFound
 from apps.environments.models import Environment
 from apps.environments.views import EnvironmentAPIView
+from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.snapshots import selectors
 from apps.snapshots.models import Publication, Snapshot
@@ -36,17 +37,35 @@ class ProblemSerializer(serializers.Serializer):
     key = serializers.CharField(required=False)
 
 
+class QuarantineSerializer(serializers.Serializer):
+    snapshot = serializers.IntegerField(help_text="The snapshot rolled back with this content.")
+    rollout = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
 class SnapshotSummarySerializer(serializers.ModelSerializer):
+    """Needs the context's `flags` (apps.releases.selectors.snapshot_flags)."""
+
     author = serializers.CharField(source="author_name", allow_null=True)
     parent = serializers.IntegerField(source="parent_number", allow_null=True)
     rolled_back_from = serializers.IntegerField(
         source="rolled_back_from_number", allow_null=True
     )
+    active = serializers.SerializerMethodField()
+    quarantined = serializers.SerializerMethodField()
 
     class Meta:
         model = Snapshot
         fields = ["number", "label", "state", "checksum", "author", "parent",
-                  "rolled_back_from", "created_at"]
+                  "rolled_back_from", "active", "quarantined", "created_at"]
+
+    def get_active(self, obj) -> bool:
+        return release_reads.snapshot_state(obj, self.context["flags"])["active"]
+
+    @extend_schema_field(QuarantineSerializer(allow_null=True))
+    def get_quarantined(self, obj) -> dict | None:
+        return release_reads.snapshot_state(obj, self.context["flags"])["quarantined"]
 
 
 class SnapshotDetailSerializer(SnapshotSummarySerializer):
@@ -86,8 +105,10 @@ class PublicationSerializer(serializers.ModelSerializer):
         s = obj.snapshot
         if s is None:
             return None
+        flags = release_reads.snapshot_flags(obj.environment)
         return {"number": s.number, "label": s.label, "state": s.state,
-                "checksum": s.checksum, "url": snapshot_url(obj.environment, s.number)}
+                "checksum": s.checksum, "url": snapshot_url(obj.environment, s.number),
+                **release_reads.snapshot_state(s, flags)}
 
     def get_errors(self, obj) -> list[dict]:
         if obj.state != Publication.State.INVALID:
@@ -204,9 +225,15 @@ class PublicationDetailApi(APIView):
 class SnapshotListApi(EnvironmentAPIView, ListAPIView):
     serializer_class = SnapshotSummarySerializer
 
+    def get_serializer_context(self):
+        env = getattr(self, "_env", None) or self.environment()
+        return {**super().get_serializer_context(),
+                "flags": release_reads.snapshot_flags(env)}
+
     def get_queryset(self):
+        self._env = self.environment()
         return _annotated(
-            Snapshot.objects.filter(environment=self.environment())
+            Snapshot.objects.filter(environment=self._env)
             .defer("source", "files", "fallback_files", "effective_config", "report")
             .order_by("-number")
         )
@@ -219,7 +246,8 @@ class SnapshotDetailApi(EnvironmentAPIView):
         snapshot = _annotated(Snapshot.objects.filter(environment=env, number=number)).first()
         if snapshot is None:
             raise NotFound(f"Snapshot {number} of {env.full_name} not found.")
-        return Response(SnapshotDetailSerializer(snapshot).data)
+        return Response(SnapshotDetailSerializer(
+            snapshot, context={"flags": release_reads.snapshot_flags(env)}).data)
 
 
 class SnapshotDiffApi(EnvironmentAPIView):
@@ -252,30 +280,74 @@ class SnapshotRollbackApi(EnvironmentAPIView):
                                                                actor=request.user))
 
 
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class SnapshotQuarantineLiftApi(EnvironmentAPIView):
+    @extend_schema(request=ReasonSerializer, responses=SnapshotSummarySerializer,
+                   summary="Lift the quarantine of snapshot n's content (owners)")
+    def post(self, request, application, environment, number):
+        env = self.environment(Role.OWNER)
+        data = ReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        releases.snapshot_quarantine_lift(snapshot=selectors.snapshot_get(
+            environment=env, number=number), actor=request.user, **data.validated_data)
+        snapshot = _annotated(Snapshot.objects.filter(environment=env, number=number)).get()
+        return Response(SnapshotSummarySerializer(
+            snapshot, context={"flags": release_reads.snapshot_flags(env)}).data)
+
+
 class PendingChangesSerializer(serializers.Serializer):
     class PendingSnapshotSerializer(serializers.Serializer):
         number = serializers.IntegerField()
         label = serializers.CharField()
 
+    class RolledBackSerializer(serializers.Serializer):
+        rollout = serializers.IntegerField(allow_null=True)
+        snapshot = serializers.IntegerField()
+
     snapshot = PendingSnapshotSerializer(allow_null=True)
+    against = PendingSnapshotSerializer(allow_null=True,
+                                        help_text="What the diff is against: the active "
+                                                  "snapshot (else the latest ready one).")
     count = serializers.IntegerField()
     events = AuditEventSerializer(many=True)
     valid = serializers.BooleanField()
     errors = ProblemSerializer(many=True)
+    checksum = serializers.CharField(allow_null=True)
+    rolled_back = RolledBackSerializer(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
     files = FileDiffSerializer(many=True)
+
+
+def pending_body(environment: Environment) -> dict:
+    pending = release_reads.pending_view(environment)
+
+    def brief(snapshot):
+        return {"number": snapshot.number, "label": snapshot.label} if snapshot else None
+
+    return {
+        "snapshot": brief(pending["snapshot"]),
+        "against": brief(pending["against"]),
+        "count": len(pending["events"]),
+        "events": AuditEventSerializer(pending["events"], many=True).data,
+        **{k: pending[k] for k in ("valid", "errors", "checksum", "rolled_back", "message",
+                                   "files")},
+    }
 
 
 class PendingChangesApi(EnvironmentAPIView):
     @extend_schema(responses=PendingChangesSerializer,
-                   summary="Changes since the latest ready snapshot, and their diff")
+                   summary="Changes since the latest ready snapshot; diff against the active one")
     def get(self, request, application, environment):
-        pending = selectors.pending_changes(self.environment())
-        snapshot = pending["snapshot"]
-        return Response({
-            "snapshot": {"number": snapshot.number, "label": snapshot.label} if snapshot else None,
-            "count": len(pending["events"]),
-            "events": AuditEventSerializer(pending["events"], many=True).data,
-            "valid": pending["valid"],
-            "errors": pending["errors"],
-            "files": pending["files"],
-        })
+        return Response(pending_body(self.environment()))
+
+
+class InputsResetApi(EnvironmentAPIView):
+    @extend_schema(request=None, responses=PendingChangesSerializer,
+                   summary="Reset the inputs to the active snapshot's stored source (owners)")
+    def post(self, request, application, environment):
+        env = releases.environment_inputs_reset(environment=self.environment(Role.OWNER),
+                                                actor=request.user)
+        return Response(pending_body(Environment.objects.get(pk=env.pk)))

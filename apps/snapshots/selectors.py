@@ -173,15 +173,21 @@ def pending_events(environment: Environment):
 
 
 def pending_changes(environment: Environment) -> dict:
-    """The pending events and the diff of rendering now against the latest snapshot."""
+    """The pending events (since the latest ready snapshot) and the diff of
+    rendering now against the active snapshot — what agents run — or, when none is
+    active, against the latest ready one. `checksum` is the rendered content's."""
     latest, events = pending_events(environment)
+    base = environment.active_snapshot or latest
     rendered = snapshot_preview(environment)
     return {
         "snapshot": latest,
+        "active": environment.active_snapshot,
+        "against": base,
         "events": list(events.select_related("actor").order_by("id")),
         "valid": rendered.is_valid,
         "errors": [p.as_dict() for p in rendered.problems],
-        "files": diff_files(latest.files if latest else [], rendered.files)
+        "checksum": rendered.checksum if rendered.is_valid else None,
+        "files": diff_files(base.files if base else [], rendered.files)
         if rendered.is_valid
         else [],
     }

@@ -38,6 +38,8 @@ FLEET_DOCUMENTED = {
     "/api/v1/agents/{agent_id}/pin/release": {"post"},
 }
 LAYERS_DOCUMENTED = {"/api/v1/descriptors": {"post"}}
+# Tested in tests/api/test_quarantine.py (they need a rolled-back rollout).
+QUARANTINE_DOCUMENTED = {f"{S}/quarantine/lift": {"post"}, f"{E}/reset-inputs": {"post"}}
 ROLLOUTS_DOCUMENTED = {
     f"{E}/rollouts": {"get", "post"},
     "/api/v1/rollouts/{rollout_id}": {"get", "delete"},
@@ -69,7 +71,7 @@ def test_schema_documents_every_api_route_and_method(schema):
     assert schema["openapi"].startswith("3.")
     assert schema["info"]["title"] == "Bellwether API"
     assert documented == (DOCUMENTED | FLEET_DOCUMENTED | LAYERS_DOCUMENTED
-                          | ROLLOUTS_DOCUMENTED)
+                          | ROLLOUTS_DOCUMENTED | QUARANTINE_DOCUMENTED)
     assert sum(len(methods) for methods in DOCUMENTED.values()) == len(ROUTES)
 
 

@@ -615,6 +615,8 @@ def test_rollback_re_renders_the_previous_content_as_a_new_higher_active_snapsho
     assert nodes[2].fresh().target_snapshot_id == replacement.pk
     quarantine = SnapshotQuarantine.objects.get(snapshot=second)
     assert (quarantine.rollout_id, quarantine.reason) == (rollout.pk, "bad canary")
+    # Quarantined by content: the checksum, in this environment.
+    assert (quarantine.environment_id, quarantine.checksum) == (environment.pk, second.checksum)
     assert AuditEvent.objects.filter(action="rollout.rollback").exists()
 
 
@@ -631,7 +633,7 @@ def test_a_rolled_back_snapshot_is_refused_for_a_new_rollout_without_an_override
     # Even with the override it stays refused here: the rollback made a newer
     # snapshot active, and rolling #2 out again would move the environment back.
     with pytest.raises(Conflict) as older:
-        start_rollout(environment, second, nodes[:1], override_quarantine=True)
+        start_rollout(environment, second, nodes[:1], override_reason="fixed upstream")
     assert older.value.code == "rollback_required"
 
 

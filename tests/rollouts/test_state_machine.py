@@ -83,7 +83,7 @@ def make_machine(environment, actor):
             self.snapshots = {active.pk: (active.number, active.checksum)}
             self.numbers = [active.number]
             self.active_number = active.number
-            self.quarantined: set[int] = set()
+            self.quarantined: set[str] = set()  # checksums: quarantine follows content
             self.rollouts: dict[int, dict] = {}
             self.current: int | None = None
             self.stalled = False
@@ -176,7 +176,7 @@ def make_machine(environment, actor):
                         self.pin[agent_id] = None
                         if agent_id in self.manual:
                             self.target[agent_id] = replacement.pk
-            self.quarantined.add(rollout["snapshot"])
+            self.quarantined.add(self.snapshots[rollout["snapshot"]][1])
             rollout["state"] = "rolled_back"
             rollout["version"] += 1
             self.current = None
@@ -248,7 +248,7 @@ def make_machine(environment, actor):
             snapshot_id = sorted(self.snapshots)[pick % len(self.snapshots)]
             # The refusal snapshot_activate checks first.
             refusal = None
-            if snapshot_id in self.quarantined:
+            if self.snapshots[snapshot_id][1] in self.quarantined:
                 refusal = "quarantined"
             elif self.current is not None:
                 refusal = "rollout_active"
@@ -269,7 +269,7 @@ def make_machine(environment, actor):
             # The refusal rollout_create checks first: older than the active snapshot
             # before any agent is looked at, an agent that applied a newer one last.
             refusal = None
-            if snapshot_id in self.quarantined:
+            if self.snapshots[snapshot_id][1] in self.quarantined:
                 refusal = "quarantined"
             elif self.current is not None:
                 refusal = "rollout_active"

@@ -1,0 +1,58 @@
+"""Reads that span the domain apps: what a snapshot is (active, quarantined) and
+the pending changes with what a rollback says about them."""
+
+from apps.environments.models import Environment
+from apps.rollouts.models import Rollout
+from apps.rollouts.quarantine import quarantine_of, quarantines_by_checksum
+from apps.snapshots.models import Snapshot
+from apps.snapshots.selectors import pending_changes, snapshot_preview
+
+
+def snapshot_flags(environment: Environment) -> dict:
+    """What the interfaces need to flag the environment's snapshots (two queries
+    for any number of them): {"active": pk or None, "quarantines": by checksum}."""
+    return {"active": environment.active_snapshot_id,
+            "quarantines": quarantines_by_checksum(environment.pk)}
+
+
+def snapshot_state(snapshot: Snapshot, flags: dict) -> dict:
+    """{"active": bool, "quarantined": {snapshot, rollout, reason, at} or None}."""
+    quarantine = flags["quarantines"].get(snapshot.checksum) if snapshot.checksum else None
+    return {"active": snapshot.pk == flags["active"],
+            "quarantined": quarantine.as_dict() if quarantine else None}
+
+
+def _rolled_back(environment: Environment, checksum: str | None) -> dict | None:
+    """Whether content rendered from the current inputs was rolled back: it is
+    quarantined, or the environment's latest rollout rolled back that content."""
+    if not checksum:
+        return None
+    quarantine = quarantine_of(environment.pk, checksum)
+    if quarantine is not None:
+        return {"rollout": quarantine.rollout_id, "snapshot": quarantine.snapshot.number}
+    latest = (Rollout.objects.filter(environment=environment).select_related("snapshot")
+              .order_by("-pk").first())
+    if (latest is not None and latest.state == Rollout.State.ROLLED_BACK
+            and latest.snapshot.checksum == checksum):
+        return {"rollout": latest.pk, "snapshot": latest.snapshot.number}
+    return None
+
+
+def pending_view(environment: Environment) -> dict:
+    """snapshots.selectors.pending_changes (the diff against the active snapshot),
+    with `rolled_back` ({rollout, snapshot} or None) and a `message` saying so."""
+    pending = pending_changes(environment)
+    rolled_back = _rolled_back(environment, pending["checksum"])
+    message = ""
+    if rolled_back is not None:
+        message = (f"These changes were rolled back in rollout {rolled_back['rollout']} "
+                   f"(as #{rolled_back['snapshot']}); the active snapshot does not hold "
+                   "them. An owner can reset the inputs to the active snapshot's source.")
+    return {**pending, "rolled_back": rolled_back, "message": message}
+
+
+def inputs_rolled_back(environment: Environment) -> dict | None:
+    """Whether the environment's current inputs render to content a rollout rolled
+    back: {rollout, snapshot} or None (renders the inputs; records nothing)."""
+    rendered = snapshot_preview(environment)
+    return _rolled_back(environment, rendered.checksum if rendered.is_valid else None)
