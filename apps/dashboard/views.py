@@ -29,7 +29,12 @@ from apps.dashboard import forms, selectors
 from apps.environments.selectors import require_role
 from apps.environments.services import descriptor_check
 from apps.releases.services import descriptor_submit, snapshot_deploy, snapshot_rollback
-from apps.rollouts.services import rollout_confirm, rollout_create, rollout_rollback
+from apps.rollouts.services import (
+    rollout_confirm,
+    rollout_create,
+    rollout_pins_release,
+    rollout_rollback,
+)
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
 from apps.tenancy.models import Role
@@ -299,8 +304,8 @@ def snapshot_rollback_page(request, application, environment, number):
 def rollout_new(request, application, environment):
     """Start a staged rollout: canaries by agent, then waves by percent."""
     env = _environment(request, application, environment)
-    choices = {"snapshots": selectors.snapshots_panel(env)["snapshots"],
-               "active": env.active_snapshot_id, "agents": selectors.canary_choices(env)}
+    choices = {"snapshots": selectors.rollout_snapshots(env),
+               "agents": selectors.canary_choices(env)}
     context = _page_context(request, env)
     if request.method == "GET":
         context["form"] = forms.RolloutForm(**choices)
@@ -353,6 +358,13 @@ def rollout_rollback_view(request, application, environment, rollout_id):
 
     return _rollout_action(request, application, environment, rollout_id, rollback,
                            "rolled back")
+
+
+@_signed_in_action
+@require_POST
+def rollout_release_pins_view(request, application, environment, rollout_id):
+    return _rollout_action(request, application, environment, rollout_id,
+                           rollout_pins_release, "released its remaining pins")
 
 
 def csrf_failure(request, reason=""):
