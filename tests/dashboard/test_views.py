@@ -26,6 +26,7 @@ from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from apps.releases.services import environment_update
+from apps.rollouts import services as rollout_services
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.models import Publication, Snapshot
 from tests.factories import (
@@ -1386,6 +1387,30 @@ def test_rollback_rolls_the_rollout_back_to_a_new_snapshot(rollout, nodes, secon
     assert dict(Agent.objects.values_list("name", "pin_rollout")) == {
         "web-1": None, "web-2": None, "web-3": None}
     assert "rolled back as <span class=\"snap\">#4</span>" in text(response)
+
+
+def test_release_pins_button_frees_a_rolled_back_rollouts_kept_pins(rollout, nodes,
+                                                                     environment, superuser,
+                                                                     as_deployer, as_viewer):
+    environment_update(environment=environment, keep_rollout_pins=True, actor=superuser)
+    rollout_services.rollout_rollback(rollout=rollout, expected_version=rollout.version,
+                                      actor=superuser)
+    version = Rollout.objects.get(pk=rollout.pk).version
+    panel = text(as_viewer.get(url("environment") + "?panel=rollout", headers=HTMX))
+    assert "2 agents still held by this rollout" in panel
+    assert "Release remaining pins" not in panel  # a viewer gets no button
+    assert "Release remaining pins" in text(
+        as_deployer.get(url("environment") + "?panel=rollout", headers=HTMX))
+
+    stale = as_deployer.post(url("rollout-release-pins", rollout.pk),
+                             {"expected_version": version - 1}, headers=HTMX)
+    response = as_deployer.post(url("rollout-release-pins", rollout.pk),
+                                {"expected_version": version}, headers=HTMX)
+
+    assert stale.status_code == 409
+    assert response.status_code == 200
+    assert f"Rollout {rollout.pk} released its remaining pins." in flash(text(response))
+    assert not Agent.objects.filter(pin_rollout=rollout.pk).exists()
 
 
 def test_confirm_before_the_canary_acknowledged_is_409_with_the_reason(rollout, as_deployer):

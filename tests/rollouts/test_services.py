@@ -1221,3 +1221,38 @@ def test_a_push_to_an_agent_a_rollout_holds_at_nothing_is_refused(nothing_active
                                        actor=superuser)
 
     assert caught.value.code == "agent_pinned"
+
+
+# --- nothing to roll out ---------------------------------------------------------------
+
+
+def test_a_rollout_of_what_every_target_already_runs_is_refused(environment, second, fleet):
+    web1, web2 = fleet(2)
+    done = start_rollout(environment, second, [web1, web2])
+    ack(web1, second)
+    ack(web2, second)
+    confirm(done)  # completed: #2 active, both run it
+
+    with pytest.raises(Conflict) as caught:
+        start_rollout(environment, second, [web1])
+    web3, = fleet(1, start=3)  # a target that does not run it yet: something to do
+    again = start_rollout(environment, second, [web3])
+
+    assert caught.value.code == "nothing_to_roll_out"
+    assert "Every target already runs #2" in caught.value.message
+    assert fresh(again).state == "running"
+
+
+def test_a_completed_rollout_keeps_its_counts_after_its_pins_are_released(environment,
+                                                                          second, fleet):
+    web1, = fleet(1)
+    done = start_rollout(environment, second, [web1])
+    ack(web1, second)
+
+    finished = confirm(done)
+
+    assert finished.state == "completed"
+    assert finished.final_summary["waves"] == [
+        {"index": 0, "targets": 1, "activated": 1, "acknowledged": 1, "failed": 0}]
+    assert finished.final_summary["final_evidence"]["acknowledged"] == ["web-1"]
+    assert not Agent.objects.filter(pin_rollout=done).exists()
