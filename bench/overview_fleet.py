@@ -70,7 +70,8 @@ def child(agents: int) -> dict:
         for agent in rows:
             status = agent_status(agent, seen.get(agent.pk))
             counts[fleet_bucket(status["online"], status["sync"])] += 1
-        return {bucket: counts[bucket] for bucket in ("in_sync", "behind", "failed", "offline")}
+        return {bucket: counts[bucket]
+                for bucket in ("in_sync", "held", "behind", "failed", "offline")}
 
     timings = {}
     results = {}

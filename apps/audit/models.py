@@ -18,7 +18,7 @@ class Action(models.TextChoices):
     POLICY_PUBLISH = "policy.publish"
     ENVIRONMENT_CREATE = "environment.create"
     ENVIRONMENT_UPDATE = "environment.update"  # its config or schema
-    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, activation policy
+    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, activation policy, keeping pins
     ENVIRONMENT_OWNERS = "environment.owners"
     TEMPLATE_CREATE = "template.create"
     TEMPLATE_UPDATE = "template.update"
@@ -46,6 +46,7 @@ class Action(models.TextChoices):
     ROLLOUT_COMPLETE = "rollout.complete"
     ROLLOUT_ROLLBACK = "rollout.rollback"
     ROLLOUT_RELEASE = "rollout.release"
+    ROLLOUT_PINS_RELEASE = "rollout.pins_release"
     ROLLOUT_DELETE = "rollout.delete"
     QUARANTINE_OVERRIDE = "quarantine.override"  # an owner released quarantined content
     QUARANTINE_LIFT = "quarantine.lift"

@@ -173,8 +173,9 @@ WAVES_MESSAGE = "percentages from 1 to 100, separated by commas."
 
 
 class RolloutForm(DashboardForm):
-    """A staged rollout: a snapshot (offered: the ready ones, `active` marked),
-    canaries by agent (offered: `agents`), then waves by percent behind one gate.
+    """A staged rollout: a snapshot (offered: `snapshots`, the ready ones newer than
+    the active one and not quarantined, newest first and chosen), canaries by agent
+    (offered: `agents`), then waves by percent behind one gate.
     cleaned_data["plan"] is the waves as rollout_create takes them."""
 
     snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
@@ -189,18 +190,21 @@ class RolloutForm(DashboardForm):
     # A post that leaves these out (from a script, say) gets one wave behind a manual gate.
     defaults = {"waves": "100", "gate": Rollout.Gate.MANUAL}
     refusal_fields = {"not_found": "snapshot", "quarantined": "snapshot",
+                      "nothing_to_roll_out": "snapshot",
                       "no_canaries": "canary", "canary_not_target": "canary"}
 
-    def __init__(self, data=None, *args, snapshots=(), active=None, agents=(), **kwargs):
+    def __init__(self, data=None, *args, snapshots=(), agents=(), **kwargs):
         if data is not None:
             data = data.copy()
             for name, value in self.defaults.items():
                 if name not in data:
                     data[name] = value
         super().__init__(data, *args, **kwargs)
-        self.fields["snapshot"].widget.choices = [
-            (s.number, f"#{s.number} {s.label}{' (active)' if s.pk == active else ''}")
-            for s in snapshots if s.state == "ready"]
+        offered = [s for s in snapshots if s.state == "ready"]
+        self.fields["snapshot"].widget.choices = [(s.number, f"#{s.number} {s.label}")
+                                                  for s in offered]
+        if offered:
+            self.fields["snapshot"].initial = offered[0].number
         self.fields["canary"].widget.choices = [(agent.pk, agent.name) for agent in agents]
 
     def clean_waves(self) -> list[int]:

@@ -15,7 +15,7 @@ from apps.fleet.selectors import (
 )
 from apps.releases import selectors as release_reads
 from apps.rollouts import selectors as rollout_selectors
-from apps.rollouts.models import ACTIVE_STATES, Rollout
+from apps.rollouts.models import ACTIVE_STATES, Rollout, SnapshotQuarantine
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import pending_events, with_pending_counts
 from apps.tenancy.models import ROLE_RANK, Role
@@ -23,7 +23,7 @@ from apps.tenancy.models import ROLE_RANK, Role
 AGENTS_SHOWN = 500
 SNAPSHOTS_SHOWN = 25
 ACKNOWLEDGEMENTS_SHOWN = 50
-FLEET_BUCKETS = ("in_sync", "behind", "failed", "offline")
+FLEET_BUCKETS = ("in_sync", "held", "behind", "failed", "offline")
 # Snapshot columns no status needs: the bundle and the rendered content can be large,
 # and a joined snapshot repeats on every agent row.
 SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files",
@@ -31,10 +31,11 @@ SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files
 
 
 def fleet_bucket(online: bool, sync: str) -> str:
-    """One of FLEET_BUCKETS: offline wins, then failed, then in sync; the rest is behind."""
+    """One of FLEET_BUCKETS: offline wins, then held (following a pin, not the
+    environment), failed and in sync; the rest is behind."""
     if not online:
         return "offline"
-    if sync in ("in_sync", "failed"):
+    if sync in ("in_sync", "held", "failed"):
         return sync
     return "behind"
 
@@ -140,6 +141,18 @@ def snapshots_panel(environment: Environment) -> dict:
     }
 
 
+def rollout_snapshots(environment: Environment) -> list[Snapshot]:
+    """What the rollout form offers, newest first: ready snapshots newer than the
+    active one and not quarantined (the API refuses the others, with reasons)."""
+    active = environment.active_snapshot
+    quarantined = SnapshotQuarantine.objects.filter(environment=environment)
+    snapshots = Snapshot.objects.filter(environment=environment, state="ready").exclude(
+        checksum__in=quarantined.values("checksum"))
+    if active is not None:
+        snapshots = snapshots.filter(number__gt=active.number)
+    return list(snapshots.defer(*SNAPSHOT_CONTENT).order_by("-number")[:SNAPSHOTS_SHOWN])
+
+
 def pending_panel(environment: Environment) -> dict:
     latest, events = pending_events(environment)
     return {"snapshot": latest,
@@ -157,9 +170,12 @@ def rollout_panel(environment: Environment) -> dict:
     if rollout is None:
         return {"rollout": None}
     progress = rollout_selectors.wave_progress([rollout]).get(rollout.pk, {})
+    # A finished rollout shows the counts it kept when it finished.
+    kept = {w["index"]: w for w in (rollout.final_summary or {}).get("waves", [])}
     waves = []
     for index, wave in enumerate(rollout.waves):
-        counts = progress.get(index, {"targets": 0, "activated": 0, "released": 0})
+        counts = {**progress.get(index, {"targets": 0, "activated": 0, "released": 0}),
+                  **kept.get(index, {})}
         waves.append({"index": index, "name": "canaries" if index == 0 else f"wave {index}",
                       **wave, **counts,
                       "percent": round(100 * counts["activated"] / counts["targets"])
@@ -173,4 +189,5 @@ def rollout_panel(environment: Environment) -> dict:
             key: getattr(evidence, key)[:ACKNOWLEDGEMENTS_SHOWN]
             for key in ("acknowledged", "waiting", "failed", "released", "changed")},
         "ready": evidence is not None and evidence.complete,
+        "pins_held": Agent.objects.filter(pin_rollout=rollout).count(),
     }

@@ -25,4 +25,6 @@ urlpatterns = [
          name="rollout-confirm"),
     path(f"{ENV}rollouts/<int:rollout_id>/rollback/", views.rollout_rollback_view,
          name="rollout-rollback"),
+    path(f"{ENV}rollouts/<int:rollout_id>/release-pins/", views.rollout_release_pins_view,
+         name="rollout-release-pins"),
 ]

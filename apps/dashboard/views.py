@@ -34,7 +34,12 @@ from apps.releases.services import (
     snapshot_deploy,
     snapshot_rollback,
 )
-from apps.rollouts.services import rollout_confirm, rollout_create, rollout_rollback
+from apps.rollouts.services import (
+    rollout_confirm,
+    rollout_create,
+    rollout_pins_release,
+    rollout_rollback,
+)
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
 from apps.tenancy.models import Role
@@ -318,8 +323,8 @@ def reset_inputs(request, application, environment):
 def rollout_new(request, application, environment):
     """Start a staged rollout: canaries by agent, then waves by percent."""
     env = _environment(request, application, environment)
-    choices = {"snapshots": selectors.snapshots_panel(env)["snapshots"],
-               "active": env.active_snapshot_id, "agents": selectors.canary_choices(env)}
+    choices = {"snapshots": selectors.rollout_snapshots(env),
+               "agents": selectors.canary_choices(env)}
     context = _page_context(request, env)
     if request.method == "GET":
         context["form"] = forms.RolloutForm(**choices)
@@ -372,6 +377,13 @@ def rollout_rollback_view(request, application, environment, rollout_id):
 
     return _rollout_action(request, application, environment, rollout_id, rollback,
                            "rolled back")
+
+
+@_signed_in_action
+@require_POST
+def rollout_release_pins_view(request, application, environment, rollout_id):
+    return _rollout_action(request, application, environment, rollout_id,
+                           rollout_pins_release, "released its remaining pins")
 
 
 def csrf_failure(request, reason=""):

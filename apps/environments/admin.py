@@ -35,7 +35,7 @@ class EnvironmentForm(forms.ModelForm):
     class Meta:
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s",
-                  "require_activation", "owners"]
+                  "require_activation", "keep_rollout_pins", "owners"]
         field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
                                                    "class": "bw-code"})}

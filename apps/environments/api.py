@@ -27,7 +27,7 @@ class EnvironmentListSerializer(serializers.ModelSerializer):
     class Meta:
         model = Environment
         fields = ["application", "name", "full_name", "tenant", "poll_interval_s",
-                  "snapshot_counter", "updated_at", "url"]
+                  "keep_rollout_pins", "snapshot_counter", "updated_at", "url"]
 
     def get_url(self, obj) -> str:
         return f"/api/v1/environments/{obj.application.name}/{obj.name}"
@@ -81,6 +81,7 @@ class EnvironmentDetailApi(EnvironmentAPIView):
         config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
         config_schema = serializers.JSONField(required=False, allow_null=True)
         poll_interval_s = serializers.IntegerField(required=False, min_value=5, max_value=3600)
+        keep_rollout_pins = serializers.BooleanField(required=False)
 
         def validate_config_schema(self, value):
             if value is not None and not isinstance(value, dict):

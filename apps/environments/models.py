@@ -58,6 +58,11 @@ class Environment(models.Model):
         default=False,
         help_text="Publishing stores a snapshot without activating it; activate explicitly.",
     )
+    keep_rollout_pins = models.BooleanField(
+        default=False,
+        help_text="A finished rollout keeps its remaining pins until they are released "
+                  "explicitly (by default they are released when it ends).",
+    )
     owners = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="owned_environments"
     )

@@ -28,7 +28,8 @@ from configlang.rendering import (
 )
 from configlang.yamlconfig import load_config, value_problems
 
-EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "require_activation")
+EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "require_activation",
+                   "keep_rollout_pins")
 # What a snapshot is rendered from; the other fields are settings.
 RENDERED_FIELDS = ("config", "config_schema")
 

@@ -2,7 +2,9 @@
 Agent row or anything shaped like one) and say what follows.
 
 - `labels_problem`: what is wrong with an agent's labels.
-- `is_held`: an agent held by a pin follows it, whatever is activated or pushed.
+- `is_held`: an agent held by a pin follows it, whatever is activated or pushed;
+  `held_by` says by whom, `holder_text` and `held_refusal` name the holder and
+  the action that frees the agent.
 - `refuses`: an agent never goes back below the snapshot it applied.
 - `check_generation`, `pin_target_refusal`, `going_back_refusal`: the checks of
   an operator's change to one agent.
@@ -34,6 +36,42 @@ def is_held(agent) -> bool:
     return agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None
 
 
+def held_by(agent) -> dict | None:
+    """Who holds the agent: {"kind": "rollout", "rollout": id}, {"kind":
+    "operator", "by": username or None}, or None when it is not held."""
+    if agent.pin_rollout_id is not None:
+        return {"kind": "rollout", "rollout": agent.pin_rollout_id}
+    if agent.pinned_snapshot_id is not None:
+        by = agent.pinned_by.username if agent.pinned_by_id is not None else None
+        return {"kind": "operator", "by": by}
+    return None
+
+
+def holder_text(agent) -> str:
+    """'<name> is held by rollout 7; release that rollout's pins (...) or roll it
+    back': who holds the agent and the action that frees it (agent held)."""
+    holder = held_by(agent)
+    if holder is not None and holder["kind"] == "rollout":
+        rollout = holder["rollout"]
+        return (f"{agent.name} is held by rollout {rollout}; release that rollout's pins "
+                f"(POST /api/v1/rollouts/{rollout}/release-pins) or roll it back")
+    by = f" ({holder['by']})" if holder and holder["by"] else ""
+    return (f"{agent.name} is held by an operator{by}; release its pin "
+            f"(POST /api/v1/agents/{agent.pk}/pin/release)")
+
+
+def held_refusal(agents: list, doing: str) -> Conflict | None:
+    """The refusal (409 agent_pinned) of `doing` to agents of which some are held,
+    naming each holder and what frees it; None when none is held."""
+    held = [a for a in agents if is_held(a)]
+    if not held:
+        return None
+    return Conflict(f"Cannot {doing}: " + "; ".join(holder_text(a) for a in held[:20]) + ".",
+                    code="agent_pinned",
+                    details=[{"agent": a.pk, "name": a.name, "held_by": held_by(a)}
+                             for a in held[:100]])
+
+
 def refuses(agent, number: int | None) -> bool:
     """Whether the agent would refuse snapshot `number`: it never goes back below
     what it applied (nothing, None, counts as going back for an agent that has
@@ -55,8 +93,7 @@ def pin_target_refusal(agent, snapshot) -> ApplicationError | None:
     rollout's pin is released through its rollout; only a ready snapshot of the
     agent's own environment can be pinned."""
     if agent.pin_rollout_id is not None:
-        return Conflict(f"{agent.name} is pinned by rollout {agent.pin_rollout_id}.",
-                        code="agent_pinned")
+        return held_refusal([agent], "pin it")
     if snapshot.environment_id != agent.environment_id or not snapshot.is_ready:
         return ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
                                 "the agent's environment.")
@@ -92,10 +129,9 @@ def push_refusal(agents: list, snapshot, active) -> Conflict | None:
     if disabled:
         return Conflict(f"Agents {', '.join(disabled)} are disabled; enable them to push.",
                         code="agent_disabled")
-    held = [a.name for a in agents if is_held(a)]
-    if held:
-        return Conflict(f"Agents {', '.join(held)} are pinned; release their pins to push.",
-                        code="agent_pinned")
+    held = held_refusal(agents, f"push #{snapshot.number}")
+    if held is not None:
+        return held
     refusals = [r for r in (_going_back(a, snapshot, active) for a in agents) if r]
     if not refusals:
         return None

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from apps.fleet import cache
+from apps.fleet import cache, rules
 from apps.fleet.models import HELD, Agent, Deployment
 from apps.snapshots.models import Snapshot
 
@@ -69,7 +69,7 @@ def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
 def agents_with_desired(queryset):
     return queryset.select_related(
         "environment__application", "environment__active_snapshot", "target_snapshot",
-        "pinned_snapshot",
+        "pinned_snapshot", "pinned_by",
     )
 
 
@@ -104,6 +104,7 @@ def with_sync(queryset):
     return queryset.annotate(
         desired_number=_desired("number"), desired_checksum=_desired("checksum"),
     ).annotate(sync=Case(
+        When(HELD, then=Value("held")),
         When(applied_number__isnull=True, then=Value("never_applied")),
         When(applied_number=F("desired_number"), applied_checksum=F("desired_checksum"),
              then=Value("in_sync")),
@@ -116,7 +117,9 @@ def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
     """What operators see of an agent."""
     desired = desired_snapshot_for(agent)
     online = is_online(seen_at, agent.environment.poll_interval_s)
-    if agent.applied_number is None:
+    if agent.is_held:
+        sync = "held"  # it follows its pin, not the environment
+    elif agent.applied_number is None:
         sync = "never_applied"
     elif desired is not None and (agent.applied_number, agent.applied_checksum) == (
         desired.number, desired.checksum
@@ -141,4 +144,5 @@ def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
             "number": agent.blocked_number, "checksum": agent.blocked_checksum},
         "pinned": None if agent.pinned_snapshot_id is None else {
             "number": agent.pinned_snapshot.number, "at": agent.pinned_at},
+        "held_by": rules.held_by(agent),
     }

@@ -203,8 +203,7 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
         locked = Agent.objects.lock(agent.pk)
         rules.check_generation(locked, expected_generation)
         if locked.pin_rollout_id is not None:
-            raise Conflict(f"{locked.name} is pinned by rollout {locked.pin_rollout_id}; "
-                           "release it with that rollout's id.", code="rollout_pin")
+            raise Conflict(rules.holder_text(locked) + ".", code="rollout_pin")
         if locked.pinned_snapshot_id is None:
             raise Conflict(f"{locked.name} is not pinned.", code="not_pinned")
         number = locked.pinned_snapshot.number

@@ -1,5 +1,5 @@
-"""Rollouts in the admin: read-only, with their targets; confirm and roll back
-through the services (at the version shown)."""
+"""Rollouts in the admin: read-only, with their targets; confirm, roll back and
+release the remaining pins through the services (at the version shown)."""
 
 from django.contrib import admin, messages
 
@@ -35,10 +35,11 @@ class RolloutAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["environment__application", "snapshot"]
     fields = ["environment", "snapshot", "previous_snapshot", "state", "version", "waves",
               "current_wave", "wave_started_at", "wave_timeout_s", "failure_threshold",
-              "reason", "rollback_snapshot", "created_by", "created_at", "finished_at"]
+              "reason", "rollback_snapshot", "created_by", "created_at", "finished_at",
+              "final_summary"]
     readonly_fields = fields
     inlines = [RolloutTargetInline]
-    actions = ["confirm", "roll_back"]
+    actions = ["confirm", "roll_back", "release_pins"]
 
     def get_queryset(self, request):
         return Rollout.objects.filter(environment__in=Environment.objects.owned_by(request.user))
@@ -63,6 +64,10 @@ class RolloutAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return services.rollout_rollback(reason="rolled back from the admin", **kwargs)
 
         self._each(request, queryset, "rolled back", rollback)
+
+    @admin.action(description="Release the remaining pins")
+    def release_pins(self, request, queryset):
+        self._each(request, queryset, "pins released", services.rollout_pins_release)
 
 
 @admin.register(SnapshotQuarantine)

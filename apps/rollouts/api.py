@@ -1,5 +1,5 @@
 """Rollout API: create, list, detail with wave progress, confirm, rollback, delete,
-and releasing a rollout's pin on an agent."""
+releasing a rollout's pin on an agent, and releasing all of a finished rollout's pins."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -14,6 +14,7 @@ from apps.environments.views import (
     QuarantineOverrideSerializer,
     quarantine_override,
 )
+from apps.fleet.models import Agent
 from apps.rollouts import selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
@@ -72,7 +73,10 @@ class RolloutSerializer(serializers.ModelSerializer):
 
     def get_waves(self, rollout) -> list[dict]:
         progress = self.context.get("progress", {}).get(rollout.pk, {})
-        return [{**wave, "index": index, **progress.get(index, {})}
+        # A finished rollout's counts are those it kept when it finished: its
+        # targets have been released since.
+        kept = {w["index"]: w for w in (rollout.final_summary or {}).get("waves", [])}
+        return [{**wave, "index": index, **progress.get(index, {}), **kept.get(index, {})}
                 for index, wave in enumerate(rollout.waves)]
 
 
@@ -87,6 +91,9 @@ def _detail(rollout: Rollout) -> dict:
         evidence = selectors.wave_evidence(rollout)
         body["current_wave_evidence"] = {k: getattr(evidence, k)[:MAX_TARGETS_SHOWN] for k in (
             "acknowledged", "failed", "waiting", "released", "changed")}
+    elif rollout.final_summary:
+        body["final_evidence"] = rollout.final_summary.get("final_evidence")
+    body["pins_held"] = Agent.objects.filter(pin_rollout=rollout).count()
     targets = (RolloutTarget.objects.filter(rollout=rollout).select_related("agent")
                .order_by("wave", "agent__name")[:MAX_TARGETS_SHOWN])
     body["targets"] = [{"agent": t.agent_id, "name": t.agent.name, "wave": t.wave,
@@ -171,4 +178,16 @@ class RolloutRollbackApi(_RolloutApi):
         services.rollout_rollback(rollout=rollout, actor=request.user,
                                   expected_version=data.validated_data["expected_version"],
                                   reason="rolled back by an operator")
+        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+
+
+class RolloutReleasePinsApi(_RolloutApi):
+    @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
+                   summary="Release every pin a finished rollout still holds")
+    def post(self, request, rollout_id):
+        rollout = self.rollout_for(Role.DEPLOYER)
+        data = ExpectedVersionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.rollout_pins_release(rollout=rollout, actor=request.user,
+                                      expected_version=data.validated_data["expected_version"])
         return Response(_detail(_rollouts().get(pk=rollout.pk)))

@@ -59,6 +59,9 @@ class Rollout(models.Model):
                                    on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Kept when the rollout finishes, before its pins are released: per wave
+    # {targets, activated, acknowledged, failed, released} and the last evidence.
+    final_summary = models.JSONField(null=True, blank=True)
 
     objects = RolloutQuerySet.as_manager()
 

@@ -5,6 +5,8 @@
 - `WaveEvidence` is what the targets of a wave have shown; `settled` and
   `blockers` say whether the wave may advance and what holds it.
 - `is_canary` says whether an agent is a canary by id or labels.
+- `nothing_to_roll_out` says when a rollout could never finish: every target
+  already runs the snapshot.
 """
 
 import math
@@ -18,6 +20,17 @@ def is_canary(agent, *, ids: set, labels: dict | None) -> bool:
     if agent.pk in ids:
         return True
     return bool(labels) and all(agent.labels.get(k) == v for k, v in labels.items())
+
+
+def nothing_to_roll_out(number: int, checksum: str, targets: list) -> bool:
+    """Whether every target already runs exactly this snapshot (its applied number
+    and checksum are the snapshot's). Such a rollout could never finish: a wave is
+    confirmed only on a report received after activation, and an agent never
+    applies again what it already runs. (A snapshot that is already active with
+    every follower in sync is the same case.) Same content under a new, higher
+    number is something to roll out: agents apply it and report."""
+    return bool(targets) and all(
+        (t.applied_number, t.applied_checksum) == (number, checksum) for t in targets)
 
 
 def wave_specs_problem(waves: list[dict]) -> str | None:

@@ -1,4 +1,5 @@
-"""Reads about rollouts: acknowledgement evidence for a wave, freshness, listing."""
+"""Reads about rollouts: acknowledgement evidence for a wave, freshness, listing, and
+the summary a finished rollout keeps."""
 
 from datetime import timedelta
 
@@ -79,6 +80,30 @@ def failures(rollout: Rollout) -> int:
     )
     return RolloutTarget.objects.filter(rollout=rollout, state=RolloutTarget.State.ACTIVATED
                                         ).filter(Exists(failed_report)).count()
+
+
+EVIDENCE_KINDS = ("acknowledged", "failed", "waiting", "released", "changed")
+
+
+def rollout_summary(rollout: Rollout, shown: int = 100) -> dict:
+    """What a rollout showed when it finished, kept on it before its pins go: per
+    wave {index, targets, activated (ever), acknowledged, failed} and the current
+    wave's evidence by name (at most `shown` per kind)."""
+    rows = {row["wave"]: row for row in RolloutTarget.objects.filter(rollout=rollout)
+            .values("wave").annotate(targets=Count("pk"),
+                                     activated=Count("pk", filter=Q(activated_at__isnull=False)))}
+    waves = []
+    for index in range(len(rollout.waves)):
+        evidence = (wave_evidence(rollout, index) if index <= rollout.current_wave
+                    else WaveEvidence())
+        row = rows.get(index, {})
+        waves.append({"index": index, "targets": row.get("targets", 0),
+                      "activated": row.get("activated", 0),
+                      "acknowledged": len(evidence.acknowledged),
+                      "failed": len(evidence.failed)})
+    final = wave_evidence(rollout)
+    return {"waves": waves, "final_evidence": {k: getattr(final, k)[:shown]
+                                               for k in EVIDENCE_KINDS}}
 
 
 def wave_progress(rollouts) -> dict:

@@ -1,5 +1,5 @@
 """Rollout transitions: create, confirm, advance, complete, roll back, release a
-pin, delete (the automatic driver is apps.rollouts.reconcile). Each locks the
+pin or all remaining pins, delete (the automatic driver is apps.rollouts.reconcile). Each locks the
 environment, then the rollout row (the order of apps.core.locks), checks the
 transition and the CAS `version`, changes pins with set-based updates, and
 writes its audit event in the same transaction.
@@ -18,7 +18,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent
-from apps.fleet.rules import check_generation, refuses
+from apps.fleet.rules import check_generation, held_refusal, refuses
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
 from apps.rollouts import rules, selectors
@@ -99,14 +99,17 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
     if stale:
         raise Conflict(f"{len(stale)} target(s) changed since you loaded them.",
                        code="stale", details=stale)
-    held = [a.name for a in agents if a.is_held]
-    if held:
-        raise Conflict(f"Pinned agents cannot be rolled out to: {', '.join(held)}.",
-                       code="agent_pinned")
+    held = held_refusal(agents, f"roll out #{snapshot.number}")
+    if held is not None:
+        raise held
     ahead = [a.name for a in agents if refuses(a, snapshot.number)]
     if ahead:
         raise Conflict(f"{', '.join(ahead)} already have a newer snapshot; they refuse "
                        "lower numbers.", code="rollback_required")
+    if rules.nothing_to_roll_out(snapshot.number, snapshot.checksum, agents):
+        raise Conflict(f"Every target already runs #{snapshot.number}; no target would "
+                       "apply and acknowledge it, so there is nothing to roll out.",
+                       code="nothing_to_roll_out")
     return agents
 
 
@@ -228,18 +231,30 @@ def advance(rollout: Rollout, actor, why: str) -> Rollout:
     return rollout
 
 
-def _complete(rollout: Rollout, actor) -> Rollout:
-    """The snapshot becomes the environment's active one and the pins are released."""
-    environment_activate(environment=rollout.environment, snapshot=rollout.snapshot)
-    agent_ids = list(Agent.objects.filter(pin_rollout=rollout).values_list("pk", flat=True))
-    # Manual agents follow their target once released: keep them on the new snapshot.
-    Agent.objects.filter(pk__in=agent_ids, mode=Agent.Mode.MANUAL).update(
-        target_snapshot=rollout.snapshot)
+def _release_pins(rollout: Rollout, targets, follow: Snapshot | None) -> int:
+    """Release the pins `rollout` holds on these targets' agents and mark the targets
+    released. Manual agents follow their target once released: an activated one is
+    moved to `follow` (what replaced the rollout's snapshot, or it)."""
+    agent_ids = list(targets.filter(agent__pin_rollout=rollout)
+                     .values_list("agent_id", flat=True))
+    if follow is not None:
+        Agent.objects.filter(pk__in=agent_ids, mode=Agent.Mode.MANUAL).filter(
+            pk__in=targets.filter(state=RolloutTarget.State.ACTIVATED).values("agent_id")
+        ).update(target_snapshot=follow)
     pins_set(agent_ids, snapshot=None)
-    RolloutTarget.objects.filter(rollout=rollout).update(state=RolloutTarget.State.RELEASED)
+    targets.update(state=RolloutTarget.State.RELEASED)
+    return len(agent_ids)
+
+
+def _complete(rollout: Rollout, actor) -> Rollout:
+    """The snapshot becomes the environment's active one and the pins are released
+    (every target is activated by now), its per-wave summary kept first."""
+    environment_activate(environment=rollout.environment, snapshot=rollout.snapshot)
+    summary = selectors.rollout_summary(rollout)
+    _release_pins(rollout, RolloutTarget.objects.filter(rollout=rollout), rollout.snapshot)
     transition(rollout, actor, Action.ROLLOUT_COMPLETE,
                 f"Rollout {rollout.pk} completed: #{rollout.snapshot.number} active",
-                state=Rollout.State.COMPLETED, finished_at=timezone.now())
+                state=Rollout.State.COMPLETED, finished_at=timezone.now(), final_summary=summary)
     logger.info("rollout %s completed", rollout.pk)
     return rollout
 
@@ -284,8 +299,9 @@ def _replacement(environment: Environment, previous: Snapshot, actor) -> Snapsho
 def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
                      reason: str = "") -> Rollout:
     """Roll back: re-render the previous content as a new, higher snapshot, make it
-    active, and release the pins of activated targets. Pending and released targets
-    stay as they are; the rolled-back snapshot is quarantined. Under the rollout's
+    active, keep the per-wave summary, and release the rollout's pins so every target
+    follows the environment again (only the activated targets' pins when the
+    environment keeps rollout pins); the rolled-back snapshot is quarantined. Under the rollout's
     lock with the version checked first: of two rollbacks (or a rollback and a
     confirm) at one version exactly one wins, and only it renders."""
     with transaction.atomic():
@@ -295,22 +311,18 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
         previous = locked.previous_snapshot
         replacement = _replacement(environment, previous, actor) if previous else None
-        activated = RolloutTarget.objects.filter(rollout=locked,
-                                                 state=RolloutTarget.State.ACTIVATED)
-        agent_ids = list(activated.filter(agent__pin_rollout=locked)
-                         .values_list("agent_id", flat=True))
-        if replacement is not None:
-            Agent.objects.filter(pk__in=agent_ids, mode=Agent.Mode.MANUAL).update(
-                target_snapshot=replacement)
-        pins_set(agent_ids, snapshot=None)
-        activated.update(state=RolloutTarget.State.RELEASED)
+        summary = selectors.rollout_summary(locked)
+        targets = RolloutTarget.objects.filter(rollout=locked)
+        if environment.keep_rollout_pins:
+            targets = targets.filter(state=RolloutTarget.State.ACTIVATED)
+        _release_pins(locked, targets, replacement)
         quarantine_record(rollout=locked, reason=reason)
         transition(locked, actor, Action.ROLLOUT_ROLLBACK,
                     f"Rollout {locked.pk} rolled back"
                     + (f" to #{replacement.number}" if replacement else "")
                     + (f": {reason}" if reason else ""),
                     state=Rollout.State.ROLLED_BACK, finished_at=timezone.now(),
-                    rollback_snapshot=replacement, reason=reason)
+                    rollback_snapshot=replacement, reason=reason, final_summary=summary)
     logger.warning("rollout %s rolled back%s", locked.pk, f": {reason}" if reason else "")
     return locked
 
@@ -340,6 +352,25 @@ def rollout_pin_release(*, agent: Agent, rollout: Rollout, expected_generation: 
     return locked
 
 
+def rollout_pins_release(*, rollout: Rollout, expected_version: int, actor) -> Rollout:
+    """Release every pin a finished rollout still holds (when its environment keeps
+    rollout pins): each target follows the environment's active snapshot, or its
+    manual target, again. At the rollout's version: of two such actions one wins."""
+    with transaction.atomic():
+        Environment.objects.lock(rollout.environment_id)
+        locked = locked_rollout(rollout.pk, expected_version)
+        if locked.is_active:
+            raise Conflict(f"Rollout {locked.pk} is {locked.state}; roll it back or finish "
+                           "it to release its pins.", code="rollout_active")
+        released = _release_pins(locked, RolloutTarget.objects.filter(rollout=locked), None)
+        if not released:
+            raise Conflict(f"Rollout {locked.pk} holds no pins.", code="not_pinned")
+        transition(locked, actor, Action.ROLLOUT_PINS_RELEASE,
+                   f"Released the {released} remaining pin(s) of rollout {locked.pk}")
+    logger.info("rollout %s: %s pin(s) released", locked.pk, released)
+    return locked
+
+
 def rollout_delete(*, rollout: Rollout, actor) -> None:
     """Delete a finished rollout's history once none of its pins remain."""
     with transaction.atomic():
@@ -350,8 +381,9 @@ def rollout_delete(*, rollout: Rollout, actor) -> None:
                            code="rollout_active")
         pinned = Agent.objects.filter(pin_rollout=locked).count()
         if pinned:
-            raise Conflict(f"{pinned} agent(s) are still pinned by rollout {locked.pk}; "
-                           "release them first.", code="pins_remain")
+            raise Conflict(f"{pinned} agent(s) are still held by rollout {locked.pk}; "
+                           "release that rollout's pins first (POST /api/v1/rollouts/"
+                           f"{locked.pk}/release-pins).", code="pins_remain")
         emit("rollout", environment_id=locked.environment_id, id=locked.pk)
         audit_record(actor=actor, action=Action.ROLLOUT_DELETE, obj=locked,
                      environment=locked.environment,

@@ -12,4 +12,6 @@ urlpatterns = [
          name="rollout-confirm"),
     path("rollouts/<int:rollout_id>/rollback", api.RolloutRollbackApi.as_view(),
          name="rollout-rollback"),
+    path("rollouts/<int:rollout_id>/release-pins", api.RolloutReleasePinsApi.as_view(),
+         name="rollout-release-pins"),
 ]

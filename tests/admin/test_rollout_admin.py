@@ -2,6 +2,7 @@
 
 import pytest
 
+from apps.fleet.models import Agent
 from apps.releases.services import environment_update
 from apps.rollouts.models import Rollout
 from tests.admin.support import listed, messages_of
@@ -46,3 +47,21 @@ def test_confirming_an_unacknowledged_wave_reports_why(login, tenant_owner, roll
 
     assert Rollout.objects.get(pk=rollout.pk).current_wave == 0
     assert any("not yet acknowledged" in m for m in messages_of(response))
+
+
+def test_releasing_a_rolled_back_rollouts_kept_pins_from_the_admin(login, tenant_owner,
+                                                                   environment, superuser,
+                                                                   rollout):
+    environment_update(environment=environment, actor=superuser, keep_rollout_pins=True)
+    client = login(tenant_owner)
+    client.post(ROLLOUTS, {"action": "roll_back", "_selected_action": [rollout.pk]})
+    assert Agent.objects.filter(pin_rollout=rollout).count() == 1  # the pending web-2
+
+    response = client.post(ROLLOUTS, {"action": "release_pins",
+                                      "_selected_action": [rollout.pk]}, follow=True)
+    again = client.post(ROLLOUTS, {"action": "release_pins",
+                                   "_selected_action": [rollout.pk]}, follow=True)
+
+    assert not Agent.objects.filter(pin_rollout=rollout).exists()
+    assert any("pins released" in m for m in messages_of(response))
+    assert any("holds no pins" in m for m in messages_of(again))

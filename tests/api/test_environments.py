@@ -167,6 +167,23 @@ def test_owner_changes_config_and_poll_interval_and_it_is_audited(environment, o
     ]
 
 
+def test_owner_keeps_rollout_pins_as_an_audited_setting(environment, owner_client):
+    response = owner_client.patch(ENV, {"keep_rollout_pins": True}, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["keep_rollout_pins"] is True
+    environment.refresh_from_db()
+    assert environment.keep_rollout_pins is True
+    event = AuditEvent.objects.filter(environment=environment).latest("id")
+    assert (event.action, event.data["fields"]) == ("environment.settings",
+                                                   ["keep_rollout_pins"])
+
+
+def test_keep_rollout_pins_must_be_a_boolean(environment, owner_client):
+    assert_error(owner_client.patch(ENV, {"keep_rollout_pins": "sometimes"}, format="json"),
+                 400)
+
+
 def test_patch_without_a_change_records_no_audit_event(environment, owner_client):
     before = AuditEvent.objects.count()
 

@@ -45,6 +45,7 @@ ROLLOUTS_DOCUMENTED = {
     "/api/v1/rollouts/{rollout_id}": {"get", "delete"},
     "/api/v1/rollouts/{rollout_id}/confirm": {"post"},
     "/api/v1/rollouts/{rollout_id}/rollback": {"post"},
+    "/api/v1/rollouts/{rollout_id}/release-pins": {"post"},
 }
 
 

@@ -357,6 +357,11 @@ def test_refused_forms_show_each_error_under_its_field_and_keep_what_was_entered
     dashboard_user(member, Role.DEPLOYER, "dev")
     policy_publish(content=POLICY, actor=superuser)
     assert fleet.api.publish()["number"] == 1
+    # #2 staged, not active: what the rollout form offers (never the active #1).
+    environment_update(environment=fleet.environment, require_activation=True,
+                       actor=fleet.actor)
+    fleet.change_config(config("hello v2", workers=8))
+    assert fleet.api.publish()["number"] == 2
     bad = DESCRIPTOR.replace("id: rel-2.5.0", "id: rel: 2.5.0")
 
     with chromium() as browser:
@@ -398,7 +403,7 @@ def test_refused_forms_show_each_error_under_its_field_and_keep_what_was_entered
             "Name the canaries: pick at least one agent.")
         expect(page.get_by_label("Waves after the canaries")).to_have_value("25, 0")
         expect(page.get_by_label("Gate between waves")).to_have_value("auto")
-        expect(page.get_by_label("Snapshot")).to_have_value("1")
+        expect(page.get_by_label("Snapshot")).to_have_value("2")
         screenshot(page, "rollout-error")
         dashboard.assert_no_script_errors()
 

@@ -173,7 +173,7 @@ class Agent:
         self.pk, self.name = pk, name
 
 
-ROLLOUT_CHOICES = {"snapshots": [Snap(3, pk=30), Snap(2, pk=20)], "active": 20,
+ROLLOUT_CHOICES = {"snapshots": [Snap(3, pk=30), Snap(2, pk=20)],
                    "agents": [Agent(5, "web-1"), Agent(6, "web-2")]}
 
 
@@ -197,8 +197,9 @@ def test_a_rollout_post_without_waves_or_gate_gets_one_manual_wave():
 def test_an_unbound_rollout_form_offers_the_choices():
     html = str(RolloutForm(**ROLLOUT_CHOICES).as_div())
 
-    assert '<option value="3">#3 label-3</option>' in html
-    assert '<option value="2">#2 label-2 (active)</option>' in html
+    # Offered newest first, the newest chosen (the view offers only what may roll out).
+    assert '<option value="3" selected>#3 label-3</option>' in html
+    assert '<option value="2">#2 label-2</option>' in html
     assert 'name="canary" value="5"' in html and "web-2" in html
     assert 'value="50, 100"' in html
     assert '<option value="manual" selected>' in html

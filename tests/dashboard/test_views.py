@@ -26,6 +26,7 @@ from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from apps.releases.services import environment_update
+from apps.rollouts import services as rollout_services
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.models import Publication, Snapshot
 from tests.factories import (
@@ -359,7 +360,7 @@ def _overview_row(client, name: str = "shop/prod") -> str:
 
 def _fleet_buckets(row: str) -> dict[str, int]:
     return {bucket: int(count) for count, bucket in re.findall(
-        r'>(\d+) (in sync|behind|failed|offline)</span>', row)}
+        r'>(\d+) (in sync|held|behind|failed|offline)</span>', row)}
 
 
 def test_overview_counts_the_fleet_in_sync_behind_failed_and_offline(
@@ -376,7 +377,7 @@ def test_overview_counts_the_fleet_in_sync_behind_failed_and_offline(
     buckets = _fleet_buckets(_overview_row(as_viewer))
 
     # `never` polls but has applied nothing yet: it is behind too.
-    assert buckets == {"in sync": 1, "behind": 2, "failed": 1, "offline": 1}
+    assert buckets == {"in sync": 1, "held": 0, "behind": 2, "failed": 1, "offline": 1}
 
 
 def test_overview_counts_changes_waiting_to_roll_out(environment, first, superuser, as_viewer):
@@ -481,7 +482,8 @@ def test_a_pinned_agent_row_names_its_pin(rollout, nodes, as_viewer):
 
     canary = agent_row(html, nodes[0].agent)
     assert '<td class="desired">#3</td>' in canary
-    assert f"pinned to #3 by rollout {rollout.pk}" in canary
+    assert f"held by rollout {rollout.pk} on #3" in canary
+    assert 'data-sync="held"' in canary  # following its pin, not the environment
     assert '<td class="desired">#2</td>' in agent_row(html, nodes[1].agent)
 
 
@@ -1230,8 +1232,9 @@ def test_rollout_form_offers_ready_snapshots_and_enabled_agents(candidate, nodes
 
     assert response.status_code == 200
     html = text(response)
-    assert re.findall(r'<option value="(\d+)">', html) == ["3", "2", "1"]
-    assert "#2 " in html and "(active)" in html
+    # Only what may roll out: newer than the active #2, the newest chosen.
+    assert re.findall(r'<option value="(\d+)"[^>]*>', html) == ["3"]
+    assert '<option value="3" selected>' in html
     assert re.findall(r'name="canary" value="(\d+)"', html) == [str(nodes[0].pk),
                                                                   str(nodes[1].pk)]
 
@@ -1295,12 +1298,12 @@ def test_a_refused_rollout_form_keeps_every_value_entered(candidate, nodes, as_d
     canaries = [nodes[0].pk, nodes[2].pk]
 
     response = as_deployer.post(url("rollout-new"), {
-        "snapshot": "2", "canary": canaries, "waves": "10, 0%", "gate": "auto"})
+        "snapshot": "3", "canary": canaries, "waves": "10, 0%", "gate": "auto"})
 
     assert response.status_code == 400
     html = text(response)
     assert field_errors(html, "waves") == ["percentages from 1 to 100, separated by commas."]
-    assert re.findall(r'<option value="(\d+)" selected>', html) == ["2"]
+    assert re.findall(r'<option value="(\d+)" selected>', html) == ["3"]
     assert re.findall(r'name="canary" value="(\d+)"[^>]* checked', html) == [
         str(pk) for pk in canaries]
     assert re.search(r'<input type="text" name="waves" value="10, 0%"', html)
@@ -1380,10 +1383,34 @@ def test_rollback_rolls_the_rollout_back_to_a_new_snapshot(rollout, nodes, secon
     replacement = rolled.rollback_snapshot
     assert (replacement.number, replacement.rolled_back_from) == (4, second)
     assert replacement.files == second.files
-    # The canary's pin is released; targets still pending keep theirs (docs/rollouts.md).
+    # Every pin is released, the pending targets' too: no agent is stranded.
     assert dict(Agent.objects.values_list("name", "pin_rollout")) == {
-        "web-1": None, "web-2": rollout.pk, "web-3": rollout.pk}
+        "web-1": None, "web-2": None, "web-3": None}
     assert "rolled back as <span class=\"snap\">#4</span>" in text(response)
+
+
+def test_release_pins_button_frees_a_rolled_back_rollouts_kept_pins(rollout, nodes,
+                                                                     environment, superuser,
+                                                                     as_deployer, as_viewer):
+    environment_update(environment=environment, keep_rollout_pins=True, actor=superuser)
+    rollout_services.rollout_rollback(rollout=rollout, expected_version=rollout.version,
+                                      actor=superuser)
+    version = Rollout.objects.get(pk=rollout.pk).version
+    panel = text(as_viewer.get(url("environment") + "?panel=rollout", headers=HTMX))
+    assert "2 agents still held by this rollout" in panel
+    assert "Release remaining pins" not in panel  # a viewer gets no button
+    assert "Release remaining pins" in text(
+        as_deployer.get(url("environment") + "?panel=rollout", headers=HTMX))
+
+    stale = as_deployer.post(url("rollout-release-pins", rollout.pk),
+                             {"expected_version": version - 1}, headers=HTMX)
+    response = as_deployer.post(url("rollout-release-pins", rollout.pk),
+                                {"expected_version": version}, headers=HTMX)
+
+    assert stale.status_code == 409
+    assert response.status_code == 200
+    assert f"Rollout {rollout.pk} released its remaining pins." in flash(text(response))
+    assert not Agent.objects.filter(pin_rollout=rollout.pk).exists()
 
 
 def test_confirm_before_the_canary_acknowledged_is_409_with_the_reason(rollout, as_deployer):
@@ -1608,7 +1635,7 @@ def test_the_overview_counts_each_agent_as_its_row_in_the_agents_table_shows_it(
     table = text(client.get(url("environment") + "?panel=agents", headers=HTMX))
     rows = re.findall(r'<td class="sync"><span class="badge (\w+)">', table)
 
-    labels = {"in_sync": "in sync", "behind": "behind", "failed": "failed",
+    labels = {"in_sync": "in sync", "held": "held", "behind": "behind", "failed": "failed",
               "offline": "offline"}
     assert overview == {labels[b]: rows.count(b) for b in labels}
     assert len(rows) == 12 and len([b for b in labels if rows.count(b)]) >= 3

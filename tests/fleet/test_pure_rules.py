@@ -5,7 +5,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from apps.fleet.rules import is_held, labels_problem, push_refusal, report_changes
+from apps.fleet.rules import (
+    held_by,
+    holder_text,
+    is_held,
+    labels_problem,
+    push_refusal,
+    report_changes,
+)
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -133,3 +140,26 @@ def test_an_agent_refuses_only_snapshots_older_than_what_it_applied(applied, num
     from apps.fleet.rules import refuses
 
     assert refuses(agent(applied=applied), number) is refused
+
+
+def test_held_by_names_a_rollout_or_an_operator_and_nothing_else():
+    operator = SimpleNamespace(pinned_by_id=3, pinned_by=SimpleNamespace(username="ana"))
+    by_operator = SimpleNamespace(**vars(agent(pinned=2)), **vars(operator))
+    by_rollout = SimpleNamespace(**vars(agent(pinned=2, rollout=7)), pinned_by_id=None)
+
+    assert held_by(agent()) is None
+    assert held_by(by_rollout) == {"kind": "rollout", "rollout": 7}
+    assert held_by(by_operator) == {"kind": "operator", "by": "ana"}
+
+
+def test_a_refusal_by_a_pin_names_the_holder_and_what_frees_it():
+    held = SimpleNamespace(**vars(agent(pk=4, name="web-2", rollout=7)), pinned_by_id=None)
+
+    refusal = push_refusal([held], SimpleNamespace(number=3, pk=3), None)
+
+    assert holder_text(held) == (
+        "web-2 is held by rollout 7; release that rollout's pins "
+        "(POST /api/v1/rollouts/7/release-pins) or roll it back")
+    assert refusal.code == "agent_pinned" and holder_text(held) in refusal.message
+    assert refusal.details == [{"agent": 4, "name": "web-2",
+                                "held_by": {"kind": "rollout", "rollout": 7}}]

@@ -41,3 +41,10 @@ def fleet(environment):
                                start=start)
 
     return make
+
+
+@pytest.fixture
+def keep_pins(environment, superuser):
+    """shop/prod keeps a finished rollout's pins until they are released explicitly
+    (the stricter setting; by default they are released when the rollout ends)."""
+    environment_update(environment=environment, keep_rollout_pins=True, actor=superuser)

@@ -246,11 +246,20 @@ def test_deleting_an_active_rollout_is_409(deployer, running):
     assert_error(deployer.delete(rollout_url(running.pk)), 409, "rollout_active")
 
 
-def test_deleting_a_rolled_back_rollout_with_pins_is_409(deployer, running):
+def test_deleting_a_rolled_back_rollout_with_pins_is_409(deployer, keep_pins, running):
     deployer.post(rollout_url(running.pk, "/rollback"), {"expected_version": 1},
                   format="json")
 
-    assert_error(deployer.delete(rollout_url(running.pk)), 409, "pins_remain")
+    body = assert_error(deployer.delete(rollout_url(running.pk)), 409, "pins_remain")
+    assert f"/api/v1/rollouts/{running.pk}/release-pins" in body["message"]
+
+
+def test_a_rolled_back_rollout_leaves_no_pins_and_is_deleted(deployer, running):
+    deployer.post(rollout_url(running.pk, "/rollback"), {"expected_version": 1},
+                  format="json")
+
+    assert not Agent.objects.filter(pin_rollout=running).exists()
+    assert deployer.delete(rollout_url(running.pk)).status_code == 204
 
 
 def test_a_viewer_may_not_delete(viewer, running):
@@ -438,3 +447,109 @@ def test_an_environment_rollback_during_a_rollout_is_409(deployer, running, envi
     environment.refresh_from_db()
     assert environment.active_snapshot.number == 1
     assert not environment.snapshots.filter(number=3).exists()
+
+
+# --- POST /rollouts/<id>/release-pins ----------------------------------------------------
+
+
+def _rolled_back(deployer, rollout) -> int:
+    """Roll `rollout` back through the API; its new version."""
+    response = deployer.post(rollout_url(rollout.pk, "/rollback"), {"expected_version": 1},
+                             format="json")
+    assert response.status_code == 200, response.content
+    return response.json()["version"]
+
+
+def test_a_deployer_releases_a_finished_rollouts_remaining_pins(deployer, keep_pins, running,
+                                                               nodes):
+    version = _rolled_back(deployer, running)
+    assert Agent.objects.filter(pin_rollout=running).count() == 3  # kept: web-2..web-4
+    listed = deployer.get("/api/v1/environments/shop/prod/agents").json()["results"]
+    held = {a["name"]: a["status"] for a in listed}["web-2"]
+    assert (held["sync"], held["held_by"]) == ("held", {"kind": "rollout",
+                                                        "rollout": running.pk})
+
+    response = deployer.post(rollout_url(running.pk, "/release-pins"),
+                             {"expected_version": version}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert (response.json()["version"], response.json()["pins_held"]) == (version + 1, 0)
+    assert not Agent.objects.filter(pin_rollout=running).exists()
+    assert fresh(running).state == "rolled_back"
+    listed = deployer.get("/api/v1/environments/shop/prod/agents").json()["results"]
+    assert {a["status"]["held_by"] for a in listed} == {None}
+
+
+def test_releasing_pins_at_a_stale_version_is_409(deployer, keep_pins, running):
+    version = _rolled_back(deployer, running)
+
+    body = assert_error(deployer.post(rollout_url(running.pk, "/release-pins"),
+                                      {"expected_version": version - 1}, format="json"),
+                        409, "stale")
+    assert body["details"] == [{"version": version}]
+    assert Agent.objects.filter(pin_rollout=running).count() == 3
+
+
+def test_releasing_pins_of_an_active_rollout_is_409(deployer, running):
+    assert_error(deployer.post(rollout_url(running.pk, "/release-pins"),
+                               {"expected_version": 1}, format="json"), 409, "rollout_active")
+
+
+def test_releasing_pins_when_none_remain_is_409(deployer, running):
+    version = _rolled_back(deployer, running)  # the default released them all
+
+    assert_error(deployer.post(rollout_url(running.pk, "/release-pins"),
+                               {"expected_version": version}, format="json"),
+                 409, "not_pinned")
+
+
+@pytest.mark.parametrize("body", [{}, {"expected_version": "x"}, {"expected_version": 0}])
+def test_releasing_pins_without_a_valid_expected_version_is_400(deployer, running, body):
+    assert_error(deployer.post(rollout_url(running.pk, "/release-pins"), body,
+                               format="json"), 400)
+
+
+def test_a_viewer_or_outsider_may_not_release_pins(viewer, stranger, keep_pins, deployer,
+                                                   running):
+    version = _rolled_back(deployer, running)
+    body = {"expected_version": version}
+
+    assert_error(viewer.post(rollout_url(running.pk, "/release-pins"), body, format="json"),
+                 403, "permission_denied")
+    assert_error(stranger.post(rollout_url(running.pk, "/release-pins"), body,
+                               format="json"), 404)
+    assert Agent.objects.filter(pin_rollout=running).count() == 3
+
+
+# --- what a finished rollout keeps -------------------------------------------------------
+
+
+def test_a_completed_rollout_keeps_its_per_wave_counts_and_final_evidence(
+        deployer, viewer, environment, second, fleet):
+    web1, web2 = fleet(2)
+    rollout = start_rollout(environment, second, [web1], waves=[{"percent": 100,
+                                                                 "gate": "manual"}])
+    ack(web1, second)
+    deployer.post(rollout_url(rollout.pk, "/confirm"), {"expected_version": 1}, format="json")
+    ack(web2, second)
+
+    confirmed = deployer.post(rollout_url(rollout.pk, "/confirm"), {"expected_version": 2},
+                              format="json")
+    body = viewer.get(rollout_url(rollout.pk)).json()
+
+    assert confirmed.json()["state"] == body["state"] == "completed"
+    assert [(w["targets"], w["activated"], w["acknowledged"], w["failed"])
+            for w in body["waves"]] == [(1, 1, 1, 0), (1, 1, 1, 0)]
+    assert body["final_evidence"]["acknowledged"] == ["web-2"]
+    assert body["pins_held"] == 0
+
+
+def test_a_rolled_back_rollout_keeps_the_failure_that_ended_it(deployer, viewer, running,
+                                                               nodes, second):
+    ack(nodes[0], second, status="failed")
+    _rolled_back(deployer, running)
+
+    body = viewer.get(rollout_url(running.pk)).json()
+
+    assert (body["waves"][0]["activated"], body["waves"][0]["failed"]) == (1, 1)
+    assert body["final_evidence"]["failed"] == ["web-1"]

@@ -21,8 +21,11 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.audit.models import AuditEvent
 from apps.core.errors import ApplicationError, Conflict
 from apps.environments.models import Environment
+from apps.fleet.models import Agent
+from apps.releases import services as releases
 from apps.rollouts import reconcile, services
 from apps.rollouts.models import Rollout, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
@@ -237,3 +240,54 @@ def test_concurrent_reconciles_advance_an_acknowledged_wave_once(application, su
     assert not [o for o in outcomes if isinstance(o, ApplicationError)], outcomes
     assert sorted(outcomes) == ["advanced", "waiting", "waiting", "waiting"]
     assert (fresh(rollout).current_wave, fresh(rollout).version) == (1, version + 1)
+
+
+def _release_pins(rollout, version):
+    return lambda: services.rollout_pins_release(rollout=rollout, expected_version=version,
+                                                 actor=None)
+
+
+def _rolled_back_keeping_pins(application, superuser, name: str):
+    """A rollout rolled back in an environment that keeps rollout pins: its two
+    pending targets are still held by it."""
+    env, rollout = _ready_to_confirm(application, superuser, name, slow_render=False)
+    releases.environment_update(environment=env, keep_rollout_pins=True, actor=superuser)
+    services.rollout_rollback(rollout=rollout, expected_version=rollout.version, actor=None)
+    assert Agent.objects.filter(pin_rollout=rollout).count() == 2
+    return fresh(rollout)
+
+
+def test_two_people_releasing_a_rollouts_pins_at_one_version_exactly_one_wins(application,
+                                                                              superuser):
+    for round_ in range(ROUNDS):
+        rollout = _rolled_back_keeping_pins(application, superuser, f"pins-{round_}")
+
+        outcomes = _race([_release_pins(rollout, rollout.version),
+                          _release_pins(rollout, rollout.version)])
+
+        winners = [o for o in outcomes if isinstance(o, Rollout)]
+        assert len(winners) == 1, (round_, outcomes)
+        loser = next(o for o in outcomes if not isinstance(o, Rollout))
+        assert _is_conflict(loser) and loser.code == "stale", outcomes
+        assert fresh(rollout).version == rollout.version + 1
+        assert not Agent.objects.filter(pin_rollout=rollout).exists()
+        assert AuditEvent.objects.filter(action="rollout.pins_release",
+                                         object_id=str(rollout.pk)).count() == 1
+
+
+def test_releasing_pins_racing_a_rollback_the_rollback_wins_and_no_pin_is_left(
+        application, superuser):
+    for round_ in range(ROUNDS):
+        env, rollout = _ready_to_confirm(application, superuser, f"rb-pins-{round_}",
+                                         slow_render=False)
+
+        outcomes = _race([_rollback(rollout, rollout.version),
+                          _release_pins(rollout, rollout.version)])
+
+        # Only a finished rollout's pins are released: first, the rollout is still
+        # running; after the rollback, the version moved on. Either way one wins.
+        assert isinstance(outcomes[0], Rollout), (round_, outcomes)
+        assert _is_conflict(outcomes[1]) and outcomes[1].code in (
+            "rollout_active", "stale"), outcomes
+        assert fresh(rollout).state == "rolled_back"
+        assert not Agent.objects.filter(pin_rollout=rollout).exists()

@@ -21,7 +21,7 @@ from tests.factories import (
     rollback_publication,
     start_rollout,
 )
-from tests.rollouts.support import release, rollback
+from tests.rollouts.support import rollback
 
 pytestmark = pytest.mark.django_db
 
@@ -37,9 +37,7 @@ def rolled_back(environment, first, second, superuser):
     #2's content is quarantined. Returns (rollout, agents)."""
     nodes = enrolled_agents(environment, 2)
     rollout = start_rollout(environment, second, nodes[:1])
-    rollback(rollout, reason="canary failed")
-    for node in nodes[1:]:
-        release(node, rollout)
+    rollback(rollout, reason="canary failed")  # every pin it held is released
     environment.refresh_from_db()
     assert environment.active_snapshot.number == 3
     return rollout, nodes

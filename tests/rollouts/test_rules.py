@@ -12,6 +12,7 @@ from apps.rollouts.rules import (
     assign_waves,
     describe,
     is_canary,
+    nothing_to_roll_out,
     plan_waves,
     wave_sizes,
     wave_specs_problem,
@@ -97,3 +98,23 @@ def test_the_rules_name_the_models_gate():
     from apps.rollouts.models import Rollout
 
     assert rules.AUTO == Rollout.Gate.AUTO
+
+
+# --- nothing_to_roll_out ---------------------------------------------------------------
+
+
+def _runs(number, checksum="sha256:a"):
+    return SimpleNamespace(applied_number=number, applied_checksum=checksum if number else "")
+
+
+@pytest.mark.parametrize(("targets", "nothing"), [
+    ([_runs(5), _runs(5)], True),                      # every target already runs #5
+    ([_runs(5)], True),
+    ([_runs(5), _runs(4)], False),                     # one would apply it
+    ([_runs(5), _runs(None)], False),                  # one never applied anything
+    ([_runs(5, "sha256:b")], False),                   # same number, other content
+    ([_runs(4, "sha256:a")], False),                   # same content, lower number: applies
+    ([], False),                                       # no targets: refused elsewhere
+])
+def test_nothing_to_roll_out_when_every_target_runs_the_exact_snapshot(targets, nothing):
+    assert nothing_to_roll_out(5, "sha256:a", targets) is nothing

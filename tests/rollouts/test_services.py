@@ -364,6 +364,7 @@ def test_more_finished_rollouts_than_the_bound_are_refused_until_one_is_deleted(
     with pytest.raises(Conflict) as caught:
         start_rollout(environment, second, [web1])
     services.rollout_delete(rollout=done, actor=None)
+    fleet(1, start=2)  # web-1 runs #2 now: a new target gives the rollout something to do
     again = start_rollout(environment, second, [web1])
 
     assert caught.value.code == "history_full"
@@ -605,6 +606,34 @@ def test_rollback_re_renders_the_previous_content_as_a_new_higher_active_snapsho
     assert replacement.rolled_back_from_id == first.pk
     assert environment.active_snapshot_id == replacement.pk
     assert (done.state, done.reason, done.version) == ("rolled_back", "bad canary", 3)
+    # No target is stranded: the pending ones are released too and follow #3.
+    assert set(pins(nodes).values()) == {(None, None)}
+    assert set(target_states(rollout).values()) == {"released"}
+    assert [n.desired_number() for n in nodes] == [3, 3, 3, 3, 3]
+    assert nodes[2].fresh().target_snapshot_id == replacement.pk
+    quarantine = SnapshotQuarantine.objects.get(snapshot=second)
+    assert (quarantine.rollout_id, quarantine.reason) == (rollout.pk, "bad canary")
+    assert AuditEvent.objects.filter(action="rollout.rollback").exists()
+
+
+def test_an_environment_keeping_rollout_pins_keeps_the_pending_targets_pins_on_rollback(
+        canaried, keep_pins, environment, first, second, superuser):
+    rollout, nodes = canaried
+    fleet_services.agent_update(agent=nodes[2].agent, actor=superuser, mode="manual")
+    ack(nodes[0], second)
+    ack(nodes[1], second)
+    confirm(rollout)  # web-3 (manual) activated; web-4, web-5 pending
+    release(nodes[0], rollout)  # web-1 released by an operator
+
+    done = rollback(rollout, reason="bad canary")
+
+    replacement = done.rollback_snapshot
+    environment.refresh_from_db()
+    assert replacement.number == 3 > second.number
+    assert replacement.checksum == first.checksum
+    assert replacement.rolled_back_from_id == first.pk
+    assert environment.active_snapshot_id == replacement.pk
+    assert (done.state, done.reason, done.version) == ("rolled_back", "bad canary", 3)
     assert pins(nodes) == {"web-1": (None, None), "web-2": (None, None),
                            "web-3": (None, None), "web-4": (1, rollout.pk),
                            "web-5": (1, rollout.pk)}
@@ -623,9 +652,7 @@ def test_rollback_re_renders_the_previous_content_as_a_new_higher_active_snapsho
 def test_a_rolled_back_snapshot_is_refused_for_a_new_rollout_without_an_override(
         canaried, environment, second):
     rollout, nodes = canaried
-    rollback(rollout)
-    for node in nodes[2:]:
-        release(node, rollout)
+    rollback(rollout)  # it released every pin
 
     with pytest.raises(Conflict) as caught:
         start_rollout(environment, second, nodes[:1])
@@ -665,7 +692,7 @@ def test_rollback_after_every_activated_target_was_released_still_terminates(
     done = rollback(rollout)
 
     assert done.state == "rolled_back"
-    assert pins([web1, web2]) == {"web-1": (None, None), "web-2": (1, rollout.pk)}
+    assert pins([web1, web2]) == {"web-1": (None, None), "web-2": (None, None)}
 
 
 # --- reconcile -------------------------------------------------------------------------
@@ -908,7 +935,8 @@ def test_an_active_rollout_cannot_be_deleted(canaried):
     assert Rollout.objects.filter(pk=rollout.pk).exists()
 
 
-def test_a_rolled_back_rollout_is_deleted_only_once_its_pins_are_released(canaried):
+def test_a_rolled_back_rollout_is_deleted_only_once_its_pins_are_released(canaried,
+                                                                          keep_pins):
     rollout, nodes = canaried
     rollback(rollout)
 
@@ -920,6 +948,7 @@ def test_a_rolled_back_rollout_is_deleted_only_once_its_pins_are_released(canari
 
     assert caught.value.code == "pins_remain"
     assert "3 agent(s)" in caught.value.message
+    assert f"POST /api/v1/rollouts/{rollout.pk}/release-pins" in caught.value.message
     assert not Rollout.objects.filter(pk=rollout.pk).exists()
     assert not RolloutTarget.objects.filter(rollout_id=rollout.pk).exists()
     assert SnapshotQuarantine.objects.get().rollout_id is None  # the quarantine stays
@@ -979,7 +1008,7 @@ def test_an_agents_poll_answer_changes_exactly_when_its_pin_changes_what_it_desi
     assert [n.polled_number() for n in nodes] == [2, 2, 2]
 
 
-def test_a_rollback_changes_the_poll_answer_of_activated_agents_only(
+def test_a_rollback_changes_the_poll_answer_of_every_target(
         environment, first, second, fleet, django_capture_on_commit_callbacks):
     nodes = fleet(2)
     with django_capture_on_commit_callbacks(execute=True):
@@ -989,8 +1018,9 @@ def test_a_rollback_changes_the_poll_answer_of_activated_agents_only(
     with django_capture_on_commit_callbacks(execute=True):
         done = rollback(rollout)
 
+    # The pending web-2 is released as well: it follows the new active snapshot.
     assert [poll(n.client, e).status_code for n, e in zip(nodes, etags, strict=True)] == [
-        200, 304]
+        200, 200]
     body = poll(nodes[0].client).json()["snapshot"]
     assert (body["number"], body["checksum"]) == (done.rollback_snapshot.number,
                                                   first.checksum)
@@ -1150,7 +1180,7 @@ def test_targets_that_desired_nothing_are_held_at_nothing(nothing_active):
     assert nodes[1].polled_number() is None
 
 
-def test_rolling_back_from_nothing_releases_the_canaries_to_nothing(nothing_active):
+def test_rolling_back_from_nothing_releases_every_target_to_nothing(nothing_active):
     env, snapshot, nodes = nothing_active
     rollout = start_rollout(env, snapshot, nodes[:1])
 
@@ -1159,14 +1189,14 @@ def test_rolling_back_from_nothing_releases_the_canaries_to_nothing(nothing_acti
     env.refresh_from_db()
     assert (done.state, done.rollback_snapshot_id, env.active_snapshot_id) == (
         "rolled_back", None, None)
-    assert pins(nodes) == {"web-1": (None, None), "web-2": (None, rollout.pk),
-                           "web-3": (None, rollout.pk)}
+    assert set(pins(nodes).values()) == {(None, None)}
     assert [n.desired_number() for n in nodes] == [None, None, None]
 
 
 def test_an_agent_a_rollout_holds_at_nothing_is_refused_by_another_rollout(
         nothing_active, superuser):
     env, snapshot, nodes = nothing_active
+    environment_update(environment=env, keep_rollout_pins=True, actor=superuser)
     first_rollout = start_rollout(env, snapshot, nodes[:1])
     rollback(first_rollout)  # web-2 and web-3 stay held (at nothing) by it
     fixed = publish_variant(env, superuser, workers=9)
@@ -1175,6 +1205,9 @@ def test_an_agent_a_rollout_holds_at_nothing_is_refused_by_another_rollout(
         start_rollout(env, fixed, nodes[:1])
 
     assert caught.value.code == "agent_pinned"
+    assert (f"web-2 is held by rollout {first_rollout.pk}; release that rollout's pins "
+            f"(POST /api/v1/rollouts/{first_rollout.pk}/release-pins) or roll it back"
+            in caught.value.message)
     assert pins(nodes[1:]) == {"web-2": (None, first_rollout.pk),
                                "web-3": (None, first_rollout.pk)}
 
@@ -1190,3 +1223,38 @@ def test_a_push_to_an_agent_a_rollout_holds_at_nothing_is_refused(nothing_active
                                        actor=superuser)
 
     assert caught.value.code == "agent_pinned"
+
+
+# --- nothing to roll out ---------------------------------------------------------------
+
+
+def test_a_rollout_of_what_every_target_already_runs_is_refused(environment, second, fleet):
+    web1, web2 = fleet(2)
+    done = start_rollout(environment, second, [web1, web2])
+    ack(web1, second)
+    ack(web2, second)
+    confirm(done)  # completed: #2 active, both run it
+
+    with pytest.raises(Conflict) as caught:
+        start_rollout(environment, second, [web1])
+    web3, = fleet(1, start=3)  # a target that does not run it yet: something to do
+    again = start_rollout(environment, second, [web3])
+
+    assert caught.value.code == "nothing_to_roll_out"
+    assert "Every target already runs #2" in caught.value.message
+    assert fresh(again).state == "running"
+
+
+def test_a_completed_rollout_keeps_its_counts_after_its_pins_are_released(environment,
+                                                                          second, fleet):
+    web1, = fleet(1)
+    done = start_rollout(environment, second, [web1])
+    ack(web1, second)
+
+    finished = confirm(done)
+
+    assert finished.state == "completed"
+    assert finished.final_summary["waves"] == [
+        {"index": 0, "targets": 1, "activated": 1, "acknowledged": 1, "failed": 0}]
+    assert finished.final_summary["final_evidence"]["acknowledged"] == ["web-1"]
+    assert not Agent.objects.filter(pin_rollout=done).exists()

@@ -169,13 +169,16 @@ def make_machine(environment, actor):
             assert replacement.rolled_back_from_id == rollout["previous"]
             self.remember(replacement)
             self.active = replacement.pk
+            # Every pin the rollout still holds is released (the environment does
+            # not keep rollout pins): activated manual agents follow the
+            # replacement, pending ones keep their target.
             for agent_id, target in rollout["targets"].items():
-                if target["state"] == "activated":
-                    target["state"] = "released"
-                    if self.pin[agent_id] == (rollout["snapshot"], rollout_id):
+                if target["state"] in ("activated", "pending"):
+                    if self.pin[agent_id] is not None and self.pin[agent_id][1] == rollout_id:
                         self.pin[agent_id] = None
-                        if agent_id in self.manual:
+                        if agent_id in self.manual and target["state"] == "activated":
                             self.target[agent_id] = replacement.pk
+                    target["state"] = "released"
             self.quarantined.add(self.snapshots[rollout["snapshot"]][1])
             rollout["state"] = "rolled_back"
             rollout["version"] += 1
