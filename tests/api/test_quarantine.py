@@ -7,7 +7,7 @@ from apps.audit.models import Action, AuditEvent
 from apps.releases import services as releases
 from tests.api.support import ENV
 from tests.factories import enrolled_agents, publish, start_rollout
-from tests.rollouts.support import release, rollback
+from tests.rollouts.support import rollback
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,6 @@ def rolled_back(environment, superuser):
     nodes = enrolled_agents(environment, 2)
     rollout = start_rollout(environment, second, nodes[:1])
     rollback(rollout, reason="canary failed")
-    release(nodes[1], rollout)
     again = publish(environment, superuser)
     assert (again.number, again.checksum) == (4, second.checksum)
     return rollout, nodes
