@@ -156,38 +156,35 @@ class RolloutDetailApi(_RolloutApi):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class RolloutConfirmApi(_RolloutApi):
+class _RolloutTransitionApi(_RolloutApi):
+    """A deployer's transition of a rollout at the version they saw (CAS)."""
+
+    def transition(self, request, service, **options):
+        rollout = self.rollout_for(Role.DEPLOYER)
+        data = ExpectedVersionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        service(rollout=rollout, actor=request.user,
+                expected_version=data.validated_data["expected_version"], **options)
+        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+
+
+class RolloutConfirmApi(_RolloutTransitionApi):
     @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
                    summary="Confirm the current wave (needs fresh, exact acknowledgements)")
     def post(self, request, rollout_id):
-        rollout = self.rollout_for(Role.DEPLOYER)
-        data = ExpectedVersionSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        services.rollout_confirm(rollout=rollout, actor=request.user,
-                                 expected_version=data.validated_data["expected_version"])
-        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+        return self.transition(request, services.rollout_confirm)
 
 
-class RolloutRollbackApi(_RolloutApi):
+class RolloutRollbackApi(_RolloutTransitionApi):
     @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
                    summary="Roll back: the previous content as a new, higher snapshot")
     def post(self, request, rollout_id):
-        rollout = self.rollout_for(Role.DEPLOYER)
-        data = ExpectedVersionSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        services.rollout_rollback(rollout=rollout, actor=request.user,
-                                  expected_version=data.validated_data["expected_version"],
-                                  reason="rolled back by an operator")
-        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+        return self.transition(request, services.rollout_rollback,
+                               reason="rolled back by an operator")
 
 
-class RolloutReleasePinsApi(_RolloutApi):
+class RolloutReleasePinsApi(_RolloutTransitionApi):
     @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
                    summary="Release every pin a finished rollout still holds")
     def post(self, request, rollout_id):
-        rollout = self.rollout_for(Role.DEPLOYER)
-        data = ExpectedVersionSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        services.rollout_pins_release(rollout=rollout, actor=request.user,
-                                      expected_version=data.validated_data["expected_version"])
-        return Response(_detail(_rollouts().get(pk=rollout.pk)))
+        return self.transition(request, services.rollout_pins_release)
