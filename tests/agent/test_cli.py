@@ -69,7 +69,8 @@ def test_neither_token_nor_enrollment_token_exits_2(host, server):
     result = once(host, server.url)
 
     assert result.returncode == EXIT_CONFIG
-    assert "no --token and no --enrollment-token" in result.stderr
+    assert "no --token, --token-file or BELLWETHER_TOKEN, and no --enrollment-token" \
+        in result.stderr
     assert server.requests == []
 
 
