@@ -70,7 +70,7 @@ def _seal_environment_values(merged, environment, placeholders: Placeholders):
     if isinstance(merged, list) and isinstance(environment, list) \
             and len(merged) == len(environment):
         return [_seal_environment_values(m, e, placeholders)
-                for m, e in zip(merged, environment)]
+                for m, e in zip(merged, environment, strict=True)]
     reference = _reference_of(merged)
     if reference is not None and merged == environment:
         return placeholders(reference)
@@ -117,7 +117,7 @@ def _file_problems(path: str, content: str, placeholders: Placeholders) -> list[
                 line=_line(content, match.start())))
     lower = content.lower()
     kept = "".join(content[start:end] for start, end in ours.items())
-    for placeholder, reference in placeholders.issued.items():
+    for reference in placeholders.issued.values():
         token = placeholders.token(reference)
         if lower.count(token) > kept.count(token):
             problems.append(Problem(

@@ -97,7 +97,8 @@ def script(tmp_path, name: str, body: str) -> str:
     """A shell script in tmp_path (outside the target directory); returns the command."""
     path = Path(tmp_path) / "scripts" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(body)
+    # Commands do not run in the target directory: $T names it for short.
+    path.write_text('T="$BELLWETHER_TARGET_DIR"\n' + body)
     return f"sh {shlex.quote(str(path))}"
 
 

@@ -6,7 +6,6 @@ new), leave no temp files, and the next apply of the same snapshot finishes."""
 from __future__ import annotations
 
 import os
-
 import signal
 
 import pytest
