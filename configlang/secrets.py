@@ -35,6 +35,7 @@ MANIFEST_VERSION = b"bellwether secrets manifest v1\x00"
 SECRET_TEXT = "${secret:"
 REFERENCE = r"(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+)"
 INLINE_REFERENCE = re.compile(r"\$\{secret:(" + REFERENCE + r")\}")
+MAX_PROBLEMS_PER_FILE = 20
 PLACEHOLDER = re.compile(r"\$\{secret:sealed:([0-9a-f]{32}):(" + REFERENCE + r")\}")
 
 
@@ -109,6 +110,8 @@ def _file_problems(path: str, content: str, placeholders: Placeholders) -> list[
     ours = {m.start(): m.end() for m in PLACEHOLDER.finditer(content)
             if m.group(0) in placeholders.issued}
     for match in re.finditer(re.escape(SECRET_TEXT), content):
+        if len(problems) >= MAX_PROBLEMS_PER_FILE:
+            break
         if match.start() not in ours:
             problems.append(Problem(
                 "secret_reference", "holds `${secret:` text that is not a secret the "
@@ -119,11 +122,11 @@ def _file_problems(path: str, content: str, placeholders: Placeholders) -> list[
     kept = "".join(content[start:end] for start, end in ours.items())
     for reference in placeholders.issued.values():
         token = placeholders.token(reference)
-        if lower.count(token) > kept.count(token):
+        line = _line(content, lower.index(token)) if token in lower else None
+        if lower.count(token) > kept.count(token) and line not in {p.line for p in problems}:
             problems.append(Problem(
                 "secret_reference", f"a template altered the placeholder of secret "
-                f"{reference}; place {{{{ secrets.NAME }}}} unchanged", file=path,
-                line=_line(content, lower.index(token))))
+                f"{reference}; place {{{{ secrets.NAME }}}} unchanged", file=path, line=line))
     return problems
 
 
