@@ -101,6 +101,13 @@ def seal_template(source: str, placeholders: Placeholders) -> str:
     return INLINE_REFERENCE.sub(lambda m: placeholders(m.group(1)), source)
 
 
+def unsealed(content: str) -> str:
+    """`content` with each sealed placeholder shown as `${secret:<reference>}`."""
+    if "${secret:sealed:" not in content:
+        return content
+    return PLACEHOLDER.sub(lambda m: "${secret:" + m.group(2) + "}", content)
+
+
 def _line(content: str, index: int) -> int:
     return content.count("\n", 0, index) + 1
 

@@ -234,3 +234,18 @@ def test_many_references_in_one_file_report_a_bounded_number_of_problems():
                          desc=descriptor(banner="${secret:env:X}"))
 
     assert 1 <= len(rendered.problems) <= 20
+
+
+def test_diffs_show_references_and_ignore_a_new_token_for_the_same_secret():
+    from configlang.diff import diff_files
+
+    first, _ = render({"a": "{{ secrets.db }}\n{{ params.mode }}\n"})
+    second, _ = render({"a": "{{ secrets.db }}\n{{ params.mode }}\n", "b": "new\n"},
+                       config=ENV_CONFIG.replace("mode: prod", "mode: prod"))
+    changed, _ = render({"a": "{{ secrets.tls }}\n{{ params.mode }}\n"})
+
+    assert first.files[0] != changed.files[0]
+    assert [d["path"] for d in diff_files(first.files, second.files)] == ["b"]
+    [diff] = diff_files(first.files, changed.files)
+    assert "-${secret:env:SHOP_DB}\n" in diff["diff"]
+    assert "+${secret:file:/etc/shop/tls.key}\n" in diff["diff"]
