@@ -45,9 +45,11 @@ class Commands:
 
 
 def content_checksum(entries) -> str:
-    """The server's checksum: sha256 over a JSON array of [path, content] sorted by path."""
+    """The server's checksum: sha256 over a JSON array of [path, content] sorted by path,
+    each sealed secret placeholder written as its reference (configlang/rendering.py)."""
     canonical = json.dumps(
-        [[f["path"], f["content"]] for f in sorted(entries, key=lambda f: f["path"])],
+        [[f["path"], references.unsealed(f["content"])]
+         for f in sorted(entries, key=lambda f: f["path"])],
         ensure_ascii=False, separators=(",", ":"),
     )
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -17,6 +17,17 @@ import stat
 
 MAX_SECRET_FILE_BYTES = 1024 * 1024
 SECRET_TEXT = "${secret:"
+# configlang/secrets.py's PLACEHOLDER, exactly: the checksum depends on it.
+PLACEHOLDER = re.compile(
+    r"\$\{secret:sealed:([0-9a-f]{32}):"
+    r"((?:env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+))\}")
+
+
+def unsealed(content: str) -> str:
+    """`content` with each sealed placeholder written as `${secret:<reference>}`."""
+    if "${secret:sealed:" not in content:
+        return content
+    return PLACEHOLDER.sub(lambda m: "${secret:" + m.group(2) + "}", content)
 
 
 class SecretError(Exception):

@@ -20,7 +20,13 @@ from referencing.exceptions import Unresolvable
 from configlang.merge import merge
 from configlang.problems import Problem
 from configlang.sandbox import template_environment
-from configlang.secrets import Placeholders, manifest, seal_template, template_context
+from configlang.secrets import (
+    Placeholders,
+    manifest,
+    seal_template,
+    template_context,
+    unsealed,
+)
 from configlang.yamlconfig import load_config, load_yaml
 
 SOURCE_FORMAT = 1
@@ -58,12 +64,16 @@ class Rendered:
 
 
 def content_checksum(files: list[dict]) -> str:
-    """sha256 over the canonical form: a JSON array of [path, content] sorted by path.
+    """sha256 over the canonical form: a JSON array of [path, content] sorted by path,
+    each sealed secret placeholder written as the reference it stands for: the
+    checksum names the content, whatever tokens a render chose, so identical
+    content keeps one checksum (duplicates, quarantine, in sync).
 
     The agent recomputes this with the standard library's json module.
     """
     canonical = json.dumps(
-        [[f["path"], f["content"]] for f in sorted(files, key=lambda f: f["path"])],
+        [[f["path"], unsealed(f["content"])]
+         for f in sorted(files, key=lambda f: f["path"])],
         ensure_ascii=False,
         separators=(",", ":"),
     )
