@@ -102,11 +102,14 @@ def _manifest(bundle: dict) -> list | None:
     listed = bundle.get("secrets")
     if listed is None:
         return None
-    if not isinstance(listed, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("placeholder"), str)
-            and e["placeholder"].startswith(SECRET_TEXT) and e["placeholder"].endswith("}")
-            and isinstance(e.get("reference"), str)
-            and isinstance(e.get("files", []), list) for e in listed):
+    def well_formed(entry) -> bool:
+        match = PLACEHOLDER.fullmatch(entry.get("placeholder") or "") \
+            if isinstance(entry, dict) and isinstance(entry.get("placeholder"), str) else None
+        return (match is not None and entry.get("reference") == match.group(2)
+                and isinstance(entry.get("files"), list)
+                and all(isinstance(f, str) for f in entry["files"]))
+
+    if not isinstance(listed, list) or not all(well_formed(e) for e in listed):
         raise SecretError("the bundle's secrets manifest is malformed")
     return listed
 
@@ -128,7 +131,8 @@ def resolve(bundle: dict, environ, patterns=None) -> tuple:
         placeholder, reference = item["placeholder"], item["reference"]
         if placeholder in values:
             continue
-        if not any(placeholder in e["content"] for e in entries):
+        if not any(placeholder in e["content"] for e in entries
+                   if e["path"] in item["files"]):
             continue
         try:
             values[placeholder] = _value(reference, environ, patterns)
@@ -137,10 +141,12 @@ def resolve(bundle: dict, environ, patterns=None) -> tuple:
     if problems:
         raise SecretError("secret reference(s) not resolved: "
                           + "; ".join(sorted(set(problems))))
-    where = {item["placeholder"]: set(item.get("files") or []) for item in listed}
+    where: dict = {}
+    for item in listed:
+        where.setdefault(item["placeholder"], set()).update(item["files"])
     resolved, receiving = [], set()
     for entry in entries:
-        mine = [p for p in values if not where[p] or entry["path"] in where[p]]
+        mine = [p for p in values if entry["path"] in where[p]]
         content = entry["content"]
         if mine:
             # One pass: a secret's value is never searched for placeholders again.

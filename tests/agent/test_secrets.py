@@ -95,6 +95,11 @@ def test_a_bundle_without_a_manifest_and_without_secret_text_applies(host):
     "env:SHOP_DB", [{"placeholder": 1, "reference": "env:SHOP_DB"}],
     [{"placeholder": "no-dollar", "reference": "env:SHOP_DB"}],
     [{"placeholder": "${secret:x}"}], [["${secret:x}", "env:X"]],
+    [{"placeholder": sealed("env:SHOP_DB"), "reference": "env:SHOP_DB"}],  # no files
+    [{"placeholder": sealed("env:SHOP_DB"), "reference": "env:AWS_SECRET_ACCESS_KEY",
+      "files": ["app.conf"]}],  # a reference other than the placeholder's
+    [{"placeholder": "${secret:env:SHOP_DB}", "reference": "env:SHOP_DB",
+      "files": ["app.conf"]}],  # not a sealed placeholder
 ])
 def test_a_malformed_manifest_fails_and_writes_nothing(host, manifest):
     outcome = apply(host, {"app.conf": "x\n"}, secrets=manifest)
@@ -106,7 +111,7 @@ def test_a_malformed_manifest_fails_and_writes_nothing(host, manifest):
 # --- file: references --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("special", ["/dev/zero", "/dev/null", "/dev/urandom", "/"])
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/null", "/dev/urandom", "/etc"])
 def test_a_file_reference_to_a_device_or_directory_fails_naming_it(host, special):
     files = {"app.conf": sealed(f"file:{special}")}
 
