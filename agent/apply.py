@@ -13,18 +13,19 @@ import hashlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 from dataclasses import dataclass
 
 from agent import files as fs
+from agent import references
+from agent.references import SecretError
 from agent.state import State
 
 logger = logging.getLogger("agent.apply")
 
 SUCCEEDED, WARNING, FAILED = "succeeded", "warning", "failed"
-SECRET_PLACEHOLDER = re.compile(r"\$\{secret:([a-z]+):([^}]+)\}")
+SECRET_FILE_MODE = 0o600
 
 
 @dataclass
@@ -39,66 +40,73 @@ class Commands:
     reload: str | None = None
     start: str | None = None
     timeout_s: float = 120.0
-
-
-class SecretError(Exception):
-    pass
+    # Names of the agent's environment variables commands also get (--command-env).
+    passthrough_env: tuple = ()
 
 
 def content_checksum(entries) -> str:
-    """The server's checksum: sha256 over a JSON array of [path, content] sorted by path."""
+    """The server's checksum: sha256 over a JSON array of [path, content] sorted by path,
+    each sealed secret placeholder written as its reference (configlang/rendering.py)."""
     canonical = json.dumps(
-        [[f["path"], f["content"]] for f in sorted(entries, key=lambda f: f["path"])],
+        [[f["path"], references.unsealed(f["content"])]
+         for f in sorted(entries, key=lambda f: f["path"])],
         ensure_ascii=False, separators=(",", ":"),
     )
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def resolve_secrets(entries, environ) -> list:
-    """Replace `${secret:env:NAME}` and `${secret:file:/path}` placeholders. Every
-    unresolvable reference is reported together, before anything is written."""
-    missing = []
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What commands get of the agent's environment (docs/agents.md), besides --command-env.
+COMMAND_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
 
-    def value_of(match):
-        kind, reference = match.group(1), match.group(2)
-        if kind == "env":
-            if reference in environ:
-                return environ[reference]
-        elif kind == "file":
-            try:
-                with open(reference, encoding="utf-8") as handle:
-                    return handle.read().rstrip("\n")
-            except OSError:
-                pass
-        missing.append(f"{kind}:{reference}")
-        return match.group(0)
 
-    resolved = [{"path": f["path"], "content": SECRET_PLACEHOLDER.sub(value_of, f["content"])}
-                for f in entries]
-    if missing:
-        raise SecretError("unresolvable secret reference(s): " + ", ".join(sorted(set(missing)))
-                          + " (this agent resolves env: and file: references)")
-    return resolved
+def _under(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return os.path.commonpath([path, root]) == root
+
+
+def command_environment(environ, *, target_dir: str, number, passthrough=()) -> dict:
+    """The environment of validate/reload/start: an allowlist of the agent's own
+    variables, none naming a place inside the target directory; PATH without
+    relative entries or entries inside the target directory; Python told not to
+    put the working or script directory nor the user's site on its path."""
+    env = {}
+    for name, value in environ.items():
+        if name in COMMAND_ENV or name.startswith("LC_") or name in passthrough:
+            if name != "PATH" and os.path.isabs(value) and _under(value, target_dir):
+                continue
+            env[name] = value
+    entries = [e for e in env.get("PATH", DEFAULT_PATH).split(os.pathsep)
+               if os.path.isabs(e) and not _under(e, target_dir)]
+    env["PATH"] = os.pathsep.join(entries) or DEFAULT_PATH
+    env.update(BELLWETHER_TARGET_DIR=target_dir, BELLWETHER_SNAPSHOT=str(number or ""),
+               PYTHONSAFEPATH="1", PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1")
+    return env
 
 
 class Applier:
     def __init__(self, *, target_dir: str, state_dir: str, commands: Commands, save,
-                 environ=None):
+                 environ=None, secret_allow=None):
         self.target_dir = target_dir
         self.backup_dir = os.path.join(state_dir, "backup")
+        # Commands run here: an empty directory of the agent's, never the target's.
+        self.run_dir = os.path.join(state_dir, "run")
         self.commands = commands
         self.save = save  # persists the State
         self.environ = os.environ if environ is None else environ
+        self.secret_allow = secret_allow
+        self.temp_key = fs.temp_key(state_dir)
 
     # --- commands ---------------------------------------------------------------
 
     def _run(self, name: str, command: str | None, number) -> tuple:
         if not command:
             return True, ""
-        env = dict(self.environ, BELLWETHER_TARGET_DIR=self.target_dir,
-                   BELLWETHER_SNAPSHOT=str(number or ""))
+        env = command_environment(self.environ, target_dir=self.target_dir, number=number,
+                                  passthrough=self.commands.passthrough_env)
+        os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         # Its own process group, so a timeout kills the command and its children.
-        process = subprocess.Popen(command, shell=True, cwd=self.target_dir, env=env,
+        process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True)
         try:
@@ -156,7 +164,7 @@ class Applier:
             return Outcome(FAILED, f"refusing #{number}: lower than the active "
                                    f"#{state.active_number}")
         try:
-            entries = resolve_secrets(bundle["files"], self.environ)
+            entries, receiving = references.resolve(bundle, self.environ, self.secret_allow)
             for entry in entries + bundle.get("fallback_files", []):
                 fs.inside(self.target_dir, entry["path"])
         except (SecretError, ValueError) as exc:
@@ -171,10 +179,8 @@ class Applier:
             # Stale files first: a new file may take the place of an old directory.
             for stale in sorted(set(state.managed_files) - set(new_paths)):
                 fs.remove_file(fs.inside(self.target_dir, stale), self.target_dir)
-            with_secrets = {f["path"] for f in bundle["files"]
-                            if SECRET_PLACEHOLDER.search(f["content"])}
             for entry in entries:
-                self._write(entry, secret=entry["path"] in with_secrets)
+                self._write(entry, secret=entry["path"] in receiving)
         except OSError as exc:
             logger.warning("#%s: writing failed: %s; restoring", number, exc)
             return self._recover(bundle, state, f"writing failed: {exc}")
@@ -189,13 +195,16 @@ class Applier:
         return self._recover(bundle, state, why)
 
     def _write(self, entry: dict, *, secret: bool = False) -> None:
-        """Write one file, keeping the mode of the file it replaces; new files holding
-        resolved secrets are readable by their owner only."""
+        """Write one file, keeping the mode of the file it replaces. A file holding a
+        resolved secret is readable by its owner only (0600), whatever the mode of
+        the file it replaces."""
         path = fs.inside(self.target_dir, entry["path"])
         try:
             mode = os.stat(path).st_mode & 0o7777
         except (FileNotFoundError, NotADirectoryError):
-            mode = 0o600 if secret else 0o644
+            mode = 0o644
+        if secret:
+            mode = SECRET_FILE_MODE
         fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)
 
     def _recover(self, bundle: dict, state: State, why: str) -> Outcome:
@@ -233,7 +242,8 @@ class Applier:
     def recover_interrupted(self, state: State) -> str | None:
         """After a crash mid-apply: put the old files back, so the host never runs a
         mix of old and new files; the next cycle applies the snapshot again."""
-        removed = fs.remove_temp_files(self.target_dir) if os.path.isdir(self.target_dir) else 0
+        removed = (fs.remove_temp_files(self.target_dir, self.temp_key)
+                   if os.path.isdir(self.target_dir) else 0)
         if state.in_progress is None:
             return f"removed {removed} leftover temp file(s)" if removed else None
         number = state.in_progress["number"]

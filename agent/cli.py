@@ -27,7 +27,8 @@ def _token(config, client: Client, state: State, save) -> str:
     if state.token:
         return state.token
     if not config.enrollment_token:
-        raise agent_config.ConfigError("no --token and no --enrollment-token to enroll with")
+        raise agent_config.ConfigError("no --token, --token-file or BELLWETHER_TOKEN, and no "
+                                       "--enrollment-token to enroll with")
     answer = client.enroll(config.enrollment_token, config.name, config.labels)
     state.token = answer["token"]
     save(state)
@@ -56,7 +57,9 @@ def main(argv=None) -> int:
     applier = Applier(
         target_dir=config.target_dir, state_dir=config.state_dir, save=save,
         commands=Commands(validate=config.validate_command, reload=config.reload_command,
-                          start=config.start_command, timeout_s=config.command_timeout),
+                          start=config.start_command, timeout_s=config.command_timeout,
+                          passthrough_env=config.command_env),
+        secret_allow=config.secret_allow,
     )
     recovered = applier.recover_interrupted(state)
     if recovered:

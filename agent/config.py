@@ -28,6 +28,9 @@ class Config:
     ca_bundle: str | None = None
     log_level: str = "INFO"
     once: bool = False
+    token_file: str | None = None
+    secret_allow: list | None = None
+    command_env: tuple = ()
 
 
 # name, help; each is a flag (--target-dir), a variable (BELLWETHER_TARGET_DIR)
@@ -36,6 +39,8 @@ OPTIONS = [
     ("server", "Base URL of the Bellwether server, e.g. https://bellwether.example.com."),
     ("token", "This agent's token (bwa_...). Once enrolled, the token is kept in the "
               "state directory and this is not needed."),
+    ("token_file", "A file holding this agent's token (keeps it off the command line; "
+                   "BELLWETHER_TOKEN is the other way)."),
     ("enrollment_token", "An enrollment token (bwe_...) to exchange for an agent token on "
                          "first start."),
     ("name", "Agent name when enrolling (default: the host name)."),
@@ -44,11 +49,17 @@ OPTIONS = [
     ("state_dir", "Directory for state.json, the token and backups (default: "
                   "<target_dir>/../.bellwether-state)."),
     ("validate_command", "Run after writing files; non-zero exit rejects the snapshot "
-                         "(e.g. 'nginx -t'). Runs in the target directory."),
+                         "(e.g. 'nginx -t'). Commands run in <state-dir>/run with a "
+                         "scrubbed environment (docs/agents.md); give absolute paths."),
     ("reload_command", "Run after a successful validation (e.g. 'nginx -s reload')."),
     ("start_command", "Run when reload fails, to start the service (e.g. 'nginx')."),
     ("command_timeout", "Seconds before validate/reload/start commands are killed "
                         "(default 120)."),
+    ("command_env", "Names of further environment variables commands get, separated by "
+                    "commas."),
+    ("secret_allow", "The secret references this host resolves, as prefixes ending in "
+                     "'/' or globs, separated by commas, e.g. 'env:SHOP_*,file:/etc/shop/' "
+                     "(default: every env: and file: reference)."),
     ("poll_interval", "Seconds between polls; overrides the server's interval."),
     ("ca_bundle", "CA bundle file for verifying the server's TLS certificate."),
     ("log_level", "DEBUG, INFO, WARNING or ERROR (default INFO)."),
@@ -71,6 +82,33 @@ def parse_labels(text) -> dict:
     return labels
 
 
+def _list(text) -> list:
+    if isinstance(text, (list, tuple)):
+        return list(text)
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def _check_apart(target: str, state: str) -> None:
+    """Snapshot files must never reach the state directory (token, backups)."""
+    real_target, real_state = os.path.realpath(target), os.path.realpath(state)
+    if os.path.commonpath([real_target, real_state]) in (real_target, real_state):
+        raise ConfigError("--state-dir and --target-dir must not be inside one another")
+
+
+def _token_from(values: dict):
+    """--token, else the content of --token-file."""
+    if values.get("token") or not values.get("token_file"):
+        return values.get("token") or None
+    try:
+        with open(values["token_file"], encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read --token-file {values['token_file']}: {exc}") from None
+    if not token:
+        raise ConfigError(f"--token-file {values['token_file']} is empty")
+    return token
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m agent",
@@ -86,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
             "2 bad configuration (or enrollment refused); 3 the server refused the token; 4 "
             "the server is unreachable or failing (with --once); 5 an unexpected error. "
-            "Secret placeholders in files, "
-            "${secret:env:NAME} and ${secret:file:/path}, are resolved on this host."
+            "Secrets: only the placeholders the bundle's secrets manifest lists are "
+            "resolved (env:NAME and file:/path references), within --secret-allow."
         ),
     )
     parser.add_argument("--config", help="INI file with an [agent] section "
@@ -126,6 +164,10 @@ def load(argv=None, environ=None) -> Config:
     values["state_dir"] = os.path.abspath(
         values.get("state_dir") or os.path.join(os.path.dirname(target), ".bellwether-state"))
     values["labels"] = parse_labels(values.get("labels"))
+    _check_apart(values["target_dir"], values["state_dir"])
+    values["token"] = _token_from(values)
+    values["secret_allow"] = _list(values.get("secret_allow")) or None
+    values["command_env"] = tuple(_list(values.get("command_env")))
     try:
         for number in ("command_timeout", "poll_interval"):
             if values.get(number) not in (None, ""):

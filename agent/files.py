@@ -7,6 +7,11 @@ import secrets
 import shutil
 
 TEMP_MARKER = ".bellwether-tmp-"
+# This agent's temp files are named `.<name>.bellwether-tmp-<key>-<random>`: the key
+# is random, kept in the state directory, so no snapshot file can carry it, and
+# only files with it are ever removed as leftovers. (The server also refuses
+# snapshot paths containing TEMP_MARKER.)
+_temp_key = {"value": secrets.token_hex(8)}
 
 
 def _fsync_directory(directory: str) -> None:
@@ -22,7 +27,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     mix: a temp file in the same directory, fsync, rename, fsync the directory."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}{secrets.token_hex(4)}")
+    temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}"
+                                   f"{_temp_key['value']}-{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
@@ -53,12 +59,31 @@ def remove_file(path: str, root: str | None = None) -> None:
     _fsync_directory(directory)
 
 
-def remove_temp_files(root: str) -> int:
-    """Delete temp files an interrupted write left under `root`."""
+def temp_key(state_dir: str) -> str:
+    """This agent's temp-file key, kept in `state_dir` (made on first use); later
+    writes in this process use it."""
+    path = os.path.join(state_dir, "temp-key")
+    try:
+        with open(path, encoding="ascii") as handle:
+            key = handle.read().strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        key = ""
+    if not (len(key) == 16 and all(c in "0123456789abcdef" for c in key)):
+        key = secrets.token_hex(8)
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        write_atomic(path, key.encode(), mode=0o600)
+    _temp_key["value"] = key
+    return key
+
+
+def remove_temp_files(root: str, key: str) -> int:
+    """Delete temp files an interrupted write of this agent (`key`) left under `root`;
+    any other file, whatever its name, is left alone."""
+    mine = f"{TEMP_MARKER}{key}-"
     removed = 0
     for directory, _, names in os.walk(root):
         for name in names:
-            if TEMP_MARKER in name:
+            if mine in name:
                 os.unlink(os.path.join(directory, name))
                 removed += 1
     return removed

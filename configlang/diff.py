@@ -1,6 +1,13 @@
-"""Per-file unified diff between two file sets (pure)."""
+"""Per-file unified diff between two file sets (pure).
+
+Sealed secret placeholders are shown as the reference they stand for
+(`${secret:env:NAME}`): their tokens change with every change of a render's
+inputs, the secret they resolve to does not.
+"""
 
 import difflib
+
+from configlang.secrets import unsealed
 
 CONTEXT_LINES = 3
 
@@ -21,8 +28,8 @@ def _unified(path: str, old: str | None, new: str | None) -> str:
 
 def diff_files(old: list[dict], new: list[dict]) -> list[dict]:
     """[{path, status: added|removed|modified, diff}], unchanged files omitted."""
-    before = {f["path"]: f["content"] for f in old}
-    after = {f["path"]: f["content"] for f in new}
+    before = {f["path"]: unsealed(f["content"]) for f in old}
+    after = {f["path"]: unsealed(f["content"]) for f in new}
     changes = []
     for path in sorted(before.keys() | after.keys()):
         a, b = before.get(path), after.get(path)

@@ -20,10 +20,18 @@ from referencing.exceptions import Unresolvable
 from configlang.merge import merge
 from configlang.problems import Problem
 from configlang.sandbox import template_environment
+from configlang.secrets import (
+    Placeholders,
+    manifest,
+    seal_template,
+    template_context,
+    unsealed,
+)
 from configlang.yamlconfig import load_config, load_yaml
 
 SOURCE_FORMAT = 1
 DEFAULT_TEMPLATE_ITERATIONS = 1_000_000
+AGENT_TEMP_MARKER = ".bellwether-tmp-"  # agent/files.py: the agent's temporary files
 
 
 @dataclass
@@ -33,6 +41,8 @@ class Rendered:
     files: list[dict] = field(default_factory=list)
     fallback_files: list[dict] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # The secrets manifest: [{placeholder, reference, files}] (configlang.secrets).
+    secrets: list[dict] = field(default_factory=list)
 
     @property
     def is_valid(self) -> bool:
@@ -48,16 +58,22 @@ class Rendered:
             "errors": [p.as_dict() for p in self.problems],
             "file_count": len(self.files),
             "total_bytes": sum(len(f["content"].encode()) for f in self.files),
+            "secrets": [{"reference": s["reference"], "files": s["files"]}
+                        for s in self.secrets],
         }
 
 
 def content_checksum(files: list[dict]) -> str:
-    """sha256 over the canonical form: a JSON array of [path, content] sorted by path.
+    """sha256 over the canonical form: a JSON array of [path, content] sorted by path,
+    each sealed secret placeholder written as the reference it stands for: the
+    checksum names the content, whatever tokens a render chose, so identical
+    content keeps one checksum (duplicates, quarantine, in sync).
 
     The agent recomputes this with the standard library's json module.
     """
     canonical = json.dumps(
-        [[f["path"], f["content"]] for f in sorted(files, key=lambda f: f["path"])],
+        [[f["path"], unsealed(f["content"])]
+         for f in sorted(files, key=lambda f: f["path"])],
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -72,6 +88,8 @@ def path_problem(path: str) -> str | None:
         return "the path is longer than 255 characters"
     if "\\" in path or "\x00" in path or any(ord(c) < 32 for c in path):
         return "the path contains a backslash or a control character"
+    if AGENT_TEMP_MARKER in path:
+        return f"the name {AGENT_TEMP_MARKER!r} is reserved for the agent's temporary files"
     if path.startswith("/"):
         return "the path must be relative"
     if posixpath.normpath(path) != path or any(part in ("", ".", "..") for part in path.split("/")):
@@ -244,7 +262,7 @@ def render_source(source: dict) -> Rendered:
     """Render and validate. Every problem found is reported, not only the first."""
     limits = source["limits"]
     config, problems = load_config(source["config"], limits=limits)
-    provenance = {}
+    environment_config, provenance = config, {}
     if not problems:
         merged = merge(environment=config, policy=(source.get("policy") or {}).get("content"),
                        tenant=source.get("tenant_restrictions"),
@@ -287,9 +305,15 @@ def render_source(source: dict) -> Rendered:
     if problems:  # without a parsed config, templates can only be syntax-checked
         rendered.problems.extend(template_syntax_problems(templates))
     else:
-        files, template_problems = _render_templates(templates, config, limits)
+        placeholders = Placeholders(source)
+        context = template_context(config, environment_config, placeholders)
+        sealed = [{"path": t["path"], "source": seal_template(t["source"], placeholders)}
+                  for t in templates]
+        files, template_problems = _render_templates(sealed, context, limits)
         rendered.files = files
         rendered.problems.extend(template_problems)
+        rendered.secrets, secret_problems = manifest(files, placeholders)
+        rendered.problems.extend(secret_problems)
 
     rendered.fallback_files = sorted(
         ({"path": f["path"], "content": f["content"]} for f in fallback),

@@ -132,8 +132,10 @@ desired_view = condition(etag_func=desired_etag)(DesiredApi.as_view())
 
 class BundleApi(AgentAPIView):
     @extend_schema(responses={200: OpenApiResponse(description=(
-        "{number, label, checksum, files: [{path, content}], fallback_files: [...]}; "
-        "ETag is the checksum"))}, summary="A snapshot's files (immutable)")
+        "{number, label, checksum, files: [{path, content}], fallback_files: [...], "
+        "secrets: [{placeholder, reference, files}]} (the secrets manifest: the only "
+        "placeholders an agent resolves); ETag is the checksum"))},
+        summary="A snapshot's files (immutable)")
     def get(self, request, number):
         snapshot = (
             Snapshot.objects.filter(environment_id=self.agent.environment_id, number=number,

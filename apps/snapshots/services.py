@@ -74,6 +74,8 @@ def _bundle(number: int, label: str, rendered: Rendered) -> bytes:
         "checksum": rendered.checksum,
         "files": rendered.files,
         "fallback_files": rendered.fallback_files,
+        # The only placeholders an agent resolves (configlang.secrets).
+        "secrets": rendered.secrets,
     }, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -8,6 +8,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -30,8 +31,30 @@ def entries(files: dict) -> list:
     return [{"path": path, "content": content} for path, content in files.items()]
 
 
+SEALED = re.compile(r"\$\{secret:sealed:[0-9a-f]{32}:([^}]+)\}")
+LEGACY = object()
+
+
+def sealed(reference: str, token: str = "5e" * 16) -> str:
+    """A placeholder as the server's renderer makes it (configlang/secrets.py)."""
+    return "${secret:sealed:" + token + ":" + reference + "}"
+
+
+def manifest_of(files: dict) -> list:
+    """The manifest the server would send: every sealed placeholder in `files`."""
+    found: dict = {}
+    for path, content in files.items():
+        for match in SEALED.finditer(content):
+            found.setdefault(match.group(0), (match.group(1), set()))[1].add(path)
+    return [{"placeholder": p, "reference": r, "files": sorted(paths)}
+            for p, (r, paths) in sorted(found.items())]
+
+
 def make_bundle(number: int, files: dict, *, fallback: dict | None = None,
-                checksum: str | None = None, label: str | None = None) -> dict:
+                checksum: str | None = None, label: str | None = None,
+                secrets=None) -> dict:
+    """A bundle; its secrets manifest lists the sealed placeholders in `files`
+    unless `secrets` gives one (LEGACY: a bundle from before manifests)."""
     listed = entries(files)
     bundle = {
         "number": number,
@@ -39,6 +62,8 @@ def make_bundle(number: int, files: dict, *, fallback: dict | None = None,
         "checksum": checksum or content_checksum(listed),
         "files": listed,
     }
+    if secrets is not LEGACY:
+        bundle["secrets"] = manifest_of(files) if secrets is None else secrets
     if fallback is not None:
         bundle["fallback_files"] = entries(fallback)
     return bundle
@@ -72,7 +97,8 @@ def script(tmp_path, name: str, body: str) -> str:
     """A shell script in tmp_path (outside the target directory); returns the command."""
     path = Path(tmp_path) / "scripts" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(body)
+    # Commands do not run in the target directory: $T names it for short.
+    path.write_text('T="$BELLWETHER_TARGET_DIR"\n' + body)
     return f"sh {shlex.quote(str(path))}"
 
 

@@ -12,12 +12,10 @@ from agent.apply import (
     FAILED,
     SUCCEEDED,
     WARNING,
-    SecretError,
     content_checksum,
-    resolve_secrets,
 )
 from agent.state import State
-from tests.agent.support import entries, make_bundle, temp_files, text_tree, tree
+from tests.agent.support import entries, make_bundle, sealed, temp_files, text_tree, tree
 
 V1 = {"nginx.conf": "worker_processes 2;\n", "conf.d/shop.conf": "server { listen 80; }\n",
       "old-only.conf": "only in #1\n"}
@@ -152,16 +150,17 @@ def test_unresolvable_secrets_fail_before_anything_is_written_naming_every_refer
     applier, state = applied(host, V1, environ={"PATH": os.environ["PATH"]})
     before, state_before = tree(host.target), host.load_state()
     bundle = make_bundle(2, {
-        "nginx.conf": "password ${secret:env:MISSING_PASSWORD};\n",
-        "tls/key.pem": "${secret:file:/nonexistent/bellwether/key.pem}",
-        "other.conf": "${secret:env:ALSO_MISSING} ${secret:env:MISSING_PASSWORD}",
+        "nginx.conf": f"password {sealed('env:MISSING_PASSWORD')};\n",
+        "tls/key.pem": sealed("file:/nonexistent/bellwether/key.pem"),
+        "other.conf": f"{sealed('env:ALSO_MISSING')} {sealed('env:MISSING_PASSWORD')}",
+        "vault.conf": sealed("vault:kv/app#token"),
     })
 
     outcome = applier.apply(bundle, state)
 
     assert outcome.status == FAILED
     for reference in ("env:MISSING_PASSWORD", "file:/nonexistent/bellwether/key.pem",
-                      "env:ALSO_MISSING"):
+                      "env:ALSO_MISSING", "vault:kv/app#token"):
         assert reference in outcome.message
     assert "nothing was written" in outcome.message
     assert_untouched(host, before, state_before)
@@ -171,7 +170,7 @@ def test_env_and_file_secrets_are_substituted_at_write_time(host, tmp_path):
     secret_file = tmp_path / "db-password"
     secret_file.write_text("s3cr3t-from-file\n")
     applier = host.applier(environ={"PATH": os.environ["PATH"], "API_KEY": "k-123"})
-    files = {"app.conf": f"key=${{secret:env:API_KEY}}\npw=${{secret:file:{secret_file}}}\n"}
+    files = {"app.conf": f"key={sealed('env:API_KEY')}\npw={sealed(f'file:{secret_file}')}\n"}
     bundle = make_bundle(1, files)
 
     outcome = applier.apply(bundle, host.load_state())
@@ -181,28 +180,6 @@ def test_env_and_file_secrets_are_substituted_at_write_time(host, tmp_path):
     # The checksum is the server's, over the placeholders: no secret reaches the state.
     assert host.load_state().active_checksum == content_checksum(entries(files))
     assert "k-123" not in Path(host.state_file).read_text()
-
-
-def test_resolve_secrets_leaves_text_without_placeholders_alone():
-    files = entries({"a.conf": "${not_a_secret} $HOME ${secretive} {secret:env:X}"})
-
-    assert resolve_secrets(files, {}) == files
-
-
-def test_a_reference_kind_the_agent_cannot_resolve_is_unresolvable():
-    files = entries({"a.conf": "token ${secret:vault:kv/app#token}\n"})
-
-    with pytest.raises(SecretError, match="vault:kv/app#token"):
-        resolve_secrets(files, {})
-
-
-def test_resolve_secrets_reports_each_missing_reference_once_sorted():
-    files = entries({"a": "${secret:env:B} ${secret:env:A}", "b": "${secret:env:B}"})
-
-    with pytest.raises(SecretError) as error:
-        resolve_secrets(files, {})
-
-    assert str(error.value).startswith("unresolvable secret reference(s): env:A, env:B (")
 
 
 @pytest.mark.parametrize("bad_path", ["../escaped.conf", "conf.d/../../escaped.conf",
@@ -249,7 +226,7 @@ def test_a_fallback_file_leaving_the_target_directory_fails_before_writing(host)
 
 def test_a_new_file_holding_a_resolved_secret_is_readable_by_its_owner_only(host):
     applier = host.applier(environ={"PATH": os.environ["PATH"], "API_KEY": "k-123"})
-    files = {"app.conf": "key=${secret:env:API_KEY}\n", "plain.conf": "x\n"}
+    files = {"app.conf": f"key={sealed('env:API_KEY')}\n", "plain.conf": "x\n"}
 
     assert applier.apply(make_bundle(1, files), host.load_state()).status == SUCCEEDED
 

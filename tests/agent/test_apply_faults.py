@@ -22,7 +22,7 @@ FALLBACK = {"nginx.conf": "return 503 'No valid configuration';\n", "fallback.ht
 def rejects_broken(tmp_path, name="validate"):
     """A validate command like `nginx -t`: fails when nginx.conf says BROKEN."""
     return script(tmp_path, f"{name}.sh",
-                  "if grep -q BROKEN nginx.conf; then\n"
+                  "if grep -q BROKEN $T/nginx.conf; then\n"
                   "  echo 'nginx: [emerg] unknown directive BROKEN' >&2; exit 1\n"
                   "fi\n")
 
@@ -57,7 +57,7 @@ def test_validate_failure_restores_old_files_byte_for_byte_reloads_and_warns(hos
 
 def test_validate_runs_against_the_new_files_in_place(host, on_v1):
     seen = host.tmp_path / "seen-by-validate"
-    validate = script(host.tmp_path, "copy.sh", f"cat nginx.conf > {shlex.quote(str(seen))}\n"
+    validate = script(host.tmp_path, "copy.sh", f"cat $T/nginx.conf > {shlex.quote(str(seen))}\n"
                                                 "exit 1\n")
 
     host.applier(validate=validate).apply(make_bundle(2, V2), host.load_state())
@@ -85,7 +85,7 @@ def test_reload_failure_restores_old_files_reloads_them_and_warns(host, on_v1):
     # Like a service refusing the new config at reload time, but taking the old one.
     reload = script(host.tmp_path, "reload.sh",
                     f'echo "$BELLWETHER_SNAPSHOT" >> {shlex.quote(str(reload_log))}\n'
-                    "grep -q 8080 conf.d/shop.conf && { echo 'bind failed' >&2; exit 3; }\n"
+                    "grep -q 8080 $T/conf.d/shop.conf && { echo 'bind failed' >&2; exit 3; }\n"
                     "exit 0\n")
     applier = host.applier(validate="true", reload=reload)
 
@@ -125,7 +125,7 @@ def test_reload_failure_then_start_success_is_succeeded(host, on_v1):
 
 def test_reload_and_start_both_failing_restores_and_starts_the_old_files(host, on_v1):
     files_before, _ = on_v1
-    start = script(host.tmp_path, "start.sh", "grep -q BROKEN nginx.conf && exit 1\nexit 0\n")
+    start = script(host.tmp_path, "start.sh", "grep -q BROKEN $T/nginx.conf && exit 1\nexit 0\n")
     applier = host.applier(validate="true", reload="false", start=start)
 
     outcome = applier.apply(make_bundle(2, V2), host.load_state())
@@ -203,7 +203,7 @@ def test_the_next_good_snapshot_replaces_the_fallback_files(host):
 # --- what the commands see ------------------------------------------------------------------
 
 
-def test_commands_run_in_the_target_dir_with_target_and_snapshot_in_the_environment(host):
+def test_commands_run_in_the_agents_run_dir_with_target_and_snapshot_in_the_environment(host):
     seen = host.tmp_path / "seen"
     record = script(host.tmp_path, "record.sh",
                     f'printf "%s|%s|%s|%s\\n" "$1" "$BELLWETHER_TARGET_DIR" '
@@ -214,16 +214,17 @@ def test_commands_run_in_the_target_dir_with_target_and_snapshot_in_the_environm
     assert applier.apply(make_bundle(3, V1), host.load_state()).status == SUCCEEDED
 
     target = str(host.target)
-    real = os.path.realpath(target)
-    assert seen.read_text().splitlines() == [f"validate|{target}|3|{real}",
-                                             f"reload|{target}|3|{real}"]
+    run_dir = os.path.realpath(host.state_dir / "run")
+    assert seen.read_text().splitlines() == [f"validate|{target}|3|{run_dir}",
+                                             f"reload|{target}|3|{run_dir}"]
 
 
-def test_commands_inherit_the_agents_environment(host):
-    validate = 'test "$SERVICE_NAME" = nginx'
+def test_commands_get_the_agents_variables_named_by_command_env_only(host):
+    validate = 'test "$SERVICE_NAME" = nginx && test -z "$NOT_PASSED"'
+    environ = {**os.environ, "SERVICE_NAME": "nginx", "NOT_PASSED": "x"}
 
-    good = host.applier(validate=validate, environ={**os.environ, "SERVICE_NAME": "nginx"})
-    bad = host.applier(validate=validate, environ={**os.environ, "SERVICE_NAME": "other"})
+    good = host.applier(validate=validate, environ=environ, passthrough_env=("SERVICE_NAME",))
+    bad = host.applier(validate=validate, environ=environ)
 
     assert good.apply(make_bundle(1, V1), host.load_state()).status == SUCCEEDED
     assert bad.apply(make_bundle(2, V2), host.load_state()).status == WARNING

@@ -99,3 +99,20 @@ def test_a_served_bundle_hashes_to_the_checksum_the_server_announces(environment
 
     assert "sites/café.conf" in [f["path"] for f in bundle["files"]]
     assert announced["checksum"] == snapshot.checksum == agent_checksum(bundle["files"])
+
+
+def test_both_sides_write_sealed_placeholders_as_their_reference():
+    from agent.references import PLACEHOLDER as AGENT_PLACEHOLDER
+    from configlang.secrets import PLACEHOLDER
+
+    token, other = "ab" * 16, "cd" * 16
+    sealed = files(("a.conf", f"x=${{secret:sealed:{token}:env:SHOP_DB}}\n"),
+                   ("b.conf", f"${{secret:sealed:{token}:file:/etc/shop/k}}"
+                              "${secret:sealed:" + "ef" * 16 + ":nope}"))
+    resealed = [{**f, "content": f["content"].replace(token, other)} for f in sealed]
+
+    assert AGENT_PLACEHOLDER.pattern == PLACEHOLDER.pattern
+    assert agent_checksum(sealed) == server_checksum(sealed) == server_checksum(resealed)
+    assert server_checksum(sealed) == server_checksum(files(
+        ("a.conf", "x=${secret:env:SHOP_DB}\n"),
+        ("b.conf", "${secret:file:/etc/shop/k}${secret:sealed:" + "ef" * 16 + ":nope}")))

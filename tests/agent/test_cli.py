@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.config import OPTIONS
 from agent.runner import EXIT_CONFIG, EXIT_OK, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE
 from tests.agent.support import (
@@ -69,7 +71,8 @@ def test_neither_token_nor_enrollment_token_exits_2(host, server):
     result = once(host, server.url)
 
     assert result.returncode == EXIT_CONFIG
-    assert "no --token and no --enrollment-token" in result.stderr
+    assert "no --token, --token-file or BELLWETHER_TOKEN, and no --enrollment-token" \
+        in result.stderr
     assert server.requests == []
 
 
@@ -166,3 +169,47 @@ def test_configuration_from_variables_and_a_file(host, server, tmp_path):
 
     assert result.returncode == EXIT_OK, result.stderr
     assert text_tree(host.target) == V1
+
+
+# --- the token off the command line ---------------------------------------------------------
+
+
+def test_token_file_authenticates_without_the_token_on_argv(host, server, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(server.token + "\n")
+    token_file.chmod(0o600)
+
+    result = once(host, server.url, "--token-file", str(token_file))
+
+    assert result.returncode == 0, result.stderr
+    assert server.requests
+    assert all(r[3].get("Authorization") == f"Bearer {server.token}" for r in server.requests)
+
+
+def test_bellwether_token_variable_authenticates(host, server):
+    result = python_m_agent("--once", "--server", server.url, "--target-dir", str(host.target),
+                            "--state-dir", str(host.state_dir), BELLWETHER_TOKEN=server.token)
+
+    assert result.returncode == 0, result.stderr
+    assert server.requests
+
+
+@pytest.mark.parametrize("content", [None, "", "\n"])
+def test_an_unreadable_or_empty_token_file_exits_2_naming_it(host, server, tmp_path, content):
+    token_file = tmp_path / "token"
+    if content is not None:
+        token_file.write_text(content)
+
+    result = once(host, server.url, "--token-file", str(token_file))
+
+    assert result.returncode == EXIT_CONFIG
+    assert str(token_file) in result.stderr and "Traceback" not in result.stderr
+    assert server.requests == []
+
+
+def test_state_dir_inside_the_target_dir_exits_2(host, server):
+    result = python_m_agent("--once", "--server", server.url, "--target-dir", str(host.target),
+                            "--state-dir", str(host.target / "state"), "--token", server.token)
+
+    assert result.returncode == EXIT_CONFIG
+    assert "must not be inside one another" in result.stderr

@@ -5,6 +5,7 @@ new), leave no temp files, and the next apply of the same snapshot finishes."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -119,8 +120,9 @@ def test_recovery_is_idempotent_if_the_agent_crashes_again_while_recovering(
 
 def test_recovery_removes_temp_files_left_by_an_interrupted_write(host):
     host.applier().apply(make_bundle(1, V1), host.load_state())
-    (host.target / "conf.d" / f".shop.conf{TEMP_MARKER}1a2b3c4d").write_text("half a fi")
-    (host.target / f".nginx.conf{TEMP_MARKER}deadbeef").write_text("")
+    key = (host.state_dir / "temp-key").read_text()
+    (host.target / "conf.d" / f".shop.conf{TEMP_MARKER}{key}-1a2b3c4d").write_text("half a fi")
+    (host.target / f".nginx.conf{TEMP_MARKER}{key}-deadbeef").write_text("")
     before_state = host.load_state()
 
     message = host.applier().recover_interrupted(host.load_state())
@@ -129,6 +131,35 @@ def test_recovery_removes_temp_files_left_by_an_interrupted_write(host):
     assert temp_files(host.target) == []
     assert text_tree(host.target) == V1
     assert host.load_state() == before_state
+
+
+def test_recovery_leaves_alone_a_snapshot_file_named_like_a_temp_file(host):
+    shipped = {**V1, f"conf.d/.shop.conf{TEMP_MARKER}1a2b3c4d": "shipped by the snapshot\n",
+               f"x{TEMP_MARKER}0000000000000000-1": "also shipped\n"}
+    host.applier().apply(make_bundle(1, shipped), host.load_state())
+    # Another agent's (or an older agent's) leftovers are not this agent's either.
+    (host.target / f".other{TEMP_MARKER}ffffffffffffffff-00000000").write_text("not mine")
+
+    for _ in range(2):  # every start
+        assert host.applier().recover_interrupted(host.load_state()) is None
+
+    assert text_tree(host.target) == {**shipped,
+                                      f".other{TEMP_MARKER}ffffffffffffffff-00000000": "not mine"}
+
+
+def test_the_temp_key_is_kept_and_names_every_temp_file_of_this_agent(host, monkeypatch):
+    first = host.applier().temp_key
+    assert host.applier().temp_key == first
+    assert len(first) == 16 and os.stat(host.state_dir / "temp-key").st_mode & 0o777 == 0o600
+    names = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: (names.append(str(path)),
+                                                           real_open(path, *a, **k))[1])
+
+    host.applier().apply(make_bundle(1, V1), host.load_state())
+
+    temps = [n for n in names if TEMP_MARKER in n]
+    assert temps and all(f"{TEMP_MARKER}{first}-" in n for n in temps)
 
 
 def test_recovery_with_nothing_to_do_says_nothing(host):

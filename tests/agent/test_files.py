@@ -114,12 +114,14 @@ def test_write_atomic_default_mode_is_world_readable_0644(tmp_path):
 def test_remove_temp_files_deletes_only_leftover_temp_files_in_every_directory(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "a.conf").write_text("a")
-    (tmp_path / f".a.conf{fs.TEMP_MARKER}0123abcd").write_text("half")
-    (tmp_path / "sub" / f".b.conf{fs.TEMP_MARKER}deadbeef").write_text("half")
+    key = "0123456789abcdef"
+    (tmp_path / f".a.conf{fs.TEMP_MARKER}{key}-0123abcd").write_text("half")
+    (tmp_path / "sub" / f".b.conf{fs.TEMP_MARKER}{key}-deadbeef").write_text("half")
+    (tmp_path / f".c.conf{fs.TEMP_MARKER}0123abcd").write_text("a snapshot's")
 
-    assert fs.remove_temp_files(str(tmp_path)) == 2
+    assert fs.remove_temp_files(str(tmp_path), key) == 2
 
-    assert tree(tmp_path) == {"a.conf": b"a"}
+    assert tree(tmp_path) == {"a.conf": b"a", f".c.conf{fs.TEMP_MARKER}0123abcd": b"a snapshot's"}
 
 
 def test_remove_file_ignores_a_missing_file(tmp_path):

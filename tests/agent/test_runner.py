@@ -34,7 +34,7 @@ def report(bundle, status=SUCCEEDED, message=None, deployment_id=None) -> dict:
 
 
 def rejects_broken(tmp_path):
-    return script(tmp_path, "validate.sh", "grep -q BROKEN nginx.conf && exit 1\nexit 0\n")
+    return script(tmp_path, "validate.sh", "grep -q BROKEN $T/nginx.conf && exit 1\nexit 0\n")
 
 
 def change_etag_only(server):
@@ -164,7 +164,7 @@ def test_a_failed_push_is_recorded_and_not_applied_again(host, server):
     validate, validate_log = counting(host.tmp_path, "validate")
     agent = host.agent(server.url, validate=validate)
     agent.run_once()
-    failing = script(host.tmp_path, "v.sh", f"{validate}\ngrep -q BROKEN nginx.conf && exit 1\n"
+    failing = script(host.tmp_path, "v.sh", f"{validate}\ngrep -q BROKEN $T/nginx.conf && exit 1\n"
                                             "exit 0\n")
     agent.applier.commands.validate = failing
     server.publish(make_bundle(2, BROKEN), deployment_id=PUSH_ID)

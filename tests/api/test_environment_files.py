@@ -106,6 +106,8 @@ def test_put_without_the_text_field_is_400_naming_it(segment, field, model, kind
         ("a/b/", "a/b/"),
         ("a%5cb.conf", "a\\b.conf"),
         ("a%09b.conf", "a\tb.conf"),
+        # The agent's temporary-file marker (agent/files.py) is reserved.
+        ("conf.d/.shop.conf.bellwether-tmp-1a2b3c4d", "conf.d/.shop.conf.bellwether-tmp-1a2b3c4d"),
     ],
 )
 def test_put_with_an_unsafe_path_is_400_and_stores_nothing(

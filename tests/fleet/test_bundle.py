@@ -32,7 +32,8 @@ def test_bundle_is_the_stored_json_with_the_checksum_as_etag(enroll, with_fallba
     assert response["ETag"] == f'"{snapshot.checksum}"'
     assert response.content == bytes(snapshot.bundle)
     body = json.loads(response.content)
-    assert set(body) == {"number", "label", "checksum", "files", "fallback_files"}
+    assert set(body) == {"number", "label", "checksum", "files", "fallback_files", "secrets"}
+    assert body["secrets"] == []  # no template places a secret
     assert (body["number"], body["label"], body["checksum"]) == (
         1, snapshot.label, snapshot.checksum)
     assert [f["path"] for f in body["files"]] == ["nginx/shop.conf", "shop/app.json"]

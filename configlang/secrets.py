@@ -1,0 +1,154 @@
+"""Secret references in rendered files: sealed placeholders and the secrets manifest.
+
+Pure: no database. An agent resolves a secret only where the bundle's manifest
+lists a placeholder, and it substitutes only that exact text. The renderer makes
+the placeholders:
+
+- A placeholder is `${secret:sealed:<token>:<reference>}`. The token is an HMAC of
+  the reference keyed by a hash of every input of the render (config, templates,
+  descriptor, policy, restrictions, limits). A descriptor cannot contain the
+  token of its own render (that would be a fixed point of SHA-256), so no text
+  that came from a descriptor, however a template transforms it, is ever a
+  placeholder. The same inputs give the same placeholders: a rollback reproduces
+  its snapshot's files exactly.
+- Templates get a placeholder where the environment put a reference: the values
+  of the effective config's `secrets` (the environment's, and a descriptor's
+  that passed descriptor_policy.secret_refs and the tenant's restrictions), a
+  config value the environment itself wrote as exactly `${secret:<reference>}`,
+  and `${secret:<reference>}` written in a template's own text.
+- Any other `${secret:` text in a rendered file, and a placeholder a template
+  altered (sliced, upper-cased, ...), is refused at publish, naming the file and
+  line: an older agent would otherwise resolve such text.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+import re
+
+from configlang.problems import Problem
+
+MANIFEST_VERSION = b"bellwether secrets manifest v1\x00"
+SECRET_TEXT = "${secret:"
+REFERENCE = r"(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+)"
+INLINE_REFERENCE = re.compile(r"\$\{secret:(" + REFERENCE + r")\}")
+MAX_PROBLEMS_PER_FILE = 20
+PLACEHOLDER = re.compile(r"\$\{secret:sealed:([0-9a-f]{32}):(" + REFERENCE + r")\}")
+
+
+class Placeholders:
+    """The placeholders of one render, and which of them were handed out."""
+
+    def __init__(self, source: dict):
+        canonical = json.dumps(source, sort_keys=True, ensure_ascii=False,
+                               separators=(",", ":"), default=str)
+        self._key = hashlib.sha256(
+            MANIFEST_VERSION + canonical.encode("utf-8", "surrogatepass")).digest()
+        self.issued: dict[str, str] = {}  # placeholder -> reference
+
+    def token(self, reference: str) -> str:
+        return hmac.new(self._key, reference.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def __call__(self, reference: str) -> str:
+        placeholder = "${secret:sealed:" + self.token(reference) + ":" + reference + "}"
+        self.issued[placeholder] = reference
+        return placeholder
+
+
+def _reference_of(value) -> str | None:
+    match = INLINE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
+    return match.group(1) if match else None
+
+
+def _seal_environment_values(merged, environment, placeholders: Placeholders):
+    """Config values the environment itself wrote as `${secret:<reference>}`."""
+    if isinstance(merged, dict) and isinstance(environment, dict):
+        return {key: _seal_environment_values(value, environment.get(key), placeholders)
+                if key in environment else value for key, value in merged.items()}
+    if isinstance(merged, list) and isinstance(environment, list) \
+            and len(merged) == len(environment):
+        return [_seal_environment_values(m, e, placeholders)
+                for m, e in zip(merged, environment, strict=True)]
+    reference = _reference_of(merged)
+    if reference is not None and merged == environment:
+        return placeholders(reference)
+    return merged
+
+
+def template_context(config: dict, environment_config: dict,
+                     placeholders: Placeholders) -> dict:
+    """The config templates see: secrets (and the environment's own inline
+    references) as sealed placeholders; everything else as it is."""
+    context = _seal_environment_values(
+        {k: v for k, v in config.items() if k != "secrets"},
+        {k: v for k, v in environment_config.items() if k != "secrets"}, placeholders)
+    context = copy.deepcopy(context)
+    secrets = config.get("secrets")
+    if isinstance(secrets, dict):
+        context["secrets"] = {
+            name: placeholders(_reference_of(value)) if _reference_of(value) else value
+            for name, value in secrets.items()}
+    elif "secrets" in config:
+        context["secrets"] = secrets
+    return context
+
+
+def seal_template(source: str, placeholders: Placeholders) -> str:
+    """A template's own `${secret:<reference>}` text becomes its placeholder."""
+    return INLINE_REFERENCE.sub(lambda m: placeholders(m.group(1)), source)
+
+
+def unsealed(content: str) -> str:
+    """`content` with each sealed placeholder shown as `${secret:<reference>}`."""
+    if "${secret:sealed:" not in content:
+        return content
+    return PLACEHOLDER.sub(lambda m: "${secret:" + m.group(2) + "}", content)
+
+
+def _line(content: str, index: int) -> int:
+    return content.count("\n", 0, index) + 1
+
+
+def _file_problems(path: str, content: str, placeholders: Placeholders) -> list[Problem]:
+    problems = []
+    ours = {m.start(): m.end() for m in PLACEHOLDER.finditer(content)
+            if m.group(0) in placeholders.issued}
+    for match in re.finditer(re.escape(SECRET_TEXT), content):
+        if len(problems) >= MAX_PROBLEMS_PER_FILE:
+            break
+        if match.start() not in ours:
+            problems.append(Problem(
+                "secret_reference", "holds `${secret:` text that is not a secret the "
+                "environment's templates placed (from a descriptor or a transformed "
+                "value); agents never resolve it: use {{ secrets.NAME }}", file=path,
+                line=_line(content, match.start())))
+    lower = content.lower()
+    kept = "".join(content[start:end] for start, end in ours.items())
+    for reference in placeholders.issued.values():
+        token = placeholders.token(reference)
+        line = _line(content, lower.index(token)) if token in lower else None
+        if lower.count(token) > kept.count(token) and line not in {p.line for p in problems}:
+            problems.append(Problem(
+                "secret_reference", f"a template altered the placeholder of secret "
+                f"{reference}; place {{{{ secrets.NAME }}}} unchanged", file=path, line=line))
+    return problems
+
+
+def manifest(files: list[dict], placeholders: Placeholders) -> tuple[list, list[Problem]]:
+    """The secrets manifest of rendered `files` and the problems found: each
+    placeholder used, its reference and the files holding it."""
+    used: dict[str, list] = {}
+    problems: list[Problem] = []
+    for entry in files:
+        content = entry["content"]
+        for placeholder in placeholders.issued:
+            if placeholder in content:
+                used.setdefault(placeholder, []).append(entry["path"])
+        if SECRET_TEXT in content or placeholders.issued:
+            problems.extend(_file_problems(entry["path"], content, placeholders))
+    listed = [{"placeholder": placeholder, "reference": placeholders.issued[placeholder],
+               "files": sorted(paths)} for placeholder, paths in sorted(used.items())]
+    return listed, problems
