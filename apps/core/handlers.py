@@ -9,7 +9,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.core.text import name_problem, text_problem
+from apps.core.text import text_problem
 
 logger = logging.getLogger(__name__)
 
@@ -93,15 +93,16 @@ def _bad_request(request, field: str, problem: str):
 
 
 class UnstorableTextMiddleware:
-    """A URL path holding a NUL or control character, or a query parameter holding a
-    NUL, is answered 400 naming it before any view runs: no view ever looks up or
-    stores such text (PostgreSQL cannot hold NUL; SQLite would store it)."""
+    """A URL path or a query parameter holding a NUL (or a lone surrogate) is answered
+    400 naming it before any view runs: no view ever looks up or stores such text
+    (PostgreSQL cannot hold NUL; SQLite would store it). Control and bidirectional
+    characters in paths are the routes' own check (file paths: `invalid_path`)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        problem = name_problem(request.path)
+        problem = text_problem(request.path)
         if problem:
             return _bad_request(request, "path", problem)
         for key, values in request.GET.lists():
