@@ -49,6 +49,10 @@ def declared_length(value: bytes | str | None) -> int | None:
 
 # --- ASGI ----------------------------------------------------------------------
 
+class BodyTooLarge(Exception):
+    """The body passed the limit while the application was receiving it."""
+
+
 async def _answer(send, status: int, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
@@ -109,10 +113,6 @@ class BoundedBodyASGI:
                 (b"content-length", str(len(body)).encode())]}
         return await self.app(scope, _replay([
             {"type": "http.request", "body": bytes(body), "more_body": False}], receive), send)
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 def _replay(messages, then=None):
