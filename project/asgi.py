@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels."""
+"""ASGI entry point: HTTP through Django, websockets through Channels. Request
+bodies are bounded while they are received (project/bodylimits.py)."""
 
 import os
 
@@ -11,11 +12,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from project import daphne_limits  # noqa: E402
+from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.routing import websocket_urlpatterns  # noqa: E402
+
+daphne_limits.install()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BoundedBodyASGI(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

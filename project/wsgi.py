@@ -1,8 +1,11 @@
-"""WSGI entry point (HTTP only; production serves ASGI for websockets)."""
+"""WSGI entry point (HTTP only; production serves ASGI for websockets). Request
+bodies are bounded while they are read (project/bodylimits.py)."""
 
 import os
 
 from django.core.wsgi import get_wsgi_application
 
+from project.bodylimits import BoundedBodyWSGI
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-application = get_wsgi_application()
+application = BoundedBodyWSGI(get_wsgi_application())

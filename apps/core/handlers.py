@@ -7,6 +7,9 @@ from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
+
+from apps.core.text import text_problem
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +83,37 @@ class DatabaseUnavailableMiddleware:
                             headers={"Retry-After": "5"})
 
 
+def _bad_request(request, field: str, problem: str):
+    message = f"{field}: {problem}"
+    if _is_api(request):
+        return JsonResponse({"error": {"code": "invalid", "message": message,
+                                       "details": [{"field": field, "message": problem}]}},
+                            status=400)
+    return HttpResponse(f"Bad request: {message}\n", content_type="text/plain", status=400)
+
+
+class UnstorableTextMiddleware:
+    """A URL path or a query parameter holding a NUL (or a lone surrogate) is answered
+    400 naming it before any view runs: no view ever looks up or stores such text
+    (PostgreSQL cannot hold NUL; SQLite would store it). Control and bidirectional
+    characters in paths are the routes' own check (file paths: `invalid_path`)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        problem = text_problem(request.path)
+        if problem:
+            return _bad_request(request, "path", problem)
+        for key, values in request.GET.lists():
+            for value in (key, *values):
+                problem = text_problem(value)
+                if problem:
+                    return _bad_request(request, key.replace("\x00", "\\x00"), problem)
+        return self.get_response(request)
+
+
+@csrf_exempt  # an unknown path is 404 for every method, never the CSRF page
 def not_found_api(request, *args, **kwargs):
     return JsonResponse(
         {"error": {"code": "not_found", "message": f"No route for {request.path}."}},

@@ -1,13 +1,15 @@
-"""Request parsers: JSON and YAML bodies, bounded in size and depth, so hostile
-input is a 4xx (413 or 400), never a 500."""
+"""Request parsers: JSON and YAML bodies, bounded in size and depth, holding only
+storable text (no NUL, no lone surrogate, in keys or values), so hostile input is
+a 4xx (413 or 400) naming the field, never a 500."""
 
 import json
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import BaseParser, JSONParser
 
+from apps.core.text import first_text_problem
 from configlang.yamlconfig import load_yaml
 
 
@@ -19,17 +21,35 @@ def _read_limited(stream, parser_context) -> bytes:
     return data
 
 
+def _storable(value):
+    """The parsed body, or a 400 naming the first key or string that is not text."""
+    try:
+        found = first_text_problem(value)
+    except RecursionError:
+        raise ParseError("Body nested too deeply.") from None
+    if found:
+        field, problem = found
+        raise ValidationError({field or "body": [problem]})
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 class BoundedJSONParser(JSONParser):
-    """JSON whose nesting cannot exhaust the stack (the json module recurses)."""
+    """JSON whose nesting cannot exhaust the stack (the json module recurses), without
+    NaN or Infinity (not JSON; PostgreSQL refuses them in json columns)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         data = _read_limited(stream, parser_context)
         try:
-            return json.loads(data.decode("utf-8"))
+            value = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except RecursionError:
             raise ParseError("JSON nested too deeply.") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
+        return _storable(value)
 
 
 class YAMLParser(BaseParser):
@@ -44,7 +64,7 @@ class YAMLParser(BaseParser):
         value, problems = load_yaml(text, limits=settings.BELLWETHER_LIMITS, file="body")
         if problems:
             raise ParseError(f"YAML {problems[0]}")
-        return value
+        return _storable(value)
 
 
 class TextYAMLParser(YAMLParser):

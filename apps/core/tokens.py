@@ -6,8 +6,11 @@ is compared in constant time.
 
 import hashlib
 import hmac
+import re
 import secrets
 from typing import NamedTuple
+
+_TOKEN_ALPHABET = re.compile(r"[A-Za-z0-9_\-]{1,512}")
 
 
 class IssuedToken(NamedTuple):
@@ -32,6 +35,10 @@ def parse(token: str, prefix: str) -> tuple[str, str] | None:
         return None
     key, sep, secret = token[len(prefix) + 1 :].partition(".")
     if not sep or not key or not secret or len(key) > 16:
+        return None
+    # Only the alphabets issue() uses: anything else (NUL, non-ASCII) is no token
+    # of ours and must never reach a query or the hash.
+    if not (_TOKEN_ALPHABET.fullmatch(key) and _TOKEN_ALPHABET.fullmatch(secret)):
         return None
     return key, secret
 

@@ -11,6 +11,7 @@ from apps.audit.services import audit_record
 from apps.core import locks
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
+from apps.core.text import name_problem
 from apps.environments.models import (
     Descriptor,
     Environment,
@@ -151,7 +152,7 @@ _FILE_MODELS = {"template": (Template, "source"), "fallback": (FallbackFile, "co
 
 def check_file(kind: str, path: str, text: str, limits: dict) -> None:
     """Raise ValidationFailed for an unsafe path, an oversized file or bad template syntax."""
-    reason = path_problem(path)
+    reason = path_problem(path) or name_problem(path)
     if reason:
         raise ValidationFailed(f"{path!r}: {reason}", code="invalid_path",
                                details=[{"file": path, "message": reason}])

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from apps.core import tokens
 from apps.core.errors import NotFound
+from apps.core.fields import LabelsField, NameField
 from apps.fleet import cache, enrollment, selectors
 from apps.fleet import services as fleet
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
@@ -69,9 +70,8 @@ class EnrollApi(APIView):
 
     class EnrollRequestSerializer(serializers.Serializer):
         enrollment_token = serializers.CharField(max_length=200)
-        name = serializers.CharField(max_length=64)
-        labels = serializers.DictField(child=serializers.CharField(allow_blank=True),
-                                       required=False, default=dict)
+        name = NameField(max_length=64)
+        labels = LabelsField(required=False, default=dict)
 
     class EnrollResponseSerializer(serializers.Serializer):
         agent_id = serializers.IntegerField()

@@ -4,12 +4,13 @@ tokens, activation and push deployments."""
 from datetime import timedelta
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
-from apps.core.errors import NotFound
+from apps.core.errors import NotFound, ValidationFailed
+from apps.core.fields import LabelsField, NameField
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
 from apps.environments.views import (
@@ -86,8 +87,7 @@ class AgentDetailApi(_AgentApi):
     class AgentUpdateSerializer(serializers.Serializer):
         mode = serializers.ChoiceField(Agent.Mode.choices, required=False)
         enabled = serializers.BooleanField(required=False)
-        labels = serializers.DictField(child=serializers.CharField(allow_blank=True),
-                                       required=False)
+        labels = LabelsField(required=False)
 
     @extend_schema(responses=AgentSerializer)
     def get(self, request, agent_id):
@@ -99,6 +99,9 @@ class AgentDetailApi(_AgentApi):
         agent = self.agent_for(Role.DEPLOYER)
         data = self.AgentUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        if not data.validated_data:
+            raise ValidationFailed("Nothing to change: send mode, enabled or labels.",
+                                   code="empty_body")
         services.agent_update(agent=agent, actor=request.user, **data.validated_data)
         return Response(_agent_body(self.agent_for(Role.VIEWER)))
 
@@ -136,7 +139,7 @@ class EnrollmentTokenApi(EnvironmentAPIView):
         uses = serializers.IntegerField(min_value=1, max_value=100_000, default=1)
         expires_in_s = serializers.IntegerField(min_value=60, max_value=365 * 86400,
                                                 default=86400)
-        name = serializers.CharField(max_length=100, required=False, default="")
+        name = NameField(max_length=100, required=False, default="", allow_blank=True)
 
     class EnrollmentTokenSerializer(serializers.Serializer):
         key = serializers.CharField()
@@ -173,15 +176,40 @@ class SnapshotActivateApi(EnvironmentAPIView):
         return Response({"active": snapshot.number})
 
 
+@extend_schema_field({"oneOf": [
+    {"type": "array", "maxItems": 10_000,
+     "items": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}},
+    {"type": "string", "enum": ["all"]}]})
+class AgentSelectionField(serializers.Field):
+    """Which agents a push goes to: a list of ids, or every enabled agent when the body
+    says so (`[]` or `"all"`). It is required: a body that is missing, empty or was
+    not read never means every agent."""
+
+    default_error_messages = {"choice": 'Expected a list of agent ids, [] or "all".'}
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.ids = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), max_length=10_000)
+
+    def to_internal_value(self, data):
+        if data == "all":
+            return []
+        if not isinstance(data, list):
+            self.fail("choice")
+        return self.ids.run_validation(data)
+
+    def to_representation(self, value):
+        return value
+
+
 class SnapshotDeployApi(EnvironmentAPIView):
     class DeployRequestSerializer(QuarantineOverrideSerializer):
-        agents = serializers.ListField(child=serializers.IntegerField(min_value=1,
-                                                                      max_value=2**63 - 1),
-                                       required=False, default=list, max_length=10_000)
+        agents = AgentSelectionField()
 
     @extend_schema(request=DeployRequestSerializer,
                    responses={201: DeploymentSerializer(many=True)},
-                   summary="Push a snapshot now to the listed agents (empty: all enabled)")
+                   summary='Push a snapshot now to the listed agents ([] or "all": all enabled)')
     def post(self, request, application, environment, number):
         env = self.environment(Role.DEPLOYER)
         snapshot = snapshot_get(environment=env, number=number)

@@ -7,6 +7,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
 from apps.core.errors import NotFound
+from apps.core.fields import LabelsField, NameField
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
 from apps.environments.views import (
@@ -46,7 +47,7 @@ class RolloutCreateSerializer(QuarantineOverrideSerializer):
     canary_agents = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
         max_length=10_000)
-    canary_labels = serializers.DictField(child=serializers.CharField(), required=False)
+    canary_labels = LabelsField(child=NameField(), required=False)
     canary_gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.MANUAL)
     bake_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=0)
     waves = WaveSpecSerializer(many=True, required=False, max_length=50)

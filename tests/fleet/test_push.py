@@ -47,12 +47,34 @@ def test_push_with_an_empty_list_targets_all_enabled_agents(deployer, enroll, fi
     services.agent_update(agent=off.agent, actor=superuser, enabled=False)
 
     response = deployer.post(deploy_url(1), {"agents": []}, format="json")
-    no_body = deployer.post(deploy_url(1), {}, format="json")
+    spelled_out = deployer.post(deploy_url(1), {"agents": "all"}, format="json")
 
     assert response.status_code == 201
     assert sorted(d["agent"] for d in response.json()) == sorted([one.agent.pk, two.agent.pk])
-    assert no_body.status_code == 201
+    assert spelled_out.status_code == 201
+    assert sorted(d["agent"] for d in spelled_out.json()) == sorted([one.agent.pk, two.agent.pk])
     assert not Deployment.objects.filter(agent=off.agent).exists()
+
+
+@pytest.mark.parametrize("body", [None, "", "{}", '{"agents": null}', '{"agents": "every"}',
+                                  '{"agents": {}}', '{"reason": "x"}', "[]"])
+def test_push_without_an_agents_selection_in_the_body_is_400_and_pushes_nothing(
+        deployer, enroll, first, body):
+    enroll("web-1")
+    enroll("web-2")
+    if body is None:
+        response = deployer.post(deploy_url(1))
+    else:
+        response = deployer.post(deploy_url(1), data=body, content_type="application/json")
+    assert_error(response, 400)
+    assert not Deployment.objects.exists()
+
+
+def test_push_with_a_json_body_but_no_content_type_pushes_nothing(deployer, enroll, first):
+    enroll("web-1")
+    response = deployer.generic("POST", deploy_url(1), b'{"agents": []}', content_type="")
+    assert response.status_code in (400, 415)
+    assert not Deployment.objects.exists()
 
 
 def test_push_sets_the_target_of_manual_agents(deployer, enroll, first, environment,

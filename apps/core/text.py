@@ -1,0 +1,58 @@
+"""What text the server accepts: no NUL and no lone surrogates anywhere (neither
+PostgreSQL nor UTF-8 can hold them), and in names, labels and paths no control,
+format (bidirectional overrides, zero-width) or separator characters either, so
+what a person reads is what is stored. Pure rules, no Django."""
+
+import unicodedata
+
+NAME_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def text_problem(value: str) -> str | None:
+    """Why `value` is not storable text, or None."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if any("\ud800" <= char <= "\udfff" for char in value):
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
+def name_problem(value: str) -> str | None:
+    """Why `value` may not be a name, label or path, or None."""
+    problem = text_problem(value)
+    if problem:
+        return problem
+    for char in value:
+        if unicodedata.category(char) in NAME_CATEGORIES:
+            return (f"contains the control or formatting character U+{ord(char):04X} "
+                    f"({unicodedata.name(char, 'unnamed')})")
+    return None
+
+
+def _join(prefix: str, key) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def first_text_problem(data, prefix: str = "") -> tuple[str, str] | None:
+    """(field path, problem) for the first key or string in a parsed body that is not
+    storable text, or None. Keys are named by their path, with the problem."""
+    if isinstance(data, str):
+        problem = text_problem(data)
+        return (prefix, problem) if problem else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str):
+                problem = text_problem(key)
+                if problem:
+                    shown = key.encode("utf-8", "backslashreplace").decode()
+                    shown = shown.replace("\x00", "\\x00")
+                    return (_join(prefix, shown), f"the key {problem}")
+            found = first_text_problem(value, _join(prefix, key))
+            if found:
+                return found
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            found = first_text_problem(value, f"{prefix}[{index}]")
+            if found:
+                return found
+    return None

@@ -1,0 +1,174 @@
+"""End to end against real Daphne processes — `manage.py runserver` (embedded
+mode's server) and the production `daphne project.asgi:application` — with raw
+socket clients: request bodies are bounded while they are received (413 with the
+envelope, connection closed, the server's memory flat while 200 MB stream in), and
+chunked bodies are read, never taken for empty."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+
+from apps.fleet.models import Agent, Deployment
+from tests import factories
+from tests.e2e.harness import Server, free_port
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+LIMIT = 1024 * 1024
+STREAM = 200 * 1024 * 1024
+RSS_GROWTH_MAX_KB = 40 * 1024
+
+
+@pytest.fixture(params=["runserver", "daphne"])
+def bounded_server(request, processes, server_environ, tmp_path) -> Server:
+    environ = {**server_environ, "BELLWETHER_MAX_REQUEST_BYTES": str(LIMIT)}
+    server = Server(port=free_port(), env=environ, log_path=tmp_path / "server.log")
+    if request.param == "daphne":
+        server.command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
+                          str(server.port), "project.asgi:application"]
+    processes.append(server)
+    return server.start().wait_ready()
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def exchange(server: Server, head: bytes, chunks, token: str | None = None) -> bytes:
+    """Send a request head and body chunks over a raw socket; return all it answers
+    until the server closes (a send the server refused ends the sending)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        if token:
+            head = head.replace(b"\r\n\r\n", f"\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        sock.sendall(head)
+        try:
+            for chunk in chunks:
+                sock.sendall(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = b""
+        try:
+            while data := sock.recv(65536):
+                answer += data
+        except ConnectionResetError:
+            pass
+        return answer
+
+
+def chunked(payload: bytes, size: int = 64 * 1024):
+    for start in range(0, len(payload), size):
+        piece = payload[start:start + size]
+        yield b"%x\r\n%s\r\n" % (len(piece), piece)
+    yield b"0\r\n\r\n"
+
+
+def endless_chunks(total: int, size: int = 64 * 1024):
+    piece = b"x" * size
+    for _ in range(total // size):
+        yield b"%x\r\n%s\r\n" % (size, piece)
+    yield b"0\r\n\r\n"
+
+
+def plain(total: int, size: int = 64 * 1024):
+    piece = b"x" * size
+    for _ in range(total // size):
+        yield piece
+
+
+def status_and_body(answer: bytes) -> tuple[int, dict | None]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    try:
+        return status, json.loads(body) if body else None
+    except ValueError:
+        return status, None
+
+
+def request_head(method: str, path: str, *, length: int | None = None) -> bytes:
+    framing = (f"Content-Length: {length}" if length is not None
+               else "Transfer-Encoding: chunked")
+    return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nConnection: close\r\n{framing}\r\n\r\n"
+            ).encode()
+
+
+@pytest.mark.parametrize("framing", ["chunked", "content-length"])
+def test_a_200_mb_body_is_refused_with_413_while_it_streams_and_memory_stays_flat(
+        bounded_server, framing):
+    pid = bounded_server.process.pid
+    before = rss_kb(pid)
+    if framing == "chunked":
+        answer = exchange(bounded_server, request_head("POST", "/api/v1/agent/enroll"),
+                          endless_chunks(STREAM))
+    else:
+        answer = exchange(bounded_server,
+                          request_head("POST", "/api/v1/agent/enroll", length=STREAM),
+                          plain(STREAM))
+    growth = rss_kb(pid) - before
+    status, body = status_and_body(answer)
+    assert status == 413, answer[:300]
+    assert body == {"error": {"code": "too_large",
+                              "message": f"Request body is over {LIMIT} bytes."}}
+    assert b"connection: close" in answer.lower()
+    assert growth < RSS_GROWTH_MAX_KB, f"RSS grew by {growth} kB"
+    # The server still answers.
+    assert status_and_body(exchange(bounded_server, b"GET /healthz HTTP/1.1\r\n"
+                                    b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n", []))[0] == 200
+
+
+def test_a_body_just_under_the_limit_is_read_and_one_byte_over_is_413(bounded_server):
+    under = json.dumps({"enrollment_token": "x", "name": "n" * (LIMIT - 200)}).encode()
+    status, body = status_and_body(exchange(
+        bounded_server, request_head("POST", "/api/v1/agent/enroll"), chunked(under)))
+    assert status == 400 and body["error"]["details"][0]["field"] == "name", body
+    over = b" " * (LIMIT + 1)
+    status, _ = status_and_body(exchange(
+        bounded_server, request_head("POST", "/api/v1/agent/enroll"), chunked(over)))
+    assert status == 413
+
+
+@pytest.fixture
+def fleet_of_two(make_fleet):
+    fleet = make_fleet("message: hi\n", {"a.txt": "{{ message }}\n"})
+    number = fleet.api.publish()["number"]
+    agents = factories.enrolled_agents(fleet.environment, 2, actor=fleet.actor)
+    return fleet, number, agents
+
+
+def test_a_chunked_deploy_to_one_agent_pushes_to_that_agent_only(fleet_of_two):
+    fleet, number, agents = fleet_of_two
+    path = f"{fleet.api.env_path}/snapshots/{number}/deploy"
+    body = json.dumps({"agents": [agents[0].agent.pk]}).encode()
+    status, answer = status_and_body(exchange(
+        fleet.server, request_head("POST", path), chunked(body, 3), token=fleet.api.token))
+    assert status == 201, answer
+    assert [d["agent"] for d in answer] == [agents[0].agent.pk]
+    assert list(Deployment.objects.filter(kind="push").values_list("agent_id", flat=True)) == [
+        agents[0].agent.pk]
+
+
+def test_a_deploy_with_an_empty_chunked_body_is_400_and_pushes_nothing(fleet_of_two):
+    fleet, number, _ = fleet_of_two
+    path = f"{fleet.api.env_path}/snapshots/{number}/deploy"
+    status, answer = status_and_body(exchange(
+        fleet.server, request_head("POST", path), [b"0\r\n\r\n"], token=fleet.api.token))
+    assert status == 400, answer
+    assert not Deployment.objects.filter(kind="push").exists()
+
+
+def test_a_chunked_patch_enabled_false_disables_the_agent(fleet_of_two):
+    fleet, _, agents = fleet_of_two
+    body = b'{"enabled": false}'
+    status, answer = status_and_body(exchange(
+        fleet.server, request_head("PATCH", f"/api/v1/agents/{agents[1].agent.pk}"),
+        chunked(body, 4), token=fleet.api.token))
+    assert status == 200 and answer["enabled"] is False, answer
+    assert Agent.objects.get(pk=agents[1].agent.pk).enabled is False
