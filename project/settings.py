@@ -397,7 +397,7 @@ BELLWETHER_LOGIN_COOLOFF_S = env_int("BELLWETHER_LOGIN_COOLOFF_S", 900, minimum=
 AXES_COOLOFF_TIME = BELLWETHER_LOGIN_COOLOFF_S / 3600  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_HANDLER = ("axes.handlers.cache.AxesCacheHandler" if REDIS_URL
+AXES_HANDLER = ("apps.core.throttling.LoginAttemptsCacheHandler" if REDIS_URL
                 else "axes.handlers.database.AxesDatabaseHandler")
 AXES_CLIENT_IP_CALLABLE = "apps.core.throttling.client_ip"
 AXES_LOCKOUT_CALLABLE = "apps.core.throttling.login_locked_out"

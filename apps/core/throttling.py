@@ -8,6 +8,7 @@ through, as the poll cache falls back to the database.
 import logging
 import math
 
+from axes.handlers.cache import AxesCacheHandler
 from django.conf import settings
 from django.http import HttpResponse
 from django.utils.html import escape
@@ -92,6 +93,36 @@ class AnonRateThrottle(_ScopedRateThrottle):
 
     def ident(self, request):
         return None if request.user.is_authenticated else client_ip(request)
+
+
+class _FailOpenCache:
+    """The cache, answering as if it held nothing when it cannot be reached."""
+
+    FALLBACK = {"get": None, "add": True, "incr": 1, "touch": False, "delete": False}
+
+    def __init__(self, cache):
+        self._cache = cache
+
+    def __getattr__(self, name):
+        method = getattr(self._cache, name)
+
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a cache down must not refuse sign-ins
+                logger.warning("sign-in attempts: cache unavailable, not counted: %s", exc)
+                return kwargs.get("default", 0) if name == "get" else self.FALLBACK.get(name)
+
+        return call
+
+
+class LoginAttemptsCacheHandler(AxesCacheHandler):
+    """django-axes' cache handler that lets sign-ins through, uncounted, while the
+    cache (Redis) is down, rather than failing them with a 500."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = _FailOpenCache(self.cache)
 
 
 def login_locked_out(request, original_response=None, credentials=None) -> HttpResponse:

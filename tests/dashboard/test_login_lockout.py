@@ -3,8 +3,13 @@ sign-ins of one username from one address, that pair gets 429 with Retry-After â
 on the dashboard's and the admin's sign-in alike, even with the right password â€”
 while the same user from another address, and other users, sign in as usual."""
 
+from unittest import mock
+
 import pytest
+from axes.handlers.proxy import AxesProxyHandler
 from django.test import Client, override_settings
+
+from apps.core.throttling import LoginAttemptsCacheHandler
 
 pytestmark = pytest.mark.django_db
 
@@ -89,3 +94,21 @@ def test_a_forged_x_forwarded_for_does_not_escape_a_lockout(alice):
         DASHBOARD_LOGIN, {"username": "alice", "password": "pw-alice"})
 
     _locked_out(response)
+
+
+def test_with_the_cache_down_sign_ins_go_through_uncounted(alice):
+    """With Redis, attempts are counted in the cache: a cache that is down lets
+    sign-ins through (a warning is logged) instead of failing them with a 500."""
+    broken = mock.Mock(**{f"{name}.side_effect": ConnectionError("cache down")
+                          for name in ("get", "add", "incr", "touch", "delete")})
+    with mock.patch("apps.core.throttling.AxesCacheHandler.__init__",
+                    lambda handler: setattr(handler, "cache", broken)):
+        handler = LoginAttemptsCacheHandler()
+    with mock.patch.object(AxesProxyHandler, "implementation", handler), \
+            override_settings(AXES_FAILURE_LIMIT=LIMIT):
+        wrong = [_sign_in(DASHBOARD_LOGIN, "alice", "wrong") for _ in range(LIMIT + 1)][-1]
+        right = _sign_in(DASHBOARD_LOGIN, "alice", "pw-alice")
+
+    assert wrong.status_code == 200
+    assert right.status_code == 302
+    assert broken.get.called
