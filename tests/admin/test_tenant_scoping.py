@@ -138,7 +138,8 @@ def test_actions_posted_with_another_tenants_ids_change_nothing(model, model_adm
     for action in model_admin.get_actions(_request_as(world_a)):
         response = client.post(_url(model, "changelist"),
                                {"action": action, "_selected_action": ids, "index": 0})
-        assert response.status_code in (200, 302), (action, response.status_code)
+        # 403: the admin refuses the whole page (django-axes' needs model permissions).
+        assert response.status_code in (200, 302, 403), (action, response.status_code)
     assert AuditEvent.objects.count() == before
 
 
