@@ -122,3 +122,39 @@ def env_secret(name: str) -> str | None:
     """The variable exactly as set (a secret is not stripped); None when unset or blank."""
     value = os.environ.get(name, "")
     return value if value.strip() else None
+
+
+_RATE = re.compile(r"([0-9]+)/(second|minute|hour|day)", re.IGNORECASE)
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """A request rate as `N/second`, `N/minute`, `N/hour` or `N/day` (N at least 1),
+    or `off` for none (None); returned in the shape DRF's throttles read."""
+    value = _value(name)
+    if value is None:
+        return default
+    if value.lower() == "off":
+        return None
+    match = _RATE.fullmatch(value)
+    if match is None or int(match.group(1)) < 1:
+        raise invalid(name, value, "expected N/second, N/minute, N/hour or N/day "
+                      "(N at least 1), or off")
+    return f"{int(match.group(1))}/{match.group(2).lower()}"
+
+
+# Django's own test of a strong key (the deploy check security.W009): long enough,
+# varied enough, and not the prefix `startproject` writes.
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
+
+
+def weak_secret_key_reason(key: str) -> str | None:
+    """Why `key` is too weak to sign production sessions, or None when it is strong."""
+    if key.startswith("django-insecure"):
+        return "it starts with django-insecure"
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        return f"it has {len(key)} characters, fewer than {SECRET_KEY_MIN_LENGTH}"
+    if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        return (f"it has {len(set(key))} distinct characters, fewer than "
+                f"{SECRET_KEY_MIN_UNIQUE_CHARACTERS}")
+    return None

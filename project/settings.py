@@ -22,10 +22,12 @@ from project.env import (
     env_int,
     env_list,
     env_path,
+    env_rate,
     env_secret,
     env_str,
     env_url,
     invalid,
+    weak_secret_key_reason,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -53,6 +55,15 @@ CSRF_TRUSTED_ORIGINS = env_list(
     item=re.compile(r"https?://[^\s/]+", re.IGNORECASE),
     expected="an origin such as https://example.com (a scheme and a host, no path)")
 
+# Production is what serves requests by host name without DEBUG: there a weak key
+# (one that could sign forged sessions) stops start-up. Tests and embedded mode
+# serve no host of their own (ALLOWED_HOSTS empty, or DEBUG on).
+PRODUCTION = not EMBEDDED and not DEBUG and bool(ALLOWED_HOSTS)
+if PRODUCTION and (weak := weak_secret_key_reason(SECRET_KEY)):
+    raise ImproperlyConfigured(
+        f"SECRET_KEY is too weak for production: {weak}; generate one with "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`")
+
 INSTALLED_APPS = [
     "apps.core",  # first: its runserver adds the embedded periodic loop to daphne's
     "daphne",
@@ -61,6 +72,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "axes",
+    "csp",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
@@ -89,8 +102,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.core.handlers.DatabaseUnavailableMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -225,6 +241,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out sign-in
+    "django.contrib.auth.backends.ModelBackend",
+]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -267,6 +288,14 @@ CSRF_FAILURE_VIEW = "apps.dashboard.views.csrf_failure"
 BELLWETHER_LIVE_RECHECK_S = env_int("BELLWETHER_LIVE_RECHECK_S", 5, minimum=0)
 BELLWETHER_LIVE_MAX_ENVIRONMENTS = env_int("BELLWETHER_LIVE_MAX_ENVIRONMENTS", 500, minimum=1)
 
+# Reverse proxies in front of the web nodes (0: clients connect directly). Only then
+# are X-Forwarded-Proto (HTTPS as the proxy saw it) and X-Forwarded-For (the
+# client's address, as the nearest of them appended it) believed; otherwise a
+# client could claim HTTPS, or any address to dodge its throttle.
+BELLWETHER_PROXY_COUNT = env_int("BELLWETHER_PROXY_COUNT", 0, minimum=0, maximum=10)
+SECURE_PROXY_SSL_HEADER = (("HTTP_X_FORWARDED_PROTO", "https") if BELLWETHER_PROXY_COUNT
+                           else None)
+
 # Request bodies above this size are refused with 413 (apps.core.api).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BELLWETHER_MAX_REQUEST_BYTES", 10 * 1024 * 1024,
                                       minimum=1)
@@ -287,6 +316,14 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Each applies to its own kind of caller (apps/core/throttling.py); the rates
+    # are BELLWETHER_THROTTLE_RATES, read at each request.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "apps.core.throttling.UserRateThrottle",
+        "apps.core.throttling.AgentRateThrottle",
+        "apps.core.throttling.AnonRateThrottle",
+    ],
+    "NUM_PROXIES": BELLWETHER_PROXY_COUNT,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -341,10 +378,61 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# API request rates, per user (tokens and sessions), per agent and per client
+# address for callers not signed in (enrollment); `off` for none. An agent polls
+# at most every 5 s (poll_interval_s), a few requests a cycle: far below its rate.
+BELLWETHER_THROTTLE_RATES = {
+    "user": env_rate("BELLWETHER_THROTTLE_USER", "1200/minute"),
+    "agent": env_rate("BELLWETHER_THROTTLE_AGENT", "600/minute"),
+    "anon": env_rate("BELLWETHER_THROTTLE_ANON", "300/minute"),
+}
+
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failed sign-ins of one
+# username from one client address, that pair is refused (429) for the cool-off.
+# Counted per pair, so nobody can lock a user out from elsewhere, nor everyone out
+# behind one proxy address; kept in Redis (expiring), or without Redis (embedded
+# mode, one process) in axes' own table.
+BELLWETHER_LOGIN_FAILURE_LIMIT = env_int("BELLWETHER_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_FAILURE_LIMIT = BELLWETHER_LOGIN_FAILURE_LIMIT
+BELLWETHER_LOGIN_COOLOFF_S = env_int("BELLWETHER_LOGIN_COOLOFF_S", 900, minimum=1)
+AXES_COOLOFF_TIME = BELLWETHER_LOGIN_COOLOFF_S / 3600  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = ("apps.core.throttling.LoginAttemptsCacheHandler" if REDIS_URL
+                else "axes.handlers.database.AxesDatabaseHandler")
+AXES_CLIENT_IP_CALLABLE = "apps.core.throttling.client_ip"
+AXES_LOCKOUT_CALLABLE = "apps.core.throttling.login_locked_out"
+AXES_VERBOSE = False
+
+# Content-Security-Policy (django-csp): only this origin's scripts, styles,
+# images and connections (the live websocket is same-origin: 'self' covers
+# ws:/wss: there), no inline script, no plugins, no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
 # Cookies only over HTTPS unless DEBUG (SECURE_COOKIES=0 for plain-HTTP set-ups);
 # read whatever DEBUG says so that a typo fails in development too.
 SECURE_COOKIES = env_bool("SECURE_COOKIES", True)
 if not DEBUG:
     SESSION_COOKIE_SECURE = SECURE_COOKIES
     CSRF_COOKIE_SECURE = SECURE_COOKIES
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# HTTPS (check --deploy): redirect plain HTTP (not the health checks a load
+# balancer sends), and HSTS when the site is HTTPS only.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)

@@ -6,7 +6,9 @@ other in a cycle:
     environment → publication → rollout → agents (primary-key order) → deployments
 
 (A publication created in the same transaction, as a rollout's rollback does,
-is locked after the rollout: no other writer can see it yet.) Tokens, tenants,
+is locked after the rollout: no other writer can see it yet.) Creating a rollout
+locks its tenant before the environment (the tenant-wide bound on active
+rollouts); no writer locks a tenant while it holds an environment. Tokens,
 memberships, applications and policies are locked alone. Locks
 hold until the outermost transaction ends, so each helper insists on running
 inside one; outer services open it with `transaction.atomic()`.

@@ -13,9 +13,10 @@ from apps.core.errors import ApplicationError
 from apps.core.templatetags.bellwether import render_diff
 from apps.environments import services
 from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
-from apps.environments.selectors import environment_limits
+from apps.environments.selectors import environment_limits, owner_candidates
 from apps.releases import services as releases
 from apps.releases.selectors import pending_view
+from apps.tenancy.models import Application
 from configlang.rendering import path_collisions
 
 
@@ -136,6 +137,16 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         return Environment.objects.owned_by(request.user).select_related("application__tenant")
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if "owners" in form.base_fields:
+            form.base_fields["owners"].queryset = owner_candidates(user=request.user,
+                                                                   environment=obj)
+        if "application" in form.base_fields and not request.user.is_superuser:
+            form.base_fields["application"].queryset = Application.objects.filter(
+                tenant__memberships__user=request.user, tenant__memberships__role="owner")
+        return form
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))

@@ -1,6 +1,8 @@
 """Reads about environments: lookup scoped to the user, and the user's role there."""
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
 
 from apps.core.errors import NotFound, PermissionDenied
 from apps.environments.models import Environment, PlatformPolicy
@@ -52,6 +54,19 @@ def require_role(*, user, environment: Environment, required: Role) -> None:
         raise PermissionDenied(
             f"This needs the {required.label.lower()} role on {environment.full_name}."
         )
+
+
+def owner_candidates(*, user, environment: Environment | None) -> QuerySet:
+    """The users `user` may name as owners of `environment`: a superuser anyone; anyone
+    else the environment's tenant's members and its current owners, never a user of
+    another tenant (an owner form must not list the installation's users)."""
+    users = get_user_model().objects.filter(is_active=True).order_by("username")
+    if user.is_superuser:
+        return users
+    if environment is None or environment.pk is None:
+        return users.none()
+    return users.filter(Q(memberships__tenant_id=environment.application.tenant_id)
+                        | Q(owned_environments=environment)).distinct()
 
 
 def current_policy() -> dict:

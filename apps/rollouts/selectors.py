@@ -6,7 +6,7 @@ from datetime import timedelta
 from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
-from apps.fleet.models import Deployment
+from apps.fleet.models import Agent, Deployment
 from apps.fleet.selectors import last_seen
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.rollouts.rules import WaveEvidence
@@ -80,6 +80,11 @@ def failures(rollout: Rollout) -> int:
     )
     return RolloutTarget.objects.filter(rollout=rollout, state=RolloutTarget.State.ACTIVATED
                                         ).filter(Exists(failed_report)).count()
+
+
+def rollouts_without_pins(rollouts):
+    """Those of `rollouts` that hold no agent's pin (their history may go)."""
+    return rollouts.exclude(Exists(Agent.objects.filter(pin_rollout=OuterRef("pk"))))
 
 
 EVIDENCE_KINDS = ("acknowledged", "failed", "waiting", "released", "changed")

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from apps.audit.models import Action
 from apps.audit.services import audit_record
+from apps.core import locks
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
@@ -21,11 +22,12 @@ from apps.fleet.models import Agent
 from apps.fleet.rules import check_generation, held_refusal, refuses
 from apps.fleet.selectors import agents_with_desired, desired_snapshot_for
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
-from apps.rollouts import rules, selectors
-from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
+from apps.rollouts import bounds, rules, selectors
+from apps.rollouts.models import Rollout, RolloutTarget
 from apps.rollouts.quarantine import quarantine_record, refuse_quarantined
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.services import publication_create, publication_rendered, publication_store
+from apps.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,6 @@ def _activate_wave(rollout: Rollout, wave: int) -> int:
 def _check_environment(env: Environment, snapshot: Snapshot, actor,
                        override_reason: str | None) -> None:
     """What the environment (locked) says about starting a rollout of `snapshot`."""
-    limits = _limits()
     if not snapshot.is_ready or snapshot.environment_id != env.pk:
         raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
                                f"{env.full_name}.")
@@ -65,12 +66,7 @@ def _check_environment(env: Environment, snapshot: Snapshot, actor,
                        what="rolled out")
     if Rollout.objects.active_in(env).exists():
         raise Conflict(f"{env.full_name} already has an active rollout.", code="rollout_active")
-    if Rollout.objects.active().count() >= limits["max_active"]:
-        raise Conflict(f"At most {limits['max_active']} rollouts may be active at once.",
-                       code="too_many_rollouts")
-    if Rollout.objects.exclude(state__in=ACTIVE_STATES).count() >= limits["max_history"]:
-        raise Conflict(f"At most {limits['max_history']} finished rollouts are kept; "
-                       "delete old ones first.", code="history_full")
+    bounds.refuse_too_many_active(env.application.tenant)
     active = env.active_snapshot
     if active is not None and snapshot.number < active.number:
         raise Conflict(f"#{snapshot.number} is older than the active #{active.number}; "
@@ -172,9 +168,12 @@ def rollout_create(
     if not canary_agents and not canary_labels:
         raise ValidationFailed("Name the canaries: agent ids or labels.", code="no_canaries")
     with transaction.atomic():
+        # The tenant first: its active rollouts are counted against a tenant-wide bound.
+        locks.lock_one(Tenant.objects, applications__environments=environment.pk)
         env = Environment.objects.lock(environment.pk)
         _check_environment(env, snapshot, actor, override_reason)
         agents = _targets(env, targets, snapshot)
+        bounds.history_prune(env, actor)
         canaries, others = _canaries(agents, canary_agents, canary_labels)
         plan = rules.plan_waves(total=len(agents), canaries=len(canaries), waves=waves,
                                 canary_gate=canary_gate, bake_s=bake_s)

@@ -5,6 +5,7 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import FallbackFile, Template
+from tests import factories
 from tests.admin.support import ENVIRONMENTS, change_url, environment_form, template_rows
 
 NEW_CONFIG = """listen: 8080
@@ -219,8 +220,9 @@ def test_adding_a_fallback_file_in_the_inline_writes_fallback_create(
 
 
 def test_changing_owners_writes_environment_owners(
-        owner_client, tenant_owner, make_user, environment):
+        owner_client, tenant_owner, make_user, environment, tenant, superuser):
     alice = make_user("alice")
+    factories.membership(tenant, alice, "viewer", actor=superuser)
     since = last_event_id()
 
     response = post_change(owner_client, environment,
@@ -232,6 +234,18 @@ def test_changing_owners_writes_environment_owners(
     assert len(owner_events) == 1
     assert owner_events[0].data == {"owners": ["alice"]}
     assert owner_events[0].actor == tenant_owner
+
+
+def test_a_user_of_no_tenant_of_the_environment_cannot_be_named_an_owner(
+        owner_client, make_user, environment):
+    stranger = make_user("stranger")
+
+    response = post_change(owner_client, environment,
+                           environment_form(environment, owners=[str(stranger.pk)]))
+
+    assert response.status_code == 200
+    assert "owners" in response.context["adminform"].form.errors
+    assert not environment.owners.exists()
 
 
 def test_environment_owner_saves_through_the_same_services(

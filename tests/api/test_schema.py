@@ -113,8 +113,13 @@ def test_docs_page_is_html_swagger_ui(client):
     assert response["Content-Type"].startswith("text/html")
     content = response.content.decode()
     assert "swagger-ui" in content
-    assert "/api/schema/" in content
     assert "cdn" not in content.lower()  # served from the sidecar's static files
+    # Its script is a file of its own (the CSP allows no inline script): ?script.
+    assert "<script>" not in content
+    script = client.get("/api/docs/?script")
+    assert script.status_code == 200
+    assert script["Content-Type"].startswith("application/javascript")
+    assert "/api/schema/" in script.content.decode()
 
 
 def test_docs_route_does_not_accept_writes(client):

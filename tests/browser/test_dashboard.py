@@ -149,14 +149,36 @@ def start_rollout_by_api(fleet, canary_id: int) -> dict:
     return wait_for(acknowledged, what=f"{CANARY} to acknowledge #2", diagnostics=fleet.logs)
 
 
+# Reports every Content-Security-Policy violation of a page to its console (Chromium
+# logs most of them there too, as "Refused to ..."); injected by the browser, so the
+# policy itself does not apply to it.
+CSP_WATCH_JS = """document.addEventListener("securitypolicyviolation", (event) => {
+  console.error("CSP violation: " + event.violatedDirective + " " + event.blockedURI);
+});"""
+
+
+def watch_csp(context, violations: list[str]) -> None:
+    """Collect every CSP violation of `context`'s pages into `violations`."""
+    context.add_init_script(CSP_WATCH_JS)
+
+    def on_console(message):
+        text = message.text
+        if message.type == "error" and ("Content Security Policy" in text
+                                        or text.startswith("CSP violation")):
+            violations.append(f"{message.page.url if message.page else '?'}: {text}")
+
+    context.on("console", on_console)
+
+
 class Dashboard:
     """Signed-in browser contexts on the server (one per user), collecting every
-    uncaught script error of their pages."""
+    uncaught script error and every CSP violation of their pages."""
 
     def __init__(self, browser, server):
         self.browser = browser
         self.server = server
         self.script_errors: list[str] = []
+        self.csp_violations: list[str] = []
 
     def sign_in(self, username: str):
         """A new context signed in through the login form as `username` (see
@@ -165,6 +187,7 @@ class Dashboard:
         context.set_default_timeout(ACTION_TIMEOUT_MS)
         context.on("weberror", lambda error: self.script_errors.append(
             f"{error.page.url if error.page else '?'}: {error.error}"))
+        watch_csp(context, self.csp_violations)
         page = context.new_page()
         page.goto("/")
         expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
@@ -177,6 +200,7 @@ class Dashboard:
 
     def assert_no_script_errors(self) -> None:
         assert self.script_errors == []
+        assert self.csp_violations == []
 
 
 def expect_live(page) -> None:

@@ -26,9 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_PY = ROOT / "project" / "settings.py"
 PRODUCTION = {"DATABASE_URL": "postgres://bellwether:hunter2@db:5432/bellwether",
               "SECRET_KEY": "a-production-secret"}
+# Serving a host name without DEBUG: where a weak SECRET_KEY stops start-up.
+STRONG_KEY = "k3y-" + "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
+SERVING = {**PRODUCTION, "SECRET_KEY": STRONG_KEY, "ALLOWED_HOSTS": "example.com"}
 MANIFEST_STORAGE = "whitenoise.storage.CompressedManifestStaticFilesStorage"
 
-BOOLEANS = ["DEBUG", "DATABASE_POOL", "CELERY_TASK_ALWAYS_EAGER", "SECURE_COOKIES"]
+BOOLEANS = ["DEBUG", "DATABASE_POOL", "CELERY_TASK_ALWAYS_EAGER", "SECURE_COOKIES",
+            "SECURE_SSL_REDIRECT", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD"]
 # Every integer variable with its default and the smallest value it accepts.
 INTEGERS = {
     "DATABASE_POOL_SIZE": (10, 1),
@@ -51,10 +55,18 @@ INTEGERS = {
     "REDIS_TIMEOUT_S": (2, 2),
     "DATABASE_CONNECT_TIMEOUT_S": (2, 2),
     "DATABASE_POOL_TIMEOUT_S": (1, 1),
+    "SECURE_HSTS_SECONDS": (0, 0),
+    "BELLWETHER_PROXY_COUNT": (0, 0),
+    "BELLWETHER_LOGIN_FAILURE_LIMIT": (5, 1),
+    "BELLWETHER_LOGIN_COOLOFF_S": (900, 1),
 }
 # Integers with a largest value too (the smallest is in INTEGERS).
 MAXIMA = {"REDIS_TIMEOUT_S": 5, "DATABASE_CONNECT_TIMEOUT_S": 30,
-          "DATABASE_POOL_TIMEOUT_S": 30}
+          "DATABASE_POOL_TIMEOUT_S": 30, "BELLWETHER_PROXY_COUNT": 10}
+# Request rates, with their defaults.
+RATES = {"BELLWETHER_THROTTLE_USER": ("user", "1200/minute"),
+         "BELLWETHER_THROTTLE_AGENT": ("agent", "600/minute"),
+         "BELLWETHER_THROTTLE_ANON": ("anon", "300/minute")}
 STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
            "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR"]
 
@@ -90,7 +102,7 @@ def integer_setting(module, name: str) -> int:
 
 def test_every_variable_read_is_tested_here_and_documented():
     read = set(re.findall(r'env_\w+\(\s*"([A-Z_]+)"', SETTINGS_PY.read_text()))
-    assert read == set(BOOLEANS) | set(INTEGERS) | set(STRINGS)
+    assert read == set(BOOLEANS) | set(INTEGERS) | set(STRINGS) | set(RATES)
     documented = (ROOT / "docs" / "operations.md").read_text().split("## Settings")[1]
     assert {name for name in read if f"`{name}`" not in documented} == set()
 
@@ -124,7 +136,6 @@ def test_secure_cookies_off_makes_cookies_plain_in_production(load_settings):
     module = load_settings(**PRODUCTION, SECURE_COOKIES="off")
     assert module.SESSION_COOKIE_SECURE is False
     assert module.CSRF_COOKIE_SECURE is False
-    assert module.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https")
 
 
 # Integers.
@@ -365,3 +376,72 @@ def test_a_page_with_static_files_renders_with_the_manifest_storage_under_debug(
     assert isinstance(staticfiles_storage, CompressedManifestStaticFilesStorage)
     assert response.status_code == 200
     assert b'href="/static/bellwether/dashboard.css"' in response.content
+
+
+# Hardening: the secret key, the proxy, HTTPS, request rates.
+
+@pytest.mark.parametrize(("key", "reason"), [
+    ("a-production-secret", "19 characters, fewer than 50"),
+    ("x" * 80, "1 distinct characters, fewer than 5"),
+    ("django-insecure-" + STRONG_KEY, "starts with django-insecure"),
+])
+def test_a_weak_secret_key_stops_a_production_start(load_settings, key, reason):
+    with pytest.raises(ImproperlyConfigured, match=f"SECRET_KEY is too weak for production: "
+                                                   f"it (has )?{reason}"):
+        load_settings(**{**SERVING, "SECRET_KEY": key})
+
+
+def test_a_strong_secret_key_starts_and_a_weak_one_is_left_to_tests_and_debug(load_settings):
+    assert load_settings(**SERVING).PRODUCTION is True
+    weak = {**SERVING, "SECRET_KEY": "x"}
+    assert load_settings(**weak, DEBUG="1").PRODUCTION is False  # DEBUG serves no one
+    assert load_settings(**{**weak, "ALLOWED_HOSTS": None}).PRODUCTION is False  # tests
+
+
+def test_forwarded_headers_are_believed_only_with_a_proxy_count(load_settings):
+    direct = load_settings(**SERVING)
+    proxied = load_settings(**SERVING, BELLWETHER_PROXY_COUNT="1")
+    assert direct.SECURE_PROXY_SSL_HEADER is None
+    assert direct.REST_FRAMEWORK["NUM_PROXIES"] == 0
+    assert proxied.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https")
+    assert proxied.REST_FRAMEWORK["NUM_PROXIES"] == 1
+
+
+def test_https_settings_parse(load_settings):
+    module = load_settings(**SERVING, SECURE_HSTS_SECONDS="31536000",
+                           SECURE_HSTS_INCLUDE_SUBDOMAINS="on", SECURE_HSTS_PRELOAD="yes",
+                           SECURE_SSL_REDIRECT="true")
+    assert (module.SECURE_HSTS_SECONDS, module.SECURE_HSTS_INCLUDE_SUBDOMAINS,
+            module.SECURE_HSTS_PRELOAD, module.SECURE_SSL_REDIRECT) == (31536000, True, True,
+                                                                        True)
+    assert module.SECURE_REDIRECT_EXEMPT == [r"^healthz$", r"^readyz$"]
+
+
+@pytest.mark.parametrize("name", sorted(RATES))
+def test_request_rates_parse_and_off_means_none(load_settings, name):
+    scope, default = RATES[name]
+    assert load_settings().BELLWETHER_THROTTLE_RATES[scope] == default
+    assert load_settings(**{name: " 30/Second "}).BELLWETHER_THROTTLE_RATES[scope] == \
+        "30/second"
+    assert load_settings(**{name: "OFF"}).BELLWETHER_THROTTLE_RATES[scope] is None
+    for value in ("30", "0/minute", "30/min", "30/fortnight", "-1/hour", "many"):
+        with pytest.raises(ImproperlyConfigured, match=f"{name}='{value}' is not valid"):
+            load_settings(**{name: value})
+
+
+def test_check_deploy_passes_without_warnings_as_the_docs_configure_production(tmp_path):
+    """`manage.py check --deploy` in a process of its own, with the production
+    variables docs/operations.md lists (Redis is not contacted by the checks)."""
+    environ = {"PATH": os.environ.get("PATH", ""), "BELLWETHER_VAR_DIR": str(tmp_path),
+               **SERVING, "REDIS_URL": "redis://127.0.0.1:1/0",
+               "SECURE_HSTS_SECONDS": "31536000", "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+               "SECURE_HSTS_PRELOAD": "true", "SECURE_SSL_REDIRECT": "true",
+               "BELLWETHER_PROXY_COUNT": "1"}
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy",
+                             "--fail-level", "WARNING"], cwd=ROOT, env=environ,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+    documented = (ROOT / "docs" / "operations.md").read_text()
+    for name in ("SECURE_HSTS_SECONDS", "SECURE_SSL_REDIRECT", "BELLWETHER_PROXY_COUNT"):
+        assert f"{name}=" in documented, name

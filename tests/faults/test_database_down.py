@@ -47,9 +47,13 @@ for line in sys.stdin:
 """
 
 
+# DEBUG off with a host: production, where a weak SECRET_KEY would stop start-up.
+STRONG_TEST_KEY = "faults-only-" + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH"
+
+
 def test_a_database_outage_answers_503_fast_and_service_resumes(private_postgres, tmp_path):
     environ = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    environ.update(DATABASE_URL=private_postgres.url, SECRET_KEY="test-only",
+    environ.update(DATABASE_URL=private_postgres.url, SECRET_KEY=STRONG_TEST_KEY,
                    ALLOWED_HOSTS="testserver", BELLWETHER_VAR_DIR=str(tmp_path / "var"),
                    DJANGO_SETTINGS_MODULE="project.settings")
     probe = subprocess.Popen([sys.executable, "-c", PROBE], cwd=ROOT, env=environ,

@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
@@ -27,9 +28,16 @@ from apps.environments.models import Environment
 from apps.fleet.models import Agent
 from apps.releases import services as releases
 from apps.rollouts import reconcile, services
-from apps.rollouts.models import Rollout, SnapshotQuarantine
+from apps.rollouts.models import ACTIVE_STATES, Rollout, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
-from tests.factories import ack, enrolled_agents, staged_environment, start_rollout
+from tests import factories
+from tests.factories import (
+    ack,
+    enrolled_agents,
+    publish_variant,
+    staged_environment,
+    start_rollout,
+)
 from tests.rollouts.support import fresh
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -291,3 +299,47 @@ def test_releasing_pins_racing_a_rollback_the_rollback_wins_and_no_pin_is_left(
             "rollout_active", "stale"), outcomes
         assert fresh(rollout).state == "rolled_back"
         assert not Agent.objects.filter(pin_rollout=rollout).exists()
+
+
+def _history_of(env, node, rounds: int, superuser) -> list[Rollout]:
+    """`rounds` finished rollouts of `env` (each of a new variant, rolled back)."""
+    done = []
+    for workers in range(30, 30 + rounds):
+        snapshot = publish_variant(env, superuser, workers=workers)
+        rollout = start_rollout(env, snapshot, [node])
+        done.append(services.rollout_rollback(rollout=rollout, actor=None, reason="history",
+                                              expected_version=fresh(rollout).version))
+    return done
+
+
+@override_settings(BELLWETHER_ROLLOUT_LIMITS={"max_targets": 10_000, "max_active": 1,
+                                              "max_history": 2})
+def test_two_tenants_starting_rollouts_at_once_are_bounded_each_on_its_own(application,
+                                                                         superuser):
+    """Tenant A starts rollouts in two environments while tenant B starts one, all at
+    once, every history full: A gets one (its tenant-wide active bound), B gets its
+    own, and each environment prunes only its own history."""
+    a_envs = [staged_environment(application, name, superuser) for name in ("eu", "us")]
+    other = factories.tenant(actor=superuser, name="Other team", slug="other-team")
+    b_env = staged_environment(factories.application(other, actor=superuser, name="blog"),
+                               "prod", superuser)
+    starts, histories = [], {}
+    for env, _, _ in (*a_envs, b_env):
+        node, = enrolled_agents(env, 1, prefix=env.name)
+        histories[env.pk] = {r.pk for r in _history_of(env, node, 2, superuser)}
+        snapshot = publish_variant(env, superuser, workers=99)
+        starts.append(lambda env=env, s=snapshot, n=node: start_rollout(env, s, [n]))
+
+    outcomes = _race(starts)
+
+    a_outcomes, b_outcome = outcomes[:2], outcomes[2]
+    assert isinstance(b_outcome, Rollout), outcomes
+    assert sum(isinstance(o, Rollout) for o in a_outcomes) == 1, outcomes
+    refused = next(o for o in a_outcomes if not isinstance(o, Rollout))
+    assert _is_conflict(refused) and refused.code == "too_many_rollouts", outcomes
+    for env_pk, before in histories.items():
+        kept = set(Rollout.objects.filter(environment=env_pk)
+                   .exclude(state__in=ACTIVE_STATES).values_list("pk", flat=True))
+        started = any(isinstance(o, Rollout) and o.environment_id == env_pk
+                      for o in outcomes)
+        assert kept == (set(sorted(before)[1:]) if started else before), env_pk

@@ -21,7 +21,15 @@ from apps.releases.services import environment_update
 from apps.rollouts import reconcile, selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget, SnapshotQuarantine
 from apps.snapshots.models import Snapshot
-from tests.factories import ack, enrolled_agents, poll, publish_variant, start_rollout
+from tests import factories
+from tests.factories import (
+    ack,
+    enrolled_agents,
+    poll,
+    publish_variant,
+    staged_environment,
+    start_rollout,
+)
 from tests.rollouts.support import confirm, fresh, pins, release, rollback, target_states, waves_of
 
 pytestmark = pytest.mark.django_db
@@ -352,23 +360,78 @@ def test_more_active_rollouts_than_the_bound_are_refused(environment, second, fl
     assert not Rollout.objects.filter(environment=environment).exists()
 
 
+_variants = iter(range(20, 10_000))
+
+
+def _rolled_back(environment, canaries) -> Rollout:
+    """A rollout of a new variant started and rolled back at once: finished history
+    (the rollback makes a newer snapshot, so each round publishes another)."""
+    snapshot = publish_variant(environment, None, workers=next(_variants))
+    return rollback(start_rollout(environment, snapshot, canaries))
+
+
+def _newest(environment) -> Snapshot:
+    return publish_variant(environment, None, workers=next(_variants))
+
+
+@override_settings(BELLWETHER_ROLLOUT_LIMITS={**LIMITS, "max_history": 2})
+def test_finished_rollouts_beyond_the_bound_are_pruned_oldest_first(environment, second,
+                                                                    fleet):
+    web1, web2 = fleet(2)
+    done = [_rolled_back(environment, [web1]) for _ in range(3)]
+
+    latest = start_rollout(environment, _newest(environment), [web1])
+
+    kept = set(Rollout.objects.filter(environment=environment).values_list("pk", flat=True))
+    assert kept == {done[2].pk, latest.pk}  # the bound counts finished ones: 2 - 1 + new
+    pruned = AuditEvent.objects.filter(action="rollout.delete",
+                                       summary__startswith="Pruned finished rollout")
+    assert set(pruned.values_list("object_id", flat=True)) == {str(done[0].pk),
+                                                               str(done[1].pk)}
+    assert fresh(latest).state == "running"
+
+
 @override_settings(BELLWETHER_ROLLOUT_LIMITS={**LIMITS, "max_history": 1})
-def test_more_finished_rollouts_than_the_bound_are_refused_until_one_is_deleted(
-        environment, second, fleet):
-    web1, = fleet(1)
-    done = start_rollout(environment, second, [web1], canary_gate="auto")
-    ack(web1, second)
-    assert reconcile.rollout_reconcile(rollout_id=done.pk) == "advanced"
-    assert fresh(done).state == "completed"
+def test_a_full_history_whose_rollouts_hold_pins_is_refused_until_their_pins_go(
+        environment, second, fleet, keep_pins):
+    web1, web2 = fleet(2)
+    held = _rolled_back(environment, [web1])  # web-2 stays held by it
+    web3, = fleet(1, start=3)
+    newest = _newest(environment)
 
     with pytest.raises(Conflict) as caught:
-        start_rollout(environment, second, [web1])
-    services.rollout_delete(rollout=done, actor=None)
-    fleet(1, start=2)  # web-1 runs #2 now: a new target gives the rollout something to do
-    again = start_rollout(environment, second, [web1])
+        services.rollout_create(environment=environment, snapshot=newest, actor=None,
+                                canary_agents=[web3.pk],
+                                targets=[{"agent": web3.pk, "expected_generation":
+                                          Agent.objects.get(pk=web3.pk).generation}])
+    services.rollout_pins_release(rollout=held, actor=None,
+                                  expected_version=fresh(held).version)
+    again = start_rollout(environment, newest, [web3])
 
     assert caught.value.code == "history_full"
+    assert "BELLWETHER_ROLLOUT_MAX_HISTORY" in caught.value.message
+    assert "release-pins" in caught.value.message
+    assert caught.value.details[0]["rollouts_holding_pins"] == [held.pk]
+    assert not Rollout.objects.filter(pk=held.pk).exists()
     assert fresh(again).state == "running"
+
+
+@override_settings(BELLWETHER_ROLLOUT_LIMITS={**LIMITS, "max_active": 1, "max_history": 1})
+def test_one_tenants_full_bounds_never_refuse_another_tenant(environment, second, fleet,
+                                                             superuser):
+    web1, = fleet(1)
+    _rolled_back(environment, [web1])
+    start_rollout(environment, _newest(environment), [web1])  # one active, history full
+    other = factories.tenant(actor=superuser, name="Other team", slug="other-team")
+    theirs, _, _ = staged_environment(
+        factories.application(other, actor=superuser, name="blog"), "prod", superuser)
+    node, = enrolled_agents(theirs, 1, prefix="blog")
+    _rolled_back(theirs, [node])
+
+    again = start_rollout(theirs, _newest(theirs), [node])
+
+    assert fresh(again).state == "running"
+    assert Rollout.objects.active().filter(environment=environment).count() == 1
 
 
 # --- confirm ---------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""Request throttling: the API's rates per user, per agent and per client address
+(DRF throttles), and the answer to a locked-out sign-in (django-axes).
+
+A throttle never fails a request because the cache is down: it lets the request
+through, as the poll cache falls back to the database.
+"""
+
+import logging
+import math
+
+from axes.handlers.cache import AxesCacheHandler
+from django.conf import settings
+from django.http import HttpResponse
+from django.utils.html import escape
+from rest_framework.throttling import SimpleRateThrottle
+
+logger = logging.getLogger(__name__)
+
+
+def client_ip(request) -> str:
+    """The client's address: REMOTE_ADDR, or with BELLWETHER_PROXY_COUNT proxies in
+    front, the address the outermost of them saw (its entry in X-Forwarded-For,
+    counted from the right, where each proxy appends); nothing a client writes."""
+    remote = request.META.get("REMOTE_ADDR", "") or ""
+    proxies = settings.BELLWETHER_PROXY_COUNT
+    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+                 if a.strip()]
+    if not proxies or not forwarded:
+        return remote
+    return forwarded[-min(proxies, len(forwarded))]
+
+
+class _ScopedRateThrottle(SimpleRateThrottle):
+    """A rate from BELLWETHER_THROTTLE_RATES[scope], read at each request (None:
+    no limit), for the callers `ident` names (None: not this throttle's caller)."""
+
+    scope = ""
+
+    def __init__(self):  # the rate is read per request, not at start-up
+        self.rate = None
+
+    def ident(self, request) -> str | None:
+        raise NotImplementedError
+
+    def get_cache_key(self, request, view):
+        ident = self.ident(request)
+        return None if ident is None else self.cache_format % {"scope": self.scope,
+                                                               "ident": ident}
+
+    def allow_request(self, request, view):
+        self.rate = settings.BELLWETHER_THROTTLE_RATES.get(self.scope)
+        if self.rate is None:
+            return True
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        try:
+            return super().allow_request(request, view)
+        except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
+            logger.warning("throttle %s: cache unavailable, not throttling: %s",
+                           self.scope, exc)
+            return True
+
+    def wait(self):
+        wait = super().wait()
+        return None if wait is None else max(1, math.ceil(wait))
+
+
+class UserRateThrottle(_ScopedRateThrottle):
+    """Per signed-in user, API tokens and sessions alike."""
+
+    scope = "user"
+
+    def ident(self, request):
+        user = request.user
+        if getattr(user, "agent", None) is not None or not user.is_authenticated:
+            return None
+        return str(user.pk)
+
+
+class AgentRateThrottle(_ScopedRateThrottle):
+    """Per agent (its token), however many hosts share an address."""
+
+    scope = "agent"
+
+    def ident(self, request):
+        agent = getattr(request.user, "agent", None)
+        return None if agent is None else str(agent.pk)
+
+
+class AnonRateThrottle(_ScopedRateThrottle):
+    """Per client address, for callers not signed in (enrollment, the schema)."""
+
+    scope = "anon"
+
+    def ident(self, request):
+        return None if request.user.is_authenticated else client_ip(request)
+
+
+class _FailOpenCache:
+    """The cache, answering as if it held nothing when it cannot be reached."""
+
+    FALLBACK = {"get": None, "add": True, "incr": 1, "touch": False, "delete": False}
+
+    def __init__(self, cache):
+        self._cache = cache
+
+    def __getattr__(self, name):
+        method = getattr(self._cache, name)
+
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a cache down must not refuse sign-ins
+                logger.warning("sign-in attempts: cache unavailable, not counted: %s", exc)
+                return kwargs.get("default", 0) if name == "get" else self.FALLBACK.get(name)
+
+        return call
+
+
+class LoginAttemptsCacheHandler(AxesCacheHandler):
+    """django-axes' cache handler that lets sign-ins through, uncounted, while the
+    cache (Redis) is down, rather than failing them with a 500."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = _FailOpenCache(self.cache)
+
+
+def login_locked_out(request, original_response=None, credentials=None) -> HttpResponse:
+    """django-axes' answer to a sign-in while its username and address are locked
+    out: 429 with Retry-After, whether the password is right or not."""
+    cooloff = settings.BELLWETHER_LOGIN_COOLOFF_S
+    minutes = max(1, math.ceil(cooloff / 60))
+    body = (f"<!doctype html><title>Too many sign-in attempts</title><h1>Too many "
+            f"sign-in attempts</h1><p>Too many failed sign-ins for this user from "
+            f"{escape(client_ip(request))}. Try again in {minutes} minute(s).</p>")
+    response = HttpResponse(body, status=429)
+    response["Retry-After"] = str(cooloff)
+    return response
