@@ -59,7 +59,7 @@ class _Debts:
         finally:
             self._lock.release()
 
-    def keys(self) -> frozenset[str]:
+    def indebted(self) -> frozenset[str]:
         return self._keys
 
 
