@@ -59,15 +59,16 @@ def poll_invalidations_sweep() -> int:
 
 
 def agent_changed_on_commit(agent: Agent, *, token_key: str | None = None) -> None:
-    """The agent's poll answer changed: drop its cached poll state (kept under
-    `token_key`, its key before a rotation) and tell live pages, on commit."""
+    """The agent's poll answer changed: its cached poll state (kept under
+    `token_key`, its key before a rotation) is no longer trusted, and live pages
+    are told, on commit."""
     forget_polls_on_commit([token_key or agent.token_key])
     emit("agent", environment_id=agent.environment_id, id=agent.pk)
 
 
 def environment_polls_changed(environment: Environment) -> None:
     """The poll answer of every agent of `environment` changed (e.g. its interval):
-    drop their cached ETags on commit."""
+    their cached ETags are no longer trusted once the transaction commits."""
     forget_polls_on_commit(Agent.objects.filter(environment=environment)
                       .values_list("token_key", flat=True))
 
