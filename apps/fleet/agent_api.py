@@ -49,10 +49,13 @@ def desired_etag(request) -> str | None:
     if parsed is None:
         return None
     key, secret = parsed
-    if polldebt.owes(key):
+    owed, failure = polldebt.owes(key)
+    if owed:
         return None
     state = cache.poll_state(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        if failure is not None:  # the database just failed: 503 now, not after a wait
+            raise failure
         return None
     _heartbeat(state["agent_id"])
     return state["etag"]

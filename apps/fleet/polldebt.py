@@ -8,7 +8,9 @@ interval, whatever the cache did when the change committed (failed, stalled, too
 racing poll's stale write-back) and whether the committing process survived. In the
 steady state (no change in the last seconds) the 304 path costs one query per
 process per refresh interval, none per request. When the database fails, the last
-set read is kept and polls keep being answered from the cache.
+set read is kept and polls keep being answered from the cache (a poll the cache
+cannot answer then fails at once with the refresh's error: 503, not a second wait
+on the database).
 """
 
 import logging
@@ -31,31 +33,32 @@ class _Debts:
         self._loaded = False
         self._due = 0.0
 
-    def owes(self, token_key: str) -> bool:
-        """Whether this agent's cached poll answer may be stale."""
-        if self.clock() >= self._due:
-            self._refresh()
-        return token_key in self._keys
+    def owes(self, token_key: str) -> tuple[bool, DatabaseError | None]:
+        """Whether this agent's cached poll answer may be stale, and the database's
+        error when this call refreshed the debts and the database failed."""
+        failure = self._refresh() if self.clock() >= self._due else None
+        return token_key in self._keys, failure
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> DatabaseError | None:
         # The first read blocks (a new process knows nothing yet); later ones are
         # done by one thread while the others use the last set.
         if not self._lock.acquire(blocking=not self._loaded):
-            return
+            return None
         try:
             now = self.clock()
             if now < self._due:
-                return
+                return None
             self._due = now + rules.POLL_DEBT_REFRESH_S
             try:
                 keys, seen = selectors.poll_debts()
-            except DatabaseError:
+            except DatabaseError as failure:
                 logger.warning("database unavailable; poll debts not refreshed (%d kept)",
                                len(self._keys), exc_info=True)
-                return
+                return failure
             self._keys, self._loaded = keys, True
             if rules.poll_debts_need_sweep(seen, timezone.now()):
                 _sweep()
+            return None
         finally:
             self._lock.release()
 
@@ -75,5 +78,6 @@ def _sweep() -> None:
 _debts = _Debts()
 
 
-def owes(token_key: str) -> bool:
+def owes(token_key: str) -> tuple[bool, DatabaseError | None]:
+    """(indebted, the database's error if this call's refresh failed)."""
     return _debts.owes(token_key)

@@ -7,7 +7,7 @@ process died, at commit) and show the change still reaches the agent."""
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, OperationalError
 from django.test.utils import override_settings
 from django.utils import timezone
 
@@ -220,8 +220,25 @@ def test_the_last_debts_are_kept_while_the_database_fails(
     with django_assert_num_queries(0):
         assert poll(other.client, other_etag).status_code == 304  # from the cache
     assert agent.agent.token_key in polldebt._debts.indebted()
-    assert polldebt.owes(agent.agent.token_key)
+    assert polldebt.owes(agent.agent.token_key) == (True, None)  # refreshed a moment ago
     assert etag
+
+
+def test_a_poll_the_cache_cannot_answer_fails_at_once_when_the_refresh_failed(
+        enroll, first, clock, monkeypatch, django_assert_num_queries):
+    agent = enroll()
+    _warm(agent.client)
+    fleet_cache.forget_poll_states([agent.agent.token_key])
+
+    def down():
+        raise OperationalError("the database is down")
+
+    monkeypatch.setattr(selectors, "poll_debts", down)
+    clock.advance()
+    with django_assert_num_queries(0):  # no second wait on the database
+        missed = poll(agent.client)
+
+    assert_error(missed, 503, "unavailable")
 
 
 # -- the sweep ------------------------------------------------------------------------------
