@@ -7,7 +7,7 @@ agent with a snapshot, warms its cache entry, then alternates wrk runs against
 and prints requests/second of each and the ratio poll / baseline (target >= 0.8).
 
     .venv/bin/python bench/poll_304.py [--duration 10] [--rounds 3] [--connections 32]
-        [--redis redis://127.0.0.1:6379/9]
+        [--redis redis://127.0.0.1:6379/9] [--port N]
 
 Needs wrk (apt-get install wrk). Without --redis the cache is local memory
 (embedded mode); with it, the 304 path reads Redis as in production.
@@ -82,6 +82,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--redis", help="REDIS_URL for the cache (default: local memory)")
+    parser.add_argument("--port", type=int, help="port for the Daphne server (default: a free one)")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         parser.error("wrk is not installed (apt-get install wrk)")
@@ -93,7 +94,7 @@ def main() -> int:
     env.pop("DATABASE_URL", None)
     env["REDIS_URL"] = args.redis or ""
     token = setup_data(env)
-    port = free_port()
+    port = args.port or free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
          "project.asgi:application"],

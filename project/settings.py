@@ -235,6 +235,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.fleet.tasks.heartbeats_flush_task",
         "schedule": 30.0,
     },
+    "sweep-poll-invalidations": {
+        "task": "apps.fleet.tasks.poll_invalidations_sweep_task",
+        "schedule": 5.0,
+    },
     "reconcile-rollouts": {
         "task": "apps.rollouts.tasks.rollouts_reconcile_task",
         "schedule": 15.0,

@@ -68,6 +68,14 @@ def _fresh_heartbeat_buffer(monkeypatch):
     monkeypatch.setattr(fleet_cache, "_heartbeats", fleet_cache._HeartbeatBuffer())
 
 
+@pytest.fixture(autouse=True)
+def _fresh_poll_debts(monkeypatch):
+    """Each test starts like a new process: no poll debts read yet."""
+    from apps.fleet import polldebt
+
+    monkeypatch.setattr(polldebt, "_debts", polldebt._Debts())
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _tasks_inline():
     """Tasks run inline in tests unless a test starts a real worker."""

@@ -1,8 +1,9 @@
 """The agent protocol (docs/design.md): enroll, desired (ETag polling), bundle, reports.
 
 GET desired is the hot path: `desired_etag` answers 304 from the cache before any
-view machinery or SQL runs; on a miss the view computes the answer from the
-database and caches its ETag.
+view machinery or SQL runs; on a miss, or for an agent a recent change made the
+cached answer untrustworthy (apps.fleet.polldebt), the view computes the answer
+from the database and caches its ETag.
 """
 
 import logging
@@ -20,7 +21,7 @@ from rest_framework.views import APIView
 from apps.core import tokens
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField
-from apps.fleet import cache, enrollment, selectors
+from apps.fleet import cache, enrollment, polldebt, selectors
 from apps.fleet import services as fleet
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
@@ -43,13 +44,19 @@ def _heartbeat(agent_id: int) -> None:
 
 
 def desired_etag(request) -> str | None:
-    """The agent's current ETag from the cache (and its heartbeat), or None on a miss."""
+    """The agent's current ETag from the cache (and its heartbeat), or None on a miss
+    or when a change not yet settled may have left the cached ETag stale."""
     parsed = presented_agent_token(request)
     if parsed is None:
         return None
     key, secret = parsed
+    owed, failure = polldebt.owes(key)
+    if owed:
+        return None
     state = cache.poll_state(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        if failure is not None:  # the database just failed: 503 now, not after a wait
+            raise failure
         return None
     _heartbeat(state["agent_id"])
     return state["etag"]

@@ -30,8 +30,8 @@ def _settings_changed(*, setting, **kwargs):
     if setting == "CACHES":
         _shared = None
 
-# Bounds how long a poll state written just after a concurrent change can linger
-# (the change deletes the entry on commit; a racing poll may write it back).
+# A poll state's lifetime. It does not bound a stale answer: a change's
+# PollInvalidation row does (apps.fleet.polldebt).
 POLL_STATE_TTL = 300
 HEARTBEAT_TTL = 24 * 3600
 
@@ -60,65 +60,21 @@ def store_poll_state(*, token_key: str, token_hash: str, agent_id: int, etag: st
         logger.warning("cache unavailable; poll state not stored", exc_info=True)
 
 
-class _Invalidations:
-    """Poll states a change could not drop (the cache failed as it committed),
-    retried every RETRY_S seconds by a thread of this process until dropped: a
-    stale ETag then outlives its change by about the cache's outage, not by
-    POLL_STATE_TTL. While the cache is down, polls miss it and are answered from
-    the database, so no stale answer is served meanwhile."""
-
-    RETRY_S = 1.0
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._pending: set[str] = set()
-        self._retrying = False
-
-    def forget(self, keys: list[str]) -> None:
-        try:
-            _cache().delete_many(keys)
-        except Exception:
-            logger.error("cache unavailable; %d poll states not invalidated yet, retrying",
-                         len(keys), exc_info=True)
-            self._retry_later(keys)
-
-    def _retry_later(self, keys) -> None:
-        with self._lock:
-            self._pending.update(keys)
-            if self._retrying:
-                return
-            self._retrying = True
-        threading.Thread(target=self._retry, name="poll-invalidations", daemon=True).start()
-
-    def _retry(self) -> None:
-        while True:
-            time.sleep(self.RETRY_S)
-            with self._lock:
-                keys = list(self._pending)
-            try:
-                _cache().delete_many(keys)
-            except Exception:
-                continue
-            with self._lock:
-                self._pending.difference_update(keys)
-                if not self._pending:
-                    self._retrying = False
-                    logger.warning("%d poll states invalidated after a retry", len(keys))
-                    return
-
-    def pending(self) -> set[str]:
-        with self._lock:
-            return set(self._pending)
-
-
-_invalidations = _Invalidations()
-
-
-def forget_poll_states(token_keys) -> None:
-    """Drop these agents' poll states; when the cache fails, retry until done."""
+def forget_poll_states(token_keys) -> bool:
+    """Drop these agents' poll states; False when the cache failed. Best effort:
+    what makes a change reach its agents whatever the cache does is the change's
+    PollInvalidation row (apps.fleet.polldebt), settled by a later sweep."""
     keys = [_poll_key(k) for k in token_keys]
-    if keys:
-        _invalidations.forget(keys)
+    if not keys:
+        return True
+    try:
+        _cache().delete_many(keys)
+        return True
+    except Exception:
+        logger.warning("cache unavailable; %d poll state(s) not dropped yet (their agents "
+                       "are answered from the database until a sweep drops them)",
+                       len(keys), exc_info=True)
+        return False
 
 
 class _HeartbeatBuffer:

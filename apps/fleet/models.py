@@ -169,3 +169,22 @@ class Deployment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.snapshot.number} to {self.agent.name}: {self.state}"
+
+
+class PollInvalidation(models.Model):
+    """Agents' cached poll answers a change made stale, written in the change's
+    transaction, so the debt survives a failing cache and the death of the process
+    that committed it. Until a sweep settles it (drops the keys from the cache at
+    least POLL_DEBT_GRACE_S after first seeing it, then deletes the row), polls with
+    these token keys are answered from the database (apps.fleet.polldebt)."""
+
+    token_keys = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When a sweep first saw the row (committed): the grace period starts here.
+    seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"poll invalidation {self.pk} ({len(self.token_keys)} token(s))"

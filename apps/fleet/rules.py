@@ -10,11 +10,21 @@ Agent row or anything shaped like one) and say what follows.
   an operator's change to one agent.
 - `push_refusal`: why a push of a snapshot to some agents cannot happen.
 - `report_changes`: what an agent's report changes on the agent.
+- `poll_debt_sweepable`, `poll_debts_need_sweep`: when a committed change's poll
+  invalidation may be settled (its cache keys dropped for good, its row removed).
 """
 
 from apps.core.errors import ApplicationError, Conflict, ValidationFailed
 
 SUCCEEDED = "succeeded"
+# A change's poll invalidation (PollInvalidation) is settled no sooner than this
+# after a sweep first saw it committed: a poll that read the database before the
+# change committed stores its stale answer within its request (the cache client's
+# timeout, REDIS_TIMEOUT_S <= 5 s, included), so the settling delete comes after it.
+POLL_DEBT_GRACE_S = 10.0
+# How often a web process re-reads the token keys whose cached answers it must not
+# trust (the bound on a stale answer after a commit, on top of the request).
+POLL_DEBT_REFRESH_S = 1.0
 AUTO_PULL = "auto_pull"
 MAX_LABELS = 32
 
@@ -162,3 +172,14 @@ def report_changes(agent, *, number: int, checksum: str, status: str, message: s
     if agent.blocked_number is not None and number >= agent.blocked_number:
         changes.update(blocked_number=None, blocked_checksum="")
     return changes
+
+
+def poll_debt_sweepable(seen_at, now) -> bool:
+    """Whether an invalidation first seen committed at `seen_at` is past its grace
+    period at `now` (its keys may be dropped for good and the row removed)."""
+    return seen_at is not None and (now - seen_at).total_seconds() >= POLL_DEBT_GRACE_S
+
+
+def poll_debts_need_sweep(seen_ats, now) -> bool:
+    """Whether a sweep has work: an invalidation not yet seen, or one past its grace."""
+    return any(s is None or poll_debt_sweepable(s, now) for s in seen_ats)

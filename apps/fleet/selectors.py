@@ -8,7 +8,7 @@ from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from apps.fleet import cache, rules
-from apps.fleet.models import HELD, Agent, Deployment
+from apps.fleet.models import HELD, Agent, Deployment, PollInvalidation
 from apps.snapshots.models import Snapshot
 
 OFFLINE_AFTER_POLL_INTERVALS = 3
@@ -64,6 +64,16 @@ def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
     fresh = agents_with_desired(Agent.objects.filter(pk=agent_id)).first()
     return (fresh is not None and fresh.token_key == token_key
             and fresh.token_revoked_at is None and desired_state_for(fresh)[1] == etag)
+
+
+def poll_debts() -> tuple[frozenset[str], list]:
+    """The token keys whose cached poll answers are not to be trusted (those of the
+    poll invalidations not yet settled), and those invalidations' seen_at. One query."""
+    keys, seen = set(), []
+    for token_keys, seen_at in PollInvalidation.objects.values_list("token_keys", "seen_at"):
+        keys.update(token_keys)
+        seen.append(seen_at)
+    return frozenset(keys), seen
 
 
 def agents_with_desired(queryset):

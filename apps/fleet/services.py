@@ -1,12 +1,15 @@
 """State changes of the fleet: modes and labels, activation, pushes, pins, reports
 (enrollment and tokens are apps.fleet.enrollment).
 
-Every change of an agent's desired state bumps its generation and, on commit,
-drops its cached poll state so its next poll sees the change.
+Every change of an agent's desired state bumps its generation and records, in its
+transaction, the agents whose cached poll answers it makes stale (a
+PollInvalidation): their polls are answered from the database until a sweep has
+dropped those cache entries for good; on commit the entries are dropped at once
+when the cache answers.
 """
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -19,28 +22,53 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet import cache, rules
-from apps.fleet.models import Agent, Deployment
+from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.models import Snapshot
 
 logger = logging.getLogger(__name__)
 
 def forget_polls_on_commit(agents_or_keys) -> None:
-    """Drop these agents' cached poll answers once the transaction commits."""
-    keys = [a.token_key if isinstance(a, Agent) else a for a in agents_or_keys]
+    """These agents' cached poll answers are stale once the transaction commits:
+    record it in the transaction (a PollInvalidation, the debt a sweep settles),
+    and drop the cache entries on commit."""
+    keys = sorted({a.token_key if isinstance(a, Agent) else a for a in agents_or_keys})
     if keys:
+        PollInvalidation.objects.create(token_keys=keys)
         transaction.on_commit(lambda: cache.forget_poll_states(keys))
 
 
+SWEEP_BATCH = 500
+
+
+def poll_invalidations_sweep() -> int:
+    """Settle the poll invalidations past their grace period: drop their keys from
+    the cache, then delete their rows; returns how many were settled. Rows not seen
+    before are stamped now (their grace starts). When the cache fails nothing is
+    deleted: the agents stay answered from the database until a later sweep."""
+    now = timezone.now()
+    PollInvalidation.objects.filter(seen_at__isnull=True).update(seen_at=now)
+    due = list(PollInvalidation.objects
+               .filter(seen_at__lte=now - timedelta(seconds=rules.POLL_DEBT_GRACE_S))
+               .values_list("pk", "token_keys")[:SWEEP_BATCH])
+    if not due:
+        return 0
+    if not cache.forget_poll_states(sorted({k for _, keys in due for k in keys})):
+        return 0
+    PollInvalidation.objects.filter(pk__in=[pk for pk, _ in due]).delete()
+    return len(due)
+
+
 def agent_changed_on_commit(agent: Agent, *, token_key: str | None = None) -> None:
-    """The agent's poll answer changed: drop its cached poll state (kept under
-    `token_key`, its key before a rotation) and tell live pages, on commit."""
+    """The agent's poll answer changed: its cached poll state (kept under
+    `token_key`, its key before a rotation) is no longer trusted, and live pages
+    are told, on commit."""
     forget_polls_on_commit([token_key or agent.token_key])
     emit("agent", environment_id=agent.environment_id, id=agent.pk)
 
 
 def environment_polls_changed(environment: Environment) -> None:
     """The poll answer of every agent of `environment` changed (e.g. its interval):
-    drop their cached ETags on commit."""
+    their cached ETags are no longer trusted once the transaction commits."""
     forget_polls_on_commit(Agent.objects.filter(environment=environment)
                       .values_list("token_key", flat=True))
 

@@ -9,3 +9,9 @@ from apps.fleet import services
 def heartbeats_flush_task() -> int:
     """Periodic (beat): copy agents' heartbeats from the cache to the database."""
     return services.heartbeats_flush()
+
+
+@shared_task
+def poll_invalidations_sweep_task() -> int:
+    """Periodic (beat): settle the poll invalidations past their grace period."""
+    return services.poll_invalidations_sweep()

@@ -6,7 +6,8 @@ published (not active) and rolled out with two canaries, one of which rejects #2
 its validate command. Its report ("warning": #1 restored) makes the server's
 reconcile roll the rollout back on its own: #1's content comes back as #3, the
 canaries follow it, the agent outside the canary wave never sees #2, and #2 is
-quarantined.
+quarantined: its content published again (#4) is refused everywhere and reaches
+no agent, while a new release (#5) reaches every agent.
 
 The canaries' validate commands can be held on a gate file the test creates, so
 the test decides when each report reaches the server.
@@ -217,6 +218,39 @@ def test_a_canary_failing_validation_rolls_the_rollout_back_by_itself(
         "waves": [{"percent": 100, "gate": "auto"}],
     }, expect=409)
     assert refused["error"]["code"] == "quarantined", refused
+
+    # #2's content published again (an unrelated input change that renders the
+    # same): the new snapshot is quarantined too, and nobody receives it.
+    fleet.change_config(config("hello v2", workers=8))
+    fourth = fleet.api.publish()
+    assert fourth["number"] == 4
+    fourth = api.call("GET", f"{api.env_path}/snapshots/4")
+    assert fourth["checksum"] == fleet.api.call("GET", f"{api.env_path}/snapshots/2")[
+        "checksum"]
+    assert fourth["quarantined"], fourth
+    for method, path, body in (
+            ("POST", f"{api.env_path}/snapshots/4/activate", {}),
+            ("POST", f"{api.env_path}/snapshots/4/deploy", {"agents": [ids[REST]]}),
+            ("POST", f"{api.env_path}/rollouts", {
+                "snapshot": 4, "canary_agents": [ids[GOOD]],
+                "waves": [{"percent": 100, "gate": "auto"}]})):
+        refused = api.call(method, path, body, expect=409)
+        assert refused["error"]["code"] == "quarantined", (path, refused)
+    assert active_number(fleet) == 3
+
+    # A new release reaches every agent, the one that rejected #2 included.
+    fleet.change_config(config("hello v3", workers=4))
+    fifth = fleet.api.publish()
+    assert fifth["number"] == 5
+    assert api.call("POST", f"{api.env_path}/snapshots/5/activate", {}) == {"active": 5}
+    agents = wait_in_sync(fleet, [GOOD, BAD, REST], 5)
+    fifth_files = fleet.api.snapshot_files(5)
+    assert fifth_files == {SETTINGS: "message = hello v3\nworkers = 4\n"}
+    for name in (GOOD, BAD, REST):
+        assert agents[name]["status"]["applied"]["number"] == 5
+        assert fleet.agents[name].files() == fifth_files
+        assert "applying #4" not in fleet.agents[name].log()
+        assert 4 not in {d[0] for d in deployments(fleet, ids[name])}
 
     for name in (GOOD, BAD, REST):
         assert fleet.agents[name].running(), fleet.agents[name].dump()

@@ -1,0 +1,83 @@
+"""Which cached poll answers this process must not trust: the token keys of the poll
+invalidations not yet settled (PollInvalidation rows, written in the transaction of
+each change), read from the database at most every POLL_DEBT_REFRESH_S seconds.
+
+A poll whose token key is indebted is a cache miss, answered from the database. So
+a stale cached answer outlives a committed change by at most about one refresh
+interval, whatever the cache did when the change committed (failed, stalled, took a
+racing poll's stale write-back) and whether the committing process survived. In the
+steady state (no change in the last seconds) the 304 path costs one query per
+process per refresh interval, none per request. When the database fails, the last
+set read is kept and polls keep being answered from the cache (a poll the cache
+cannot answer then fails at once with the refresh's error: 503, not a second wait
+on the database).
+"""
+
+import logging
+import threading
+import time
+
+from django.db import DatabaseError
+from django.utils import timezone
+
+from apps.fleet import rules, selectors, services
+
+logger = logging.getLogger(__name__)
+
+
+class _Debts:
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._keys: frozenset[str] = frozenset()
+        self._loaded = False
+        self._due = 0.0
+
+    def owes(self, token_key: str) -> tuple[bool, DatabaseError | None]:
+        """Whether this agent's cached poll answer may be stale, and the database's
+        error when this call refreshed the debts and the database failed."""
+        failure = self._refresh() if self.clock() >= self._due else None
+        return token_key in self._keys, failure
+
+    def _refresh(self) -> DatabaseError | None:
+        # The first read blocks (a new process knows nothing yet); later ones are
+        # done by one thread while the others use the last set.
+        if not self._lock.acquire(blocking=not self._loaded):
+            return None
+        try:
+            now = self.clock()
+            if now < self._due:
+                return None
+            self._due = now + rules.POLL_DEBT_REFRESH_S
+            try:
+                keys, seen = selectors.poll_debts()
+            except DatabaseError as failure:
+                logger.warning("database unavailable; poll debts not refreshed (%d kept)",
+                               len(self._keys), exc_info=True)
+                return failure
+            self._keys, self._loaded = keys, True
+            if rules.poll_debts_need_sweep(seen, timezone.now()):
+                _sweep()
+            return None
+        finally:
+            self._lock.release()
+
+    def indebted(self) -> frozenset[str]:
+        return self._keys
+
+
+def _sweep() -> None:
+    """Settle what is due from here too, so debts end without beat (every
+    process may: settling twice is harmless)."""
+    try:
+        services.poll_invalidations_sweep()
+    except DatabaseError:
+        logger.warning("database unavailable; poll invalidations not swept", exc_info=True)
+
+
+_debts = _Debts()
+
+
+def owes(token_key: str) -> tuple[bool, DatabaseError | None]:
+    """(indebted, the database's error if this call's refresh failed)."""
+    return _debts.owes(token_key)
