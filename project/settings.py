@@ -143,8 +143,14 @@ else:
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
         "connect_timeout", DATABASE_CONNECT_TIMEOUT_S)
     if DATABASE_POOL:
+        # The pool retries a lost server with a delay that doubles (1, 2, 4... s),
+        # so after a long outage it would wait about as long again before trying.
+        # Giving up after DATABASE_POOL_TIMEOUT_S instead leaves the next attempt
+        # to the next request, which makes it at once: service resumes within
+        # about a second of the database returning, however long it was down.
         DATABASES["default"]["OPTIONS"]["pool"] = {
-            "min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": DATABASE_POOL_TIMEOUT_S}
+            "min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": DATABASE_POOL_TIMEOUT_S,
+            "reconnect_timeout": DATABASE_POOL_TIMEOUT_S}
     else:
         DATABASES["default"]["CONN_MAX_AGE"] = CONN_MAX_AGE
     # Each connection is checked before use (with the pool: as it leaves it), so

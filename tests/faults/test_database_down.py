@@ -73,7 +73,8 @@ for line in sys.stdin:
                          HTTP_AUTHORIZATION="Bearer bwa_000000000000.s"),
             "api_session": get("/api/v1/environments", via=signed_in),
             "page_session": get("/", via=signed_in),
-            "post_session": get("/e/shop/prod/deploy/", method="post", via=signed_in),
+            "post_session": get("/e/shop/prod/rollouts/999/confirm/", method="post",
+                                via=signed_in),
             "poll_cached": get("/api/v1/agent/desired", via=agent, HTTP_IF_NONE_MATCH=etag),
         }), flush=True)
 """
@@ -97,6 +98,7 @@ def test_a_database_outage_answers_503_fast_and_service_resumes(private_postgres
         assert ask("set-up")["page"] == 200
         private_postgres.stop()
         down = ask("probe")
+        time.sleep(8)  # a longer outage: the pool's retry delay would have grown to 8 s
         private_postgres.start()
         started = time.monotonic()
         back = ask("wait-ready")
