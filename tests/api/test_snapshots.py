@@ -212,6 +212,30 @@ def test_publish_answers_202_with_the_publication_while_rendering(
     assert finished.json()["snapshot"]["number"] == 1
 
 
+@pytest.mark.parametrize("finished_first", ["original", "retry"])
+def test_a_publish_retried_after_a_timeout_stores_no_second_snapshot(
+        environment, client_for, finished_first):
+    """A client that timed out retries: the retry is a request of its own, but it
+    captures the same inputs, so whichever render finishes second matches the
+    first's snapshot (deduplicated) or was requested earlier (superseded)."""
+    from apps.releases.publishing import publication_complete
+
+    client = client_for("deployer")
+    original = client.post(f"{ENV}/publish").json()["id"]
+    retry = client.post(f"{ENV}/publish")
+    assert retry.status_code == 202
+    order = [original, retry.json()["id"]]
+    if finished_first == "retry":
+        order.reverse()
+
+    finished = [publication_complete(publication_id=pk) for pk in order]
+
+    assert Snapshot.objects.filter(environment=environment).count() == 1
+    assert finished[0].snapshot == finished[1].snapshot
+    second = client.get(f"/api/v1/publications/{order[1]}").json()
+    assert (second["state"], second["deduplicated"]) in {("ready", True), ("superseded", False)}
+
+
 # -- publications -----------------------------------------------------------------------------
 
 
