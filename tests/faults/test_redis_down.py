@@ -119,3 +119,15 @@ def test_agents_polling_through_a_redis_outage_longer_than_the_offline_threshold
         assert all(online().values()), online()
     finally:
         fleet_cache._shared = None
+
+
+def test_readyz_names_redis_while_it_is_down_and_healthz_stays_up(redis_down, db, client,
+                                                                   settings):
+    settings.REDIS_URL = "redis://configured"  # readyz checks Redis only when one is set
+    started = time.monotonic()
+    ready = client.get("/readyz")
+
+    assert ready.status_code == 503
+    assert [d["dependency"] for d in ready.json()["error"]["details"]] == ["redis"]
+    assert time.monotonic() - started < 3
+    assert client.get("/healthz").status_code == 200
