@@ -160,8 +160,14 @@ else:
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
         "connect_timeout", DATABASE_CONNECT_TIMEOUT_S)
     if DATABASE_POOL:
+        # The pool retries a lost server with a delay that doubles (1, 2, 4... s),
+        # so after a long outage it would wait about as long again before trying.
+        # Giving up after DATABASE_POOL_TIMEOUT_S instead leaves the next attempt
+        # to the next request, which makes it at once: service resumes within
+        # about a second of the database returning, however long it was down.
         DATABASES["default"]["OPTIONS"]["pool"] = {
-            "min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": DATABASE_POOL_TIMEOUT_S}
+            "min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": DATABASE_POOL_TIMEOUT_S,
+            "reconnect_timeout": DATABASE_POOL_TIMEOUT_S}
     else:
         DATABASES["default"]["CONN_MAX_AGE"] = CONN_MAX_AGE
     # Each connection is checked before use (with the pool: as it leaves it), so
@@ -220,6 +226,17 @@ if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
     raise ImproperlyConfigured(
         f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT}) must be below "
         f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT})")
+# A render has limits of its own, well under a minute, so a publication whose worker
+# died is known to be lost in time to render it again within a minute: a claim
+# older than the hard limit (plus a margin) is dead, and beat queues the render
+# again. The soft limit finishes a slow render as invalid (render_failed).
+BELLWETHER_RENDER_TIME_LIMIT_S = env_int("BELLWETHER_RENDER_TIME_LIMIT_S", 30,
+                                         minimum=10, maximum=40)
+BELLWETHER_RENDER_SOFT_TIME_LIMIT_S = BELLWETHER_RENDER_TIME_LIMIT_S - 5
+BELLWETHER_RENDER_CLAIM_S = BELLWETHER_RENDER_TIME_LIMIT_S + 5
+# A publication no worker claimed this long after it was queued is queued again
+# (its message was lost, or the broker refused it at commit).
+BELLWETHER_RENDER_UNCLAIMED_S = 20
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -229,7 +246,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "reconcile-publications": {
         "task": "apps.releases.tasks.publication_reconcile_task",
-        "schedule": 60.0,
+        "schedule": 10.0,
     },
     "flush-heartbeats": {
         "task": "apps.fleet.tasks.heartbeats_flush_task",

@@ -1,6 +1,7 @@
 """Django-level error handlers: API paths answer with the JSON error envelope."""
 
 import logging
+import sys
 
 from django.conf import settings
 from django.core.cache import cache
@@ -72,15 +73,20 @@ class DatabaseUnavailableMiddleware:
     def process_exception(self, request, exception):
         if not isinstance(exception, OperationalError | InterfaceError):
             return None
-        logger.warning("database unavailable: %s", exception)
-        if _is_api(request):
-            return JsonResponse({"error": {
-                "code": "unavailable",
-                "message": "The database is unavailable; try again shortly."}},
-                status=503, headers={"Retry-After": "5"})
-        return HttpResponse("Service unavailable: the database is down; try again shortly.\n",
-                            content_type="text/plain", status=503,
-                            headers={"Retry-After": "5"})
+        return database_unavailable(request, exception)
+
+
+def database_unavailable(request, exception) -> HttpResponse:
+    """503 for a request the database failed: the error envelope on API paths."""
+    logger.warning("database unavailable: %s", exception)
+    if _is_api(request):
+        return JsonResponse({"error": {
+            "code": "unavailable",
+            "message": "The database is unavailable; try again shortly."}},
+            status=503, headers={"Retry-After": "5"})
+    return HttpResponse("Service unavailable: the database is down; try again shortly.\n",
+                        content_type="text/plain", status=503,
+                        headers={"Retry-After": "5"})
 
 
 def _bad_request(request, field: str, problem: str):
@@ -128,6 +134,13 @@ def not_found(request, exception):
 
 
 def server_error(request):
+    """handler500. Django calls it inside the `except` of the failure (asgiref keeps
+    that across threads), so a database failure raised outside any view — the
+    session, auth, messages or CSRF middleware reading or saving the session —
+    still answers 503 rather than 500."""
+    exception = sys.exc_info()[1]
+    if isinstance(exception, OperationalError | InterfaceError):
+        return database_unavailable(request, exception)
     if _is_api(request):
         return JsonResponse(
             {"error": {"code": "internal", "message": "Internal server error."}}, status=500

@@ -17,6 +17,7 @@ from apps.releases import selectors as release_reads
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout, SnapshotQuarantine
 from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.rules import publication_progress
 from apps.snapshots.selectors import pending_events, with_pending_counts
 from apps.tenancy.models import ROLE_RANK, Role
 
@@ -136,8 +137,11 @@ def snapshots_panel(environment: Environment) -> dict:
         snapshot.quarantined = release_reads.snapshot_state(snapshot, flags)["quarantined"]
     return {
         "snapshots": snapshots,
-        "rendering": Publication.objects.filter(environment=environment,
-                                                state=Publication.State.RENDERING).count(),
+        "rendering": [
+            publication_progress(is_rendering=True, created_at=created, claimed_at=claimed)
+            for created, claimed in Publication.objects.filter(
+                environment=environment, state=Publication.State.RENDERING,
+            ).order_by("created_at").values_list("created_at", "claimed_at")[:SNAPSHOTS_SHOWN]],
     }
 
 

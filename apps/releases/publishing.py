@@ -3,6 +3,9 @@ a new snapshot where the release rules say so — all of it in one transaction
 after the render, so a stored snapshot is never left waiting for its activation.
 """
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import transaction
 
 from apps.environments.models import Environment
@@ -11,7 +14,12 @@ from apps.releases.rules import publication_activates
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of
 from apps.snapshots.models import Publication
-from apps.snapshots.services import failed_render, publication_rendered, publication_store
+from apps.snapshots.services import (
+    failed_render,
+    publication_claim,
+    publication_rendered,
+    publication_store,
+)
 from configlang.rendering import Rendered
 
 
@@ -32,11 +40,13 @@ def _finish(publication: Publication, rendered: Rendered) -> Publication:
 
 
 def publication_complete(*, publication_id: str) -> Publication:
-    """Render a queued publication and finish it. Idempotent: a finished one is
-    returned as it is."""
+    """Claim a queued publication, render it and finish it. Idempotent and cheap
+    to repeat: a finished one, or one another worker claimed within a render's
+    time limit, is returned as it is (a duplicate message renders nothing)."""
+    lifetime = timedelta(seconds=settings.BELLWETHER_RENDER_CLAIM_S)
+    if not publication_claim(publication_id=publication_id, claim_lifetime=lifetime):
+        return Publication.objects.get(pk=publication_id)
     publication = Publication.objects.get(pk=publication_id)
-    if publication.state != Publication.State.RENDERING:
-        return publication
     return _finish(publication, publication_rendered(publication))
 
 

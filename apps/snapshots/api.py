@@ -17,6 +17,7 @@ from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.snapshots import selectors
 from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.rules import publication_progress
 from apps.tenancy.models import Role
 
 
@@ -94,12 +95,17 @@ class PublicationSerializer(serializers.ModelSerializer):
     environment = serializers.CharField(source="environment.full_name")
     snapshot = serializers.SerializerMethodField()
     errors = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
 
     class Meta:
         model = Publication
         fields = ["id", "kind", "state", "environment", "deduplicated", "snapshot", "errors",
-                  "created_at", "finished_at", "url"]
+                  "progress", "created_at", "claimed_at", "finished_at", "url"]
+
+    def get_progress(self, obj) -> str | None:
+        return publication_progress(is_rendering=obj.state == Publication.State.RENDERING,
+                                    created_at=obj.created_at, claimed_at=obj.claimed_at)
 
     def get_snapshot(self, obj) -> dict | None:
         s = obj.snapshot

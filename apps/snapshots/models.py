@@ -106,6 +106,10 @@ class Publication(models.Model):
         related_name="+",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # When a worker took the render (committed before it renders): the row is the
+    # outbox of its render task, and beat queues the task again while it sits
+    # unclaimed, or once a claim is older than a render may run (its worker died).
+    claimed_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

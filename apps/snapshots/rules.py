@@ -1,5 +1,6 @@
 """The rules of snapshots, pure: what a finished publication becomes."""
 
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -29,3 +30,14 @@ def publication_outcome(*, inputs_audit_id: int | None, newest_inputs_audit_id: 
     if is_plain_publish and latest_content is not None and content == latest_content:
         return Outcome.DUPLICATE
     return Outcome.NEW
+
+
+def publication_progress(*, is_rendering: bool, created_at: datetime,
+                         claimed_at: datetime | None) -> str | None:
+    """Where a publication's render stands, for people: no worker has taken it yet,
+    or one is rendering it (None once it is finished). Times in UTC."""
+    if not is_rendering:
+        return None
+    if claimed_at is None:
+        return f"waiting for a worker since {created_at:%Y-%m-%d %H:%M:%S} UTC"
+    return f"rendering since {claimed_at:%Y-%m-%d %H:%M:%S} UTC"

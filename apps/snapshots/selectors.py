@@ -3,7 +3,7 @@ publications and the changes waiting to roll out."""
 
 from datetime import timedelta
 
-from django.db.models import Count, Max, OuterRef, Subquery
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -123,11 +123,15 @@ def descriptor_dry_run(environment: Environment, descriptor: dict) -> dict:
     }
 
 
-def stale_publication_ids(*, stale_after: timedelta = timedelta(minutes=5)) -> list:
-    """Publications still rendering after `stale_after`: their render was lost."""
-    return list(Publication.objects.filter(
-        state=Publication.State.RENDERING, created_at__lt=timezone.now() - stale_after
-    ).values_list("pk", flat=True))
+def stale_publication_ids(*, unclaimed_after: timedelta, claim_lifetime: timedelta) -> list:
+    """Publications whose render is lost: still rendering and unclaimed
+    `unclaimed_after` after they were queued (the message was lost or never sent),
+    or claimed longer ago than a render may run (the worker died)."""
+    now = timezone.now()
+    return list(Publication.objects.filter(state=Publication.State.RENDERING).filter(
+        Q(claimed_at__isnull=True, created_at__lt=now - unclaimed_after)
+        | Q(claimed_at__lt=now - claim_lifetime)
+    ).order_by("created_at").values_list("pk", flat=True))
 
 
 # --- pending changes ---------------------------------------------------------------

@@ -8,7 +8,9 @@ What happens next (activation, queueing the render) is apps.releases' to decide.
 
 import json
 import logging
+from datetime import timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.audit.models import Action
@@ -49,6 +51,16 @@ def publication_create(*, environment: Environment, actor, kind: str, source: di
     logger.info("publication %s (%s) queued for %s", publication.pk, kind,
                 environment.full_name)
     return publication
+
+
+def publication_claim(*, publication_id: str, claim_lifetime: timedelta) -> bool:
+    """Take a rendering publication for this worker, unless another worker's claim
+    is still alive: one conditional UPDATE, committed before the render starts.
+    False when it is finished or claimed, so a duplicate delivery costs no render."""
+    now = timezone.now()
+    claimed = Publication.objects.filter(pk=publication_id, state=Publication.State.RENDERING)
+    return claimed.filter(Q(claimed_at__isnull=True)
+                          | Q(claimed_at__lt=now - claim_lifetime)).update(claimed_at=now) == 1
 
 
 def publication_rendered(publication: Publication) -> Rendered:

@@ -6,6 +6,7 @@ transaction: tests that expect the finished result use transaction=True.
 
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
 
@@ -211,6 +212,30 @@ def test_publish_answers_202_with_the_publication_while_rendering(
     assert finished.json()["snapshot"]["number"] == 1
 
 
+@pytest.mark.parametrize("finished_first", ["original", "retry"])
+def test_a_publish_retried_after_a_timeout_stores_no_second_snapshot(
+        environment, client_for, finished_first):
+    """A client that timed out retries: the retry is a request of its own, but it
+    captures the same inputs, so whichever render finishes second matches the
+    first's snapshot (deduplicated) or was requested earlier (superseded)."""
+    from apps.releases.publishing import publication_complete
+
+    client = client_for("deployer")
+    original = client.post(f"{ENV}/publish").json()["id"]
+    retry = client.post(f"{ENV}/publish")
+    assert retry.status_code == 202
+    order = [original, retry.json()["id"]]
+    if finished_first == "retry":
+        order.reverse()
+
+    finished = [publication_complete(publication_id=pk) for pk in order]
+
+    assert Snapshot.objects.filter(environment=environment).count() == 1
+    assert finished[0].snapshot == finished[1].snapshot
+    second = client.get(f"/api/v1/publications/{order[1]}").json()
+    assert (second["state"], second["deduplicated"]) in {("ready", True), ("superseded", False)}
+
+
 # -- publications -----------------------------------------------------------------------------
 
 
@@ -225,6 +250,31 @@ def test_publication_shows_its_state_and_snapshot(snapshots, route_url, client_f
     assert body["snapshot"]["number"] == 2
     assert body["snapshot"]["url"] == f"{ENV}/snapshots/2"
     assert body["url"] == f"/api/v1/publications/{body['id']}"
+
+
+def test_a_publication_says_it_waits_for_a_worker_then_that_it_renders(environment,
+                                                                      client_for):
+    client = client_for("deployer")
+    response = client.post(f"{ENV}/publish")  # on-commit callbacks do not run here
+    body = response.json()
+    created = Publication.objects.get(pk=body["id"]).created_at
+    assert body["claimed_at"] is None
+    assert body["progress"] == (
+        f"waiting for a worker since {created:%Y-%m-%d %H:%M:%S} UTC")
+
+    claimed = created + timedelta(seconds=7)
+    Publication.objects.filter(pk=body["id"]).update(claimed_at=claimed)
+    body = client.get(response["Location"]).json()
+    assert body["state"] == "rendering"
+    assert body["progress"] == f"rendering since {claimed:%Y-%m-%d %H:%M:%S} UTC"
+    assert body["claimed_at"] is not None
+
+
+def test_a_finished_publication_has_no_progress(snapshots, route_url, client_for):
+    body = client_for("viewer").get(route_url("/api/v1/publications/{publication}")).json()
+    assert body["state"] == "ready"
+    assert body["progress"] is None
+    assert body["claimed_at"] is not None  # rendered by a (here, inline) worker
 
 
 def test_publication_of_an_invalid_render_lists_its_problems(broken, superuser, client_for):

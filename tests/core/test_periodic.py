@@ -34,12 +34,60 @@ def test_reconcile_renders_a_publication_whose_render_was_lost(environment):
 
 
 def test_reconcile_leaves_recent_publications_alone(environment):
-    publication = _stuck_publication(environment, timedelta(seconds=30))
+    publication = _stuck_publication(environment, timedelta(seconds=10))
 
     assert publication_reconcile_task() == 0
 
     publication.refresh_from_db()
     assert publication.state == "rendering"
+
+
+def test_reconcile_queues_an_unclaimed_publication_again_after_20_s(environment):
+    publication = _stuck_publication(environment, timedelta(seconds=25))
+
+    assert publication_reconcile_task() == 1
+
+    publication.refresh_from_db()
+    assert publication.state == "ready" and publication.claimed_at is not None
+
+
+def _claimed(environment, claimed_ago: timedelta) -> Publication:
+    publication = _stuck_publication(environment, timedelta(minutes=10))
+    Publication.objects.filter(pk=publication.pk).update(
+        claimed_at=timezone.now() - claimed_ago)
+    return publication
+
+
+def test_reconcile_leaves_a_publication_a_live_worker_claimed_alone(environment, settings):
+    publication = _claimed(environment, timedelta(seconds=settings.BELLWETHER_RENDER_CLAIM_S - 5))
+
+    assert publication_reconcile_task() == 0
+    publication.refresh_from_db()
+    assert publication.state == "rendering"
+
+
+def test_reconcile_renders_again_a_publication_whose_worker_died(environment, settings):
+    # A claim older than the render's hard limit (plus a margin): its worker is gone.
+    publication = _claimed(environment, timedelta(seconds=settings.BELLWETHER_RENDER_CLAIM_S + 1))
+
+    assert publication_reconcile_task() == 1
+
+    publication.refresh_from_db()
+    assert publication.state == "ready" and publication.snapshot.number == 1
+
+
+def test_a_dead_worker_is_noticed_within_a_minute_of_its_claim(settings):
+    """The render's hard limit, the claim's lifetime and beat's sweep interval add
+    up to less than a minute, so a killed worker's publication renders again in time."""
+    sweep = settings.CELERY_BEAT_SCHEDULE["reconcile-publications"]["schedule"]
+    assert sweep <= 20
+    assert settings.BELLWETHER_RENDER_SOFT_TIME_LIMIT_S < settings.BELLWETHER_RENDER_TIME_LIMIT_S
+    assert settings.BELLWETHER_RENDER_TIME_LIMIT_S < settings.BELLWETHER_RENDER_CLAIM_S
+    assert settings.BELLWETHER_RENDER_CLAIM_S + sweep < 60
+    assert settings.BELLWETHER_RENDER_UNCLAIMED_S + sweep < 60
+    from apps.releases.tasks import publication_render_task
+    assert publication_render_task.time_limit == settings.BELLWETHER_RENDER_TIME_LIMIT_S
+    assert publication_render_task.soft_time_limit == settings.BELLWETHER_RENDER_SOFT_TIME_LIMIT_S
 
 
 def test_run_due_runs_each_entry_once_per_interval(environment):

@@ -59,10 +59,12 @@ INTEGERS = {
     "BELLWETHER_PROXY_COUNT": (0, 0),
     "BELLWETHER_LOGIN_FAILURE_LIMIT": (5, 1),
     "BELLWETHER_LOGIN_COOLOFF_S": (900, 1),
+    "BELLWETHER_RENDER_TIME_LIMIT_S": (30, 10),
 }
 # Integers with a largest value too (the smallest is in INTEGERS).
 MAXIMA = {"REDIS_TIMEOUT_S": 5, "DATABASE_CONNECT_TIMEOUT_S": 30,
-          "DATABASE_POOL_TIMEOUT_S": 30, "BELLWETHER_PROXY_COUNT": 10}
+          "DATABASE_POOL_TIMEOUT_S": 30, "BELLWETHER_PROXY_COUNT": 10,
+          "BELLWETHER_RENDER_TIME_LIMIT_S": 40}
 # Request rates, with their defaults.
 RATES = {"BELLWETHER_THROTTLE_USER": ("user", "1200/minute"),
          "BELLWETHER_THROTTLE_AGENT": ("agent", "600/minute"),
@@ -163,7 +165,8 @@ def test_an_integer_below_its_minimum_raises(load_settings, name):
 @pytest.mark.parametrize("name", sorted(INTEGERS))
 def test_an_integer_parses_into_its_setting(load_settings, name):
     # A hard time limit stays above the default soft one (100).
-    value = {"CELERY_TASK_TIME_LIMIT": 700, "REDIS_TIMEOUT_S": 3}.get(name, 7)
+    value = {"CELERY_TASK_TIME_LIMIT": 700, "REDIS_TIMEOUT_S": 3,
+             "BELLWETHER_RENDER_TIME_LIMIT_S": 17}.get(name, 7)
     module = load_settings(**{name: f" {value} "})
     assert integer_setting(module, name) == value
 
@@ -180,6 +183,9 @@ def test_the_database_times_out_fast_in_production(load_settings):
                            DATABASE_POOL_TIMEOUT_S="2")
     options = module.DATABASES["default"]["OPTIONS"]
     assert (options["connect_timeout"], options["pool"]["timeout"]) == (3, 2)
+    # The pool stops retrying a lost server after as long, so the next request
+    # connects at once when it is back (no backoff grown over a long outage).
+    assert options["pool"]["reconnect_timeout"] == 2
 
 
 def test_every_redis_client_times_out_within_redis_timeout_s(load_settings):
@@ -199,8 +205,8 @@ def test_every_redis_client_times_out_within_redis_timeout_s(load_settings):
 
 def test_the_pool_size_and_connection_age_parse_in_production(load_settings):
     pooled = load_settings(**PRODUCTION, DATABASE_POOL_SIZE="25")
-    assert pooled.DATABASES["default"]["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 25,
-                                                              "timeout": 1}
+    assert pooled.DATABASES["default"]["OPTIONS"]["pool"] == {
+        "min_size": 1, "max_size": 25, "timeout": 1, "reconnect_timeout": 1}
     unpooled = load_settings(**PRODUCTION, DATABASE_POOL="no", CONN_MAX_AGE="0")
     assert unpooled.DATABASES["default"]["OPTIONS"] == {"connect_timeout": 2}
     assert unpooled.DATABASES["default"]["CONN_MAX_AGE"] == 0
@@ -226,6 +232,8 @@ EMBEDDED_DEFAULTS = {
     "CELERY_TASK_DEFAULT_QUEUE": "bellwether",
     "CELERY_TASK_TIME_LIMIT": 120,
     "CELERY_TASK_SOFT_TIME_LIMIT": 100,
+    "BELLWETHER_RENDER_TIME_LIMIT_S": 30,
+    "BELLWETHER_RENDER_SOFT_TIME_LIMIT_S": 25,
     "BELLWETHER_LIVE_RECHECK_S": 5,
     "BELLWETHER_LIVE_MAX_ENVIRONMENTS": 500,
     "DATA_UPLOAD_MAX_MEMORY_SIZE": 10 * 1024 * 1024,
@@ -272,8 +280,8 @@ def test_production_defaults_are_unchanged(load_settings):
     database = module.DATABASES["default"]
     assert (database["ENGINE"], database["HOST"], database["NAME"]) == (
         "django.db.backends.postgresql", "db", "bellwether")
-    assert database["OPTIONS"] == {"connect_timeout": 2,
-                                   "pool": {"min_size": 1, "max_size": 10, "timeout": 1}}
+    assert database["OPTIONS"] == {"connect_timeout": 2, "pool": {
+        "min_size": 1, "max_size": 10, "timeout": 1, "reconnect_timeout": 1}}
     assert module.SESSION_COOKIE_SECURE is True
     assert module.CSRF_COOKIE_SECURE is True
     assert load_settings(**PRODUCTION, DATABASE_POOL="0").DATABASES["default"][

@@ -26,9 +26,14 @@ class PrivateRedis:
     def __init__(self, tmp_path):
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tmp_path
+        self.start()
+
+    def start(self):
+        """Start (again: empty, as it keeps nothing on disk) on the same port."""
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(tmp_path)],
+             "--appendonly", "no", "--dir", str(self.dir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

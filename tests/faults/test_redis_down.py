@@ -5,6 +5,7 @@ import time
 from datetime import timedelta
 
 import pytest
+import redis
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.utils import timezone
@@ -73,3 +74,60 @@ async def test_the_live_handshake_is_refused_cleanly_while_the_channel_layer_is_
     await communicator.disconnect()
     assert not connected  # refused (403), not an error
     assert time.monotonic() - started < 5
+
+
+def test_agents_polling_through_a_redis_outage_longer_than_the_offline_threshold_stay_online(
+        private_redis, settings, first, environment, superuser):
+    """Redis down for longer than an agent takes to turn offline, then back EMPTY
+    (it keeps nothing on disk): agents that kept polling are online throughout and
+    after, in the agents' status as the API and dashboard compute it."""
+    redis_settings(settings, private_redis.url)
+    environment.__class__.objects.filter(pk=environment.pk).update(poll_interval_s=5)
+    environment.refresh_from_db()
+    threshold_s = selectors.OFFLINE_AFTER_POLL_INTERVALS * environment.poll_interval_s
+    assert threshold_s == 15
+    agents = [enrolled_agent(environment, f"web-{i}", actor=superuser) for i in (1, 2)]
+    etags = {a.pk: poll(a.client)["ETag"] for a in agents}
+
+    def poll_all() -> None:
+        for agent in agents:
+            started = time.monotonic()
+            response = poll(agent.client, etags[agent.pk])
+            assert response.status_code == 304, response.content
+            assert time.monotonic() - started < 2.5
+
+    def online() -> dict:
+        fresh = [a.fresh() for a in agents]
+        seen = selectors.last_seen(fresh)
+        return {a.name: selectors.agent_status(a, seen[a.pk])["online"] for a in fresh}
+
+    try:
+        private_redis.terminate()
+        down_since = time.monotonic()
+        while time.monotonic() - down_since < threshold_s + 3:
+            poll_all()
+            assert all(online().values()), online()
+            time.sleep(1)
+
+        private_redis.start()
+        assert redis.Redis(port=private_redis.port).dbsize() == 0  # back, empty
+        fleet_cache._shared = None
+        assert all(online().values()), online()  # from what reached the database
+        poll_all()
+        from apps.fleet.services import heartbeats_flush
+        heartbeats_flush()  # beat's flush with the empty cache takes nothing back
+        assert all(online().values()), online()
+    finally:
+        fleet_cache._shared = None
+
+
+def test_readyz_names_redis_while_it_is_down_and_healthz_stays_up(redis_down, db, client,
+                                                                   settings):
+    settings.REDIS_URL = "redis://configured"  # readyz checks Redis only when one is set
+    started = time.monotonic()
+    ready = client.get("/readyz")
+
+    assert ready.status_code == 503
+    assert [d["dependency"] for d in ready.json()["error"]["details"]] == ["redis"]
+    assert time.monotonic() - started < 3
+    assert client.get("/healthz").status_code == 200

@@ -326,6 +326,31 @@ def test_rendering_a_rollback_twice_makes_one_snapshot(environment, superuser):
     assert actions(environment) == ["snapshot.create", "snapshot.rollback"]
 
 
+def test_a_duplicate_delivery_while_a_worker_renders_renders_nothing(
+        environment, superuser, django_assert_max_num_queries):
+    queued = snapshot_publish(environment=environment, actor=superuser)
+    Publication.objects.filter(pk=queued.pk).update(claimed_at=timezone.now())
+
+    with django_assert_max_num_queries(2):  # the claim's UPDATE, and a read
+        again = publication_complete(publication_id=str(queued.pk))
+
+    assert again.state == Publication.State.RENDERING
+    assert counter(environment) == 0
+
+
+def test_a_duplicate_delivery_of_a_finished_publication_renders_nothing(
+        environment, superuser, django_assert_max_num_queries):
+    queued = snapshot_publish(environment=environment, actor=superuser)
+    first = publication_complete(publication_id=str(queued.pk))
+
+    with django_assert_max_num_queries(2):
+        again = publication_complete(publication_id=str(queued.pk))
+
+    assert again.state == first.state == Publication.State.READY
+    assert again.claimed_at == first.claimed_at
+    assert counter(environment) == 1
+
+
 # --- audit -------------------------------------------------------------------------
 
 
