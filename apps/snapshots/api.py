@@ -189,6 +189,7 @@ class PreviewApi(EnvironmentAPIView):
                    summary="Render the current config; records nothing")
     def get(self, request, application, environment):
         rendered = selectors.snapshot_preview(self.environment())
+        selectors.refuse_render_limit(rendered.problems)
         return Response({
             "valid": rendered.is_valid,
             "errors": [p.as_dict() for p in rendered.problems],
@@ -329,6 +330,7 @@ class PendingChangesSerializer(serializers.Serializer):
 
 def pending_body(environment: Environment) -> dict:
     pending = release_reads.pending_view(environment)
+    selectors.refuse_render_limit(pending["errors"])
 
     def brief(snapshot):
         return {"number": snapshot.number, "label": snapshot.label} if snapshot else None

@@ -10,6 +10,7 @@ import json
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -66,7 +67,7 @@ def publication_claim(*, publication_id: str, claim_lifetime: timedelta) -> bool
 def publication_rendered(publication: Publication) -> Rendered:
     """Render and validate a publication's source (no lock, nothing written)."""
     try:
-        return render_source(publication.source)
+        return render_source(publication.source, seconds=settings.BELLWETHER_RENDER_SECONDS)
     except Exception as exc:
         # A bug must not leave the publication rendering forever.
         logger.exception("rendering publication %s failed", publication.pk)
