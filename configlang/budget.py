@@ -62,8 +62,14 @@ class RenderBudget:
         elif isinstance(value, int) and not isinstance(value, bool):
             if value.bit_length() > MAX_INT_BITS:
                 raise RenderLimit(f"a number of more than {MAX_INT_BITS} bits")
-        elif isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+        elif isinstance(value, (str, bytes)):
             self.require(len(value), "this")
+            self.produced_bytes += len(value)
+        elif isinstance(value, (list, tuple, dict, set, frozenset)):
+            # Walked (up to the limit): a container holding itself many times over
+            # would make comparing, hashing or printing it take forever.
+            size = self.text_size(value)
+            self.require(size, "this")
             self.produced_bytes += len(value)
         return value
 
@@ -239,8 +245,9 @@ def _tojson(budget, value, indent=None, *_a, **_kw):
     budget.require(budget.text_size(value) * (1 + step // 2), "this tojson")
 
 
-def _count(budget, value, count=None, *_a, **_kw):
-    budget.require(_int(count), "this count")
+def _count(budget, value, count=None, fill_with=None, *_a, **_kw):
+    fill = budget.text_size(fill_with) if fill_with is not None else 1
+    budget.require(_int(count) * max(1, fill), "this count")
 
 
 def _sum(budget, iterable, attribute=None, start=0, *_a, **_kw):

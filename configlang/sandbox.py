@@ -12,8 +12,17 @@ result is built. The optimizer is off, so nothing is evaluated at compile time.
 
 import functools
 import json
+import threading
+from collections import OrderedDict
 
-from jinja2 import FunctionLoader, StrictUndefined, Undefined, nodes, pass_context
+from jinja2 import (
+    BytecodeCache,
+    FunctionLoader,
+    StrictUndefined,
+    Undefined,
+    nodes,
+    pass_context,
+)
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -41,7 +50,8 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def _parse(self, source, name, filename):
         """Parse as Jinja does, then route what no sandbox hook sees through the
-        budget: loop iterables, `~`, literal output and include names."""
+        budget: loop iterables, `~`, literal output, list/tuple/dict literals,
+        comparisons and include names."""
         return _Charged().visit(super()._parse(source, name, filename))
 
     # --- what the generated code calls --------------------------------------------
@@ -101,11 +111,14 @@ def _check_binop(budget: RenderBudget, operator, left, right) -> None:
         if ints and left.bit_length() + right.bit_length() > MAX_INT_BITS:
             raise RenderLimit("that product is too large a number")
         for sequence, times in ((left, right), (right, left)):
-            if isinstance(sequence, (str, bytes, list, tuple)) and isinstance(times, int):
+            if isinstance(sequence, (str, bytes)) and isinstance(times, int):
                 budget.require(len(sequence) * max(times, 0), "repeating a sequence")
-    elif operator == "+" and isinstance(left, (str, bytes, list, tuple)) \
-            and isinstance(right, (str, bytes, list, tuple)):
+            elif isinstance(sequence, (list, tuple)) and isinstance(times, int) and times > 0:
+                budget.require(budget.text_size(sequence) * times, "repeating a sequence")
+    elif operator == "+" and isinstance(left, (str, bytes)) and isinstance(right, (str, bytes)):
         budget.require(len(left) + len(right), "this +")
+    elif operator == "+" and isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        budget.require(budget.text_size(left) + budget.text_size(right), "this +")
     elif operator == "%" and isinstance(left, str):
         check_printf(budget, left, right)
 
@@ -146,8 +159,23 @@ def _include(context, name):
     return name
 
 
+@pass_context
+def _build(context, value):
+    """A list, tuple or dict literal: bounded like any value built."""
+    budget = context.environment.budget
+    budget.charge()
+    return budget.produced(value)
+
+
+@pass_context
+def _tick(context, value):
+    """After a comparison (comparing large structures takes time)."""
+    context.environment.budget.charge()
+    return value
+
+
 _INTERNAL_FILTERS = {"bw_iterate": _iterate, "bw_concat": _concat, "bw_data": _data,
-                     "bw_include": _include}
+                     "bw_include": _include, "bw_build": _build, "bw_tick": _tick}
 
 
 class _Charged(NodeTransformer):
@@ -165,6 +193,17 @@ class _Charged(NodeTransformer):
         node.nodes = [_budget_call("bw_data", nodes.Const(n.data), n.lineno)
                       if isinstance(n, nodes.TemplateData) else n for n in node.nodes]
         return node
+
+    def _built(self, node):
+        node = self.generic_visit(node)
+        if getattr(node, "ctx", "load") != "load":
+            return node
+        return _budget_call("bw_build", node, node.lineno)
+
+    visit_List = visit_Tuple = visit_Dict = _built
+
+    def visit_Compare(self, node):
+        return _budget_call("bw_tick", self.generic_visit(node), node.lineno)
 
     def visit_Include(self, node):
         node = self.generic_visit(node)
@@ -208,6 +247,36 @@ def _tojson(value, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, default=_json_default)
 
 
+class _CompiledTemplates(BytecodeCache):
+    """Compiled templates shared by every render of the process, by source
+    checksum (the newest COMPILED_TEMPLATES): compiling a large template costs
+    more than rendering it, and a preview would pay it on every request."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: OrderedDict[str, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def load_bytecode(self, bucket):
+        with self.lock:
+            code = self.entries.get(bucket.key + bucket.checksum)
+            if code is not None:
+                self.entries.move_to_end(bucket.key + bucket.checksum)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket):
+        code = bucket.bytecode_to_string()
+        with self.lock:
+            self.entries[bucket.key + bucket.checksum] = code
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+
+COMPILED_TEMPLATES = 500
+_compiled = _CompiledTemplates(COMPILED_TEMPLATES)
+
+
 def template_environment(sources: dict[str, str], *, budget: RenderBudget) -> _Sandbox:
     """A fresh sandbox for one render; `sources` maps path -> template text."""
     env = _Sandbox(
@@ -218,6 +287,7 @@ def template_environment(sources: dict[str, str], *, budget: RenderBudget) -> _S
         autoescape=False,
         keep_trailing_newline=True,
         optimized=False,
+        bytecode_cache=_compiled,
     )
     env.budget = budget
     env.finalize = env.bw_finalize

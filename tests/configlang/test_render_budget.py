@@ -73,6 +73,22 @@ HOSTILE = {
                                 "{{ ns.d|tojson }}",
     "namespace bomb": "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}"
                       "{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns }}",
+    "tuple bomb hashed": "{% set ns = namespace(t=(1,)) %}{% for i in range(60) %}"
+                         "{% set ns.t = (ns.t, ns.t) %}{% endfor %}{{ {ns.t: 1} }}",
+    "comparing two bombs": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                           "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}"
+                           "{% endfor %}{{ ns.a == ns.b }}",
+    "repeating a bomb": "{% set ns = namespace(a=[1]) %}{% for i in range(15) %}"
+                        "{% set ns.a = [ns.a, ns.a] %}{% endfor %}"
+                        "{% set b = [ns.a] * 1000 %}{{ b == b[:] }}",
+    "batch filled with a bomb": "{% set ns = namespace(a=[1]) %}{% for i in range(15) %}"
+                                "{% set ns.a = [ns.a, ns.a] %}{% endfor %}"
+                                "{{ items|batch(100000, ns.a)|list|length }}",
+    "fromkeys of a bomb": "{% set ns = namespace(a=[1]) %}{% for i in range(15) %}"
+                          "{% set ns.a = [ns.a, ns.a] %}{% endfor %}"
+                          "{{ {}.fromkeys(range(100000), ns.a)|length }}",
+    "many comparisons": "{% set a = range(100000)|list %}{% set b = range(100000)|list %}"
+                        + "{% if a == b %}{% endif %}" * 500,
     "huge power": "{{ 2 ** (10 ** 8) }}",
     "power of a power": "{{ (2 ** 64) ** 10000 }}",
     "squaring": "{% set ns = namespace(n=3) %}{% for i in range(64) %}"
@@ -235,3 +251,15 @@ def test_the_budget_counts_operations_and_bytes():
         budget.produced("x" * 10)
     with pytest.raises(RenderLimit, match="limit is 10"):
         budget.require(11, "this")
+
+
+def test_a_template_is_compiled_once_per_process():
+    template = "{% for i in range(3) %}{{ i }}{% endfor %}" * 300 + "{{ name }}"
+    first = time.monotonic()
+    _limited({"a.conf": template})
+    first = time.monotonic() - first
+    again = time.monotonic()
+    rendered = _limited({"a.conf": template})
+    again = time.monotonic() - again
+    assert rendered.problems == [] and rendered.files[0]["content"].endswith("shop")
+    assert again < first / 2
