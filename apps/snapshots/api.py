@@ -1,8 +1,7 @@
 """Snapshot API: preview, publish, publication status, list, detail, diff, rollback."""
 
 from django.db.models import F
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -259,11 +258,12 @@ class SnapshotDetailApi(EnvironmentAPIView):
 
 class SnapshotDiffApi(EnvironmentAPIView):
     class QuerySerializer(serializers.Serializer):
-        against = serializers.IntegerField(required=False, min_value=1)
+        against = serializers.IntegerField(
+            required=False, min_value=1,
+            help_text="The snapshot number to compare with; defaults to the previous one.")
 
     @extend_schema(
-        parameters=[OpenApiParameter("against", OpenApiTypes.INT, description=(
-            "The snapshot number to compare with; defaults to the previous one."))],
+        parameters=[QuerySerializer],  # the schema states the constraints the server checks
         responses=SnapshotDiffSerializer,
     )
     def get(self, request, application, environment, number):

@@ -169,3 +169,10 @@ def test_unknown_api_paths_answer_the_json_404_for_every_method_even_with_a_sess
     response = getattr(client, method)("/api/v1/no/such/route")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_diff_against_parameter_states_its_minimum(schema):
+    [against] = [p for p in schema["paths"][f"{S}/diff"]["get"]["parameters"]
+                 if p["name"] == "against"]
+    assert against["schema"]["minimum"] == 1
+    assert against["in"] == "query" and not against.get("required", False)
