@@ -391,6 +391,10 @@ BELLWETHER_LIMITS = {
 BELLWETHER_RENDER_SECONDS = env_int("BELLWETHER_RENDER_SECONDS", 10, minimum=1)
 BELLWETHER_WEB_RENDER_SECONDS = env_int("BELLWETHER_WEB_RENDER_SECONDS", 2, minimum=1)
 BELLWETHER_WEB_RENDERS = env_int("BELLWETHER_WEB_RENDERS", 2, minimum=1)
+# Publish and rollback render in a child process with at most this much more
+# address space than the worker and CPU time to match (a backstop to the budget).
+BELLWETHER_RENDER_ISOLATED = env_bool("BELLWETHER_RENDER_ISOLATED", True)
+BELLWETHER_RENDER_MEMORY_MB = env_int("BELLWETHER_RENDER_MEMORY_MB", 512, minimum=64)
 
 # Bounds on rollouts, each refused with a clear error when reached (at least 1).
 BELLWETHER_ROLLOUT_LIMITS = {

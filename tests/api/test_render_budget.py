@@ -26,7 +26,7 @@ HOSTILE = {
     "concat": "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
               "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
 }
-WALL = 5.0
+WALL = 8.0
 
 
 def _plant(environment, actor, template: str, path: str = "shop/zz.conf"):
@@ -59,7 +59,7 @@ def test_asking_again_for_a_limited_render_costs_nothing(environment, superuser,
     started = time.monotonic()
     for _ in range(10):
         _refusal(client.get(f"{ENV}/preview"))
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 4  # ten renders would take 20 s
 
 
 def test_preview_of_an_ordinary_template_still_renders(environment, superuser, client_for):
@@ -140,7 +140,7 @@ def test_web_renders_beyond_the_cap_answer_503_at_once(environment, client_for, 
     try:
         started = time.monotonic()
         response = client.get(f"{ENV}/preview")
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 2
     finally:
         slots.release()
     assert_error(response, 503, "render_busy")
