@@ -25,7 +25,8 @@ class RenderBudget:
     """`operations`: calls, attribute and item lookups, operators, loop iterations,
     output; `value_bytes`: the largest string, list or dict a template may build;
     `total_bytes`: everything built in one render, together; `seconds`: wall time
-    from the budget's creation."""
+    from the first operation charged (compiling a template is not charged; the
+    compiled templates are shared, see configlang.sandbox)."""
 
     def __init__(self, *, operations: int, value_bytes: int, total_bytes: int,
                  seconds: float = DEFAULT_RENDER_SECONDS):
@@ -34,13 +35,15 @@ class RenderBudget:
         self.left = operations
         self.produced_bytes = 0
         self.depth = 0
-        self.deadline = time.monotonic() + seconds
+        self.deadline = None  # set by the first charge: compiling is not rendering
 
     def charge(self, count: int = 1) -> None:
         self.left -= count
         if self.left < 0:
             raise RenderLimit(f"the render ran more than {self.operations} operations")
-        if time.monotonic() > self.deadline:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.seconds
+        elif time.monotonic() > self.deadline:
             raise RenderLimit(f"the render took longer than {self.seconds:g} seconds")
 
     def require(self, size: int, what: str) -> None:
