@@ -5,8 +5,12 @@ parent gets a result — the render's, or one `render_limit` problem — and its
 own memory is untouched.
 """
 
-import multiprocessing
+import os
+import pickle
 import resource
+import select
+import signal
+import time
 
 from configlang.problems import Problem
 from configlang.rendering import Rendered, render_source
@@ -20,45 +24,71 @@ def _address_space() -> int:
         return int(statm.read().split()[0]) * resource.getpagesize()
 
 
-def _child(connection, source: dict, seconds: float, memory_bytes: int) -> None:
-    limit = _address_space() + memory_bytes
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    cpu = int(seconds) + GRACE_SECONDS
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+def _child(fd: int, source: dict, seconds: float, memory_bytes: int) -> None:
+    """Runs in the forked child and never returns: no after-fork hook, atexit
+    handler or finalizer of the parent's libraries runs here."""
+    code = 0
     try:
-        result = render_source(source, seconds=seconds)
-    except MemoryError:
-        result = _limited("the render ran out of memory")
-    connection.send(result)
-    connection.close()
+        limit = _address_space() + memory_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        cpu = int(seconds) + GRACE_SECONDS
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        try:
+            result = render_source(source, seconds=seconds)
+        except MemoryError:
+            result = _limited("the render ran out of memory")
+        data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:  # noqa: BLE001 - the parent reports a child without an answer
+        code = 1
+    finally:
+        os._exit(code)
 
 
 def _limited(reason: str) -> Rendered:
     return Rendered(effective_config={}, problems=[Problem("render_limit", reason)])
 
 
+def _read_all(fd: int, deadline: float) -> bytes | None:
+    """Everything the child writes until it closes its end, or None at `deadline`."""
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 def render_isolated(source: dict, *, seconds: float, memory_bytes: int) -> Rendered:
-    """render_source(source) in a child process with at most `memory_bytes` more
-    address space than this one, `seconds` of wall time (plus a grace period)."""
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, source, seconds, memory_bytes),
-                            daemon=True)
+    """render_source(source) in a forked child with at most `memory_bytes` more
+    address space than this process, `seconds` of wall time (plus a grace
+    period) and as much CPU time; a child over a limit is a render_limit."""
+    reader, writer = os.pipe()
     try:
-        child.start()
-    except (AssertionError, OSError):  # e.g. a daemonic process may not fork: render here
-        receiver.close()
-        sender.close()
+        pid = os.fork()
+    except OSError:  # no child can be started: render here
+        os.close(reader)
+        os.close(writer)
         return render_source(source, seconds=seconds)
-    sender.close()
+    if pid == 0:
+        os.close(reader)
+        _child(writer, source, seconds, memory_bytes)
+    os.close(writer)
+    data = None
     try:
-        if receiver.poll(seconds + GRACE_SECONDS):
-            return receiver.recv()
-        return _limited(f"the render took longer than {seconds:g} seconds and was stopped")
-    except EOFError:  # the child died without an answer: killed by a limit
-        return _limited("the render went over its memory or CPU limit and was stopped")
+        data = _read_all(reader, time.monotonic() + seconds + GRACE_SECONDS)
     finally:
-        receiver.close()
-        if child.is_alive():
-            child.kill()
-        child.join(1)
+        os.close(reader)
+        if data is None:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if data is None:
+        return _limited(f"the render took longer than {seconds:g} seconds and was stopped")
+    if not data:
+        return _limited("the render went over its memory or CPU limit and was stopped")
+    return pickle.loads(data)  # noqa: S301 - our own child's answer
