@@ -12,6 +12,7 @@ result is built. The optimizer is off, so nothing is evaluated at compile time.
 
 import functools
 import json
+import os
 import threading
 from collections import OrderedDict
 
@@ -275,6 +276,8 @@ class _CompiledTemplates(BytecodeCache):
 
 COMPILED_TEMPLATES = 500
 _compiled = _CompiledTemplates(COMPILED_TEMPLATES)
+# A forked render (configlang.isolated) must not inherit the lock held by a thread.
+os.register_at_fork(after_in_child=lambda: setattr(_compiled, "lock", threading.Lock()))
 
 
 def template_environment(sources: dict[str, str], *, budget: RenderBudget) -> _Sandbox:
