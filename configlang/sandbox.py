@@ -13,6 +13,7 @@ result is built. The optimizer is off, so nothing is evaluated at compile time.
 import functools
 import json
 import os
+import sys
 import threading
 from collections import OrderedDict
 
@@ -42,6 +43,7 @@ from configlang.budget import (
 
 MAX_POWER_BITS = MAX_INT_BITS
 MACRO_CALL_COST = 20
+MAX_STACK_FRAMES = 400
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
@@ -156,7 +158,14 @@ def _data(context, text):
 
 @pass_context
 def _include(context, name):
+    """Includes nest until the stack is MAX_STACK_FRAMES deep at most: a render that
+    recursed until Python's own limit would spend seconds unwinding."""
     context.environment.budget.charge()
+    frame, depth = sys._getframe(), 0
+    while frame is not None and depth <= MAX_STACK_FRAMES:
+        frame, depth = frame.f_back, depth + 1
+    if depth > MAX_STACK_FRAMES:
+        raise RenderLimit("includes nested too deep")
     return name
 
 
