@@ -37,6 +37,9 @@ def _child(fd: int, source: dict, seconds: float, memory_bytes: int) -> None:
             result = render_source(source, seconds=seconds)
         except MemoryError:
             result = _limited("the render ran out of memory")
+        except Exception as exc:  # a bug, not the template's doing
+            result = Rendered(effective_config={}, problems=[Problem(
+                "render_failed", f"internal error while rendering ({type(exc).__name__})")])
         data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(data)
         while view:
