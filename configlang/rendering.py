@@ -17,6 +17,7 @@ from jinja2 import exceptions as jinja_errors
 from jsonschema_specifications import REGISTRY as BUNDLED_SCHEMAS
 from referencing.exceptions import Unresolvable
 
+from configlang.budget import DEFAULT_RENDER_SECONDS, RenderBudget, RenderLimit
 from configlang.merge import merge
 from configlang.problems import Problem
 from configlang.sandbox import template_environment
@@ -32,6 +33,8 @@ from configlang.yamlconfig import load_config, load_yaml
 SOURCE_FORMAT = 1
 DEFAULT_TEMPLATE_ITERATIONS = 1_000_000
 AGENT_TEMP_MARKER = ".bellwether-tmp-"  # agent/files.py: the agent's temporary files
+# Everything a render builds, together, may be this many times the snapshot limit.
+PRODUCED_BYTES_FACTOR = 16
 
 
 @dataclass
@@ -186,7 +189,9 @@ def _syntax_problem(exc: jinja_errors.TemplateSyntaxError, path: str) -> Problem
 
 def template_syntax_problems(templates: list[dict]) -> list[Problem]:
     """Compile each template without rendering it: syntax, unknown filters and tests."""
-    env = template_environment({}, iteration_budget=0)
+    env = template_environment({}, budget=RenderBudget(
+        operations=DEFAULT_TEMPLATE_ITERATIONS, value_bytes=1024 * 1024,
+        total_bytes=16 * 1024 * 1024, seconds=DEFAULT_RENDER_SECONDS))
     problems = []
     for template in templates:
         try:
@@ -196,13 +201,21 @@ def template_syntax_problems(templates: list[dict]) -> list[Problem]:
     return problems
 
 
+def render_budget(limits: dict, seconds: float | None = None) -> RenderBudget:
+    """The one budget every template of a render draws on (configlang.budget).
+    Sources stored before `max_template_iterations` existed get the default."""
+    return RenderBudget(
+        operations=limits.get("max_template_iterations", DEFAULT_TEMPLATE_ITERATIONS),
+        value_bytes=limits["max_file_bytes"],
+        total_bytes=PRODUCED_BYTES_FACTOR * limits["max_snapshot_bytes"],
+        seconds=DEFAULT_RENDER_SECONDS if seconds is None else seconds)
+
+
 def _render_templates(
-    templates: list[dict], context: dict, limits: dict
+    templates: list[dict], context: dict, limits: dict, budget: RenderBudget
 ) -> tuple[list[dict], list[Problem]]:
     sources = {t["path"]: t["source"] for t in templates}
-    # Sources stored before this limit existed render with the default.
-    budget = limits.get("max_template_iterations", DEFAULT_TEMPLATE_ITERATIONS)
-    env = template_environment(sources, iteration_budget=budget)
+    env = template_environment(sources, budget=budget)
     paths = set(sources)
     files, problems = [], []
     for path in sorted(sources):
@@ -234,6 +247,10 @@ def _render_templates(
                         file=file or path, line=line)
             )
             continue
+        except (RenderLimit, MemoryError, RecursionError) as exc:
+            file, line = _template_line(exc, paths)
+            problems.append(_limit_problem(exc, file or path, line))
+            break  # the budget is the render's: the templates after this one get none
         except jinja_errors.SecurityError as exc:
             file, line = _template_line(exc, paths)
             problems.append(
@@ -241,7 +258,7 @@ def _render_templates(
             )
             continue
         except (jinja_errors.TemplateError, ArithmeticError, TypeError, ValueError,
-                LookupError, AttributeError, OverflowError, RecursionError) as exc:
+                LookupError, AttributeError, OverflowError) as exc:
             file, line = _template_line(exc, paths)
             code = "template_undefined" if isinstance(exc, jinja_errors.UndefinedError) \
                 else "template_error"
@@ -251,6 +268,14 @@ def _render_templates(
     return files, problems
 
 
+def _limit_problem(exc: BaseException, file: str, line: int | None) -> Problem:
+    reason = (str(exc) if isinstance(exc, RenderLimit)
+              else "the render ran out of memory" if isinstance(exc, MemoryError)
+              else "macros or includes nested too deep")
+    where = f"{file}:{line}" if line else file
+    return Problem("render_limit", f"{where}: {reason}", file=file, line=line)
+
+
 def _values(error) -> str:
     values = error.as_dict()
     shown = [f"{layer} has {values[f'{layer}_value']!r}" for layer in ("environment", "descriptor")
@@ -258,8 +283,10 @@ def _values(error) -> str:
     return f" ({'; '.join(shown)})" if shown else ""
 
 
-def render_source(source: dict) -> Rendered:
-    """Render and validate. Every problem found is reported, not only the first."""
+def render_source(source: dict, *, seconds: float | None = None) -> Rendered:
+    """Render and validate. Every problem found is reported, not only the first;
+    the templates render under one budget (`render_budget`), `seconds` of wall
+    time at most (default DEFAULT_RENDER_SECONDS)."""
     limits = source["limits"]
     config, problems = load_config(source["config"], limits=limits)
     environment_config, provenance = config, {}
@@ -309,7 +336,8 @@ def render_source(source: dict) -> Rendered:
         context = template_context(config, environment_config, placeholders)
         sealed = [{"path": t["path"], "source": seal_template(t["source"], placeholders)}
                   for t in templates]
-        files, template_problems = _render_templates(sealed, context, limits)
+        files, template_problems = _render_templates(sealed, context, limits,
+                                                     render_budget(limits, seconds))
         rendered.files = files
         rendered.problems.extend(template_problems)
         rendered.secrets, secret_problems = manifest(files, placeholders)

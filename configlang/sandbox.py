@@ -1,59 +1,248 @@
 """The Jinja2 sandbox file templates render in.
 
 Immutable (a template cannot change the config the next one sees), strict about
-undefined names, and bounded: every for-loop draws on one iteration budget per
-render, and `*` / `**` refuse results that would be huge.
+undefined names, and bounded: every operation a template can perform — a call
+(filter, test, method, macro), an attribute or item lookup, an operator, a
+loop iteration, a piece of output — draws on one budget per render
+(configlang.budget): operations, the size of any value, the bytes built in all,
+macro call depth and wall time. Arguments that decide how large a result is
+(widths, repeat counts, replace counts, format specs) are checked before the
+result is built. The optimizer is off, so nothing is evaluated at compile time.
 """
 
+import functools
 import json
+import os
+import sys
+import threading
+from collections import OrderedDict
 
-from jinja2 import FunctionLoader, StrictUndefined, Undefined, nodes
+from jinja2 import (
+    BytecodeCache,
+    FunctionLoader,
+    StrictUndefined,
+    Undefined,
+    nodes,
+    pass_context,
+)
 from jinja2.exceptions import SecurityError
+from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import _PassArg
+from jinja2.visitor import NodeTransformer
 
-_BUDGET_NAME = "__bellwether_loop_budget"
-MAX_POWER_BITS = 100_000
-MAX_REPEAT_LENGTH = 10 * 1024 * 1024
+from configlang.budget import (
+    FILTER_CHECKS,
+    MAX_CALL_DEPTH,
+    MAX_INT_BITS,
+    RenderBudget,
+    RenderLimit,
+    check_printf,
+    guard_method,
+)
 
-
-class _IterationBudget:
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.left = limit
-
-    def __call__(self, iterable):
-        for item in iterable:
-            self.left -= 1
-            if self.left < 0:
-                raise SecurityError(
-                    f"template loops ran more than {self.limit} iterations in this render"
-                )
-            yield item
+MAX_POWER_BITS = MAX_INT_BITS
+MACRO_CALL_COST = 20
+MAX_STACK_FRAMES = 400
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset(["*", "**"])
+    intercepted_binops = frozenset(["+", "-", "*", "/", "//", "%", "**"])
+    intercepted_unops = frozenset(["-", "+"])
+    budget: RenderBudget
 
     def _parse(self, source, name, filename):
-        """Parse as Jinja does, then make `{% for x in items %}` iterate over
-        `budget(items)`, so every loop of the render draws on one budget."""
-        tree = super()._parse(source, name, filename)
-        for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Call(
-                nodes.Name(_BUDGET_NAME, "load"), [loop.iter], [], None, None
-            ).set_lineno(loop.lineno)
-        return tree
+        """Parse as Jinja does, then route what no sandbox hook sees through the
+        budget: loop iterables, `~`, literal output, list/tuple/dict literals,
+        comparisons and include names."""
+        return _Charged().visit(super()._parse(source, name, filename))
+
+    # --- what the generated code calls --------------------------------------------
+
+    def bw_finalize(self, value):  # Jinja calls it on every {{ ... }} before str()
+        budget = self.budget
+        budget.charge()
+        if not isinstance(value, str):
+            budget.require(budget.text_size(value), "this output")
+            value = str(value)
+        return budget.produced(value)
+
+    # --- sandbox hooks ---------------------------------------------------------------
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
+        budget = __self.budget
+        budget.charge()
+        guard_method(budget, __obj, args, kwargs)
+        is_macro = isinstance(__obj, Macro)
+        if is_macro:
+            budget.charge(MACRO_CALL_COST)  # a macro call costs what ~20 operations do
+            if budget.depth >= MAX_CALL_DEPTH:
+                raise RenderLimit(f"macros nested more than {MAX_CALL_DEPTH} calls deep")
+            budget.depth += 1
+        try:
+            result = super().call(__context, __obj, *args, **kwargs)
+        finally:
+            if is_macro:
+                budget.depth -= 1
+        return budget.produced(result)
+
+    def getattr(self, obj, attribute):
+        self.budget.charge()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj, argument):
+        self.budget.charge()
+        return super().getitem(obj, argument)
+
+    def call_unop(self, context, operator, arg):
+        self.budget.charge()
+        return super().call_unop(context, operator, arg)
 
     def call_binop(self, context, operator, left, right):
-        if (operator == "**" and isinstance(left, int) and isinstance(right, int)
-                and abs(left) > 1 and right > 0 and left.bit_length() * right > MAX_POWER_BITS):
-            raise SecurityError(f"{left} ** {right} is too large a number")
-        if operator == "*":
-            for sequence, times in ((left, right), (right, left)):
-                if (isinstance(sequence, (str, list, tuple)) and isinstance(times, int)
-                        and len(sequence) * times > MAX_REPEAT_LENGTH):
-                    raise SecurityError("repeating a sequence that often is too large")
-        return super().call_binop(context, operator, left, right)
+        budget = self.budget
+        budget.charge()
+        _check_binop(budget, operator, left, right)
+        return budget.produced(super().call_binop(context, operator, left, right))
+
+
+def _check_binop(budget: RenderBudget, operator, left, right) -> None:
+    ints = isinstance(left, int) and isinstance(right, int)
+    if operator == "**" and ints and abs(left) > 1 and right > 0 \
+            and left.bit_length() * right > MAX_POWER_BITS:
+        raise RenderLimit(f"{left} ** {right} is too large a number")
+    if operator == "*":
+        if ints and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+            raise RenderLimit("that product is too large a number")
+        for sequence, times in ((left, right), (right, left)):
+            if isinstance(sequence, (str, bytes)) and isinstance(times, int):
+                budget.require(len(sequence) * max(times, 0), "repeating a sequence")
+            elif isinstance(sequence, (list, tuple)) and isinstance(times, int) and times > 0:
+                budget.require(budget.text_size(sequence) * times, "repeating a sequence")
+    elif operator == "+" and isinstance(left, (str, bytes)) and isinstance(right, (str, bytes)):
+        budget.require(len(left) + len(right), "this +")
+    elif operator == "+" and isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        budget.require(budget.text_size(left) + budget.text_size(right), "this +")
+    elif operator == "%" and isinstance(left, str):
+        check_printf(budget, left, right)
+
+
+def _budget_call(name: str, value: nodes.Expr, lineno: int) -> nodes.Filter:
+    """A direct call of internal filter `name` (pass_context: never folded at compile
+    time; cheaper than a sandboxed call)."""
+    return nodes.Filter(value, name, [], [], None, None).set_lineno(lineno)
+
+
+@pass_context
+def _iterate(context, iterable):
+    charge = context.environment.budget.charge
+    for item in iterable:
+        charge()
+        yield item
+
+
+@pass_context
+def _concat(context, parts):
+    budget = context.environment.budget
+    budget.charge()
+    budget.require(sum(budget.text_size(p) for p in parts), "this ~")
+    return budget.produced("".join(map(str, parts)))
+
+
+@pass_context
+def _data(context, text):
+    """Literal template text: counted like any output (loops and macros repeat it)."""
+    budget = context.environment.budget
+    budget.charge()
+    return budget.produced(text)
+
+
+@pass_context
+def _include(context, name):
+    """Includes nest until the stack is MAX_STACK_FRAMES deep at most: a render that
+    recursed until Python's own limit would spend seconds unwinding."""
+    context.environment.budget.charge()
+    frame, depth = sys._getframe(), 0
+    while frame is not None and depth <= MAX_STACK_FRAMES:
+        frame, depth = frame.f_back, depth + 1
+    if depth > MAX_STACK_FRAMES:
+        raise RenderLimit("includes nested too deep")
+    return name
+
+
+@pass_context
+def _build(context, value):
+    """A list, tuple or dict literal: bounded like any value built."""
+    budget = context.environment.budget
+    budget.charge()
+    return budget.produced(value)
+
+
+@pass_context
+def _tick(context, value):
+    """After a comparison (comparing large structures takes time)."""
+    context.environment.budget.charge()
+    return value
+
+
+_INTERNAL_FILTERS = {"bw_iterate": _iterate, "bw_concat": _concat, "bw_data": _data,
+                     "bw_include": _include, "bw_build": _build, "bw_tick": _tick}
+
+
+class _Charged(NodeTransformer):
+    def visit_For(self, node):
+        node = self.generic_visit(node)
+        node.iter = _budget_call("bw_iterate", node.iter, node.lineno)
+        return node
+
+    def visit_Concat(self, node):
+        node = self.generic_visit(node)
+        return _budget_call("bw_concat", nodes.Tuple(node.nodes, "load"), node.lineno)
+
+    def visit_Output(self, node):
+        node = self.generic_visit(node)
+        node.nodes = [_budget_call("bw_data", nodes.Const(n.data), n.lineno)
+                      if isinstance(n, nodes.TemplateData) else n for n in node.nodes]
+        return node
+
+    def _built(self, node):
+        node = self.generic_visit(node)
+        if getattr(node, "ctx", "load") != "load":
+            return node
+        return _budget_call("bw_build", node, node.lineno)
+
+    visit_List = visit_Tuple = visit_Dict = _built
+
+    def visit_Compare(self, node):
+        return _budget_call("bw_tick", self.generic_visit(node), node.lineno)
+
+    def visit_Include(self, node):
+        node = self.generic_visit(node)
+        node.template = _budget_call("bw_include", node.template, node.lineno)
+        return node
+
+
+def _charged_filter(env: _Sandbox, name: str, func):
+    check = FILTER_CHECKS.get(name)
+    skip = 0 if _PassArg.from_obj(func) is None else 1
+
+    @functools.wraps(func)
+    def charged(*args, **kwargs):
+        budget = env.budget
+        budget.charge()
+        if check is not None and len(args) > skip:
+            check(budget, *args[skip:], **kwargs)
+        return budget.produced(func(*args, **kwargs))
+
+    return charged
+
+
+def _charged_test(env: _Sandbox, func):
+    @functools.wraps(func)
+    def charged(*args, **kwargs):
+        env.budget.charge()
+        return func(*args, **kwargs)
+
+    return charged
 
 
 def _json_default(value):
@@ -68,7 +257,39 @@ def _tojson(value, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, default=_json_default)
 
 
-def template_environment(sources: dict[str, str], *, iteration_budget: int) -> _Sandbox:
+class _CompiledTemplates(BytecodeCache):
+    """Compiled templates shared by every render of the process, by source
+    checksum (the newest COMPILED_TEMPLATES): compiling a large template costs
+    more than rendering it, and a preview would pay it on every request."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: OrderedDict[str, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def load_bytecode(self, bucket):
+        with self.lock:
+            code = self.entries.get(bucket.key + bucket.checksum)
+            if code is not None:
+                self.entries.move_to_end(bucket.key + bucket.checksum)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket):
+        code = bucket.bytecode_to_string()
+        with self.lock:
+            self.entries[bucket.key + bucket.checksum] = code
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+
+COMPILED_TEMPLATES = 500
+_compiled = _CompiledTemplates(COMPILED_TEMPLATES)
+# A forked render (configlang.isolated) must not inherit the lock held by a thread.
+os.register_at_fork(after_in_child=lambda: setattr(_compiled, "lock", threading.Lock()))
+
+
+def template_environment(sources: dict[str, str], *, budget: RenderBudget) -> _Sandbox:
     """A fresh sandbox for one render; `sources` maps path -> template text."""
     env = _Sandbox(
         loader=FunctionLoader(
@@ -77,7 +298,17 @@ def template_environment(sources: dict[str, str], *, iteration_budget: int) -> _
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
+        optimized=False,
+        bytecode_cache=_compiled,
     )
+    env.budget = budget
+    env.finalize = env.bw_finalize
     env.filters["tojson"] = _tojson
-    env.globals[_BUDGET_NAME] = _IterationBudget(iteration_budget)
+    env.globals.pop("lipsum", None)  # builds text of any size; no use in a config file
+    env.filters = {name: _charged_filter(env, name, func) for name, func in env.filters.items()}
+    env.filters.update(_INTERNAL_FILTERS)
+    env.tests = {name: _charged_test(env, func) for name, func in env.tests.items()}
     return env
+
+
+__all__ = ["RenderBudget", "RenderLimit", "SecurityError", "template_environment"]

@@ -357,6 +357,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every operation's error answers with the error envelope (apps.core.schema).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "apps.core.schema.error_responses"],
     "ENUM_NAME_OVERRIDES": {
         "SnapshotStateEnum": "apps.snapshots.models.Snapshot.State",
         "PublicationStateEnum": "apps.snapshots.models.Publication.State",
@@ -379,6 +382,19 @@ BELLWETHER_LIMITS = {
     "max_template_iterations": env_int("BELLWETHER_MAX_TEMPLATE_ITERATIONS", 1_000_000,
                                        minimum=1),
 }
+
+# Every render runs under one budget (configlang.budget): operations and sizes come
+# from BELLWETHER_LIMITS, wall time from these. A render in a web request (preview,
+# pending changes, a descriptor's dry run, the admin's pending changes) gets less
+# time, and at most BELLWETHER_WEB_RENDERS of them run at once in a process (others
+# answer 503 render_busy at once); publish and rollback renders get more.
+BELLWETHER_RENDER_SECONDS = env_int("BELLWETHER_RENDER_SECONDS", 10, minimum=1)
+BELLWETHER_WEB_RENDER_SECONDS = env_int("BELLWETHER_WEB_RENDER_SECONDS", 2, minimum=1)
+BELLWETHER_WEB_RENDERS = env_int("BELLWETHER_WEB_RENDERS", 2, minimum=1)
+# Publish and rollback render in a child process with at most this much more
+# address space than the worker and CPU time to match (a backstop to the budget).
+BELLWETHER_RENDER_ISOLATED = env_bool("BELLWETHER_RENDER_ISOLATED", True)
+BELLWETHER_RENDER_MEMORY_MB = env_int("BELLWETHER_RENDER_MEMORY_MB", 512, minimum=64)
 
 # Bounds on rollouts, each refused with a clear error when reached (at least 1).
 BELLWETHER_ROLLOUT_LIMITS = {

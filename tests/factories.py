@@ -63,7 +63,7 @@ SHOP_TEMPLATES = {"nginx/shop.conf": NGINX_TEMPLATE, "shop/app.json": APP_TEMPLA
 
 # Renders to one short line, after ~0.3 s of loops (within the iteration budget): a
 # real input whose render leaves a window other transactions can act in.
-SLOW_TEMPLATE = ("{% for i in range(600) %}{% for j in range(1000) %}"
+SLOW_TEMPLATE = ("{% for i in range(300) %}{% for j in range(250) %}"
                  "{% if (i * j) % 7 == 9 %}x{% endif %}{% endfor %}{% endfor %}ready\n")
 
 

@@ -61,6 +61,8 @@ def exception_handler(exc, context):
     if isinstance(exc, ApplicationError):
         set_rollback()
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        if getattr(exc, "retry_after", None):
+            headers = {"Retry-After": str(exc.retry_after)}
         return error_response(exc.status, exc.code, exc.message, exc.details, headers)
     if isinstance(exc, OperationalError | InterfaceError):
         set_rollback()

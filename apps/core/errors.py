@@ -40,3 +40,11 @@ class Conflict(ApplicationError):
 class PolicyViolation(ApplicationError):
     status = 400
     code = "policy_violation"
+
+
+class Unavailable(ApplicationError):
+    """Try again shortly: answered at once with `Retry-After`."""
+
+    status = 503
+    code = "unavailable"
+    retry_after = 2

@@ -162,7 +162,10 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="Pending changes")
     def pending(self, obj):
-        pending = pending_view(obj)
+        try:
+            pending = pending_view(obj)
+        except ApplicationError as error:  # e.g. too many renders at once
+            return format_html("<p>Pending changes are not shown: {}</p>", error.message)
         snapshot, against = pending["snapshot"], pending["against"]
         since = f"since #{snapshot.number} ({snapshot.label})" if snapshot else "never published"
         header = format_html("<p>{} change(s) waiting to roll out, {}.{}</p><p>{}</p>",

@@ -1,6 +1,7 @@
 """Reads that span the domain apps: what a snapshot is (active, quarantined) and
 the pending changes with what a rollback says about them."""
 
+from apps.core.errors import Unavailable
 from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of, quarantines_by_checksum
@@ -54,5 +55,8 @@ def pending_view(environment: Environment) -> dict:
 def inputs_rolled_back(environment: Environment) -> dict | None:
     """Whether the environment's current inputs render to content a rollout rolled
     back: {rollout, snapshot} or None (renders the inputs; records nothing)."""
-    rendered = snapshot_preview(environment)
+    try:
+        rendered = snapshot_preview(environment)
+    except Unavailable:  # too many renders at once: the page shows the rest
+        return None
     return _rolled_back(environment, rendered.checksum if rendered.is_valid else None)

@@ -1,8 +1,7 @@
 """Snapshot API: preview, publish, publication status, list, detail, diff, rollback."""
 
 from django.db.models import F
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -189,6 +188,7 @@ class PreviewApi(EnvironmentAPIView):
                    summary="Render the current config; records nothing")
     def get(self, request, application, environment):
         rendered = selectors.snapshot_preview(self.environment())
+        selectors.refuse_render_limit(rendered.problems)
         return Response({
             "valid": rendered.is_valid,
             "errors": [p.as_dict() for p in rendered.problems],
@@ -258,11 +258,12 @@ class SnapshotDetailApi(EnvironmentAPIView):
 
 class SnapshotDiffApi(EnvironmentAPIView):
     class QuerySerializer(serializers.Serializer):
-        against = serializers.IntegerField(required=False, min_value=1)
+        against = serializers.IntegerField(
+            required=False, min_value=1,
+            help_text="The snapshot number to compare with; defaults to the previous one.")
 
     @extend_schema(
-        parameters=[OpenApiParameter("against", OpenApiTypes.INT, description=(
-            "The snapshot number to compare with; defaults to the previous one."))],
+        parameters=[QuerySerializer],  # the schema states the constraints the server checks
         responses=SnapshotDiffSerializer,
     )
     def get(self, request, application, environment, number):
@@ -329,6 +330,7 @@ class PendingChangesSerializer(serializers.Serializer):
 
 def pending_body(environment: Environment) -> dict:
     pending = release_reads.pending_view(environment)
+    selectors.refuse_render_limit(pending["errors"])
 
     def brief(snapshot):
         return {"number": snapshot.number, "label": snapshot.label} if snapshot else None

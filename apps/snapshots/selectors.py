@@ -1,19 +1,26 @@
 """Reads about snapshots: the source to render, preview, lookups, diffs, stale
 publications and the changes waiting to roll out."""
 
+import hashlib
+import json
+import logging
+import threading
 from datetime import timedelta
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, NotFound, Unavailable, ValidationFailed
 from apps.environments.models import Environment
 from apps.environments.selectors import current_policy, environment_limits
 from apps.snapshots.models import Publication, Snapshot
 from configlang.diff import diff_files
 from configlang.merge import merge
+from configlang.problems import Problem
 from configlang.rendering import SOURCE_FORMAT, Rendered, render_source
 from configlang.yamlconfig import load_config
 
@@ -41,9 +48,74 @@ def render_source_for(environment: Environment) -> dict:
     }
 
 
+logger = logging.getLogger(__name__)
+
+# --- renders in a web request ----------------------------------------------------------
+
+LIMITED_RENDER_TTL_S = 300
+_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+def _web_slots() -> threading.BoundedSemaphore:
+    size = settings.BELLWETHER_WEB_RENDERS
+    with _slots_lock:
+        return _slots.setdefault(size, threading.BoundedSemaphore(size))
+
+
+def _source_key(source: dict) -> str:
+    canonical = json.dumps(source, sort_keys=True, ensure_ascii=False, default=str)
+    return "render-limit:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _cached_limit(key: str) -> dict | None:
+    try:
+        return cache.get(key)
+    except Exception:  # a cache outage only costs the render
+        logger.warning("cache unavailable; rendering without it", exc_info=True)
+        return None
+
+
+def web_render(source: dict) -> Rendered:
+    """Render for a web request: within BELLWETHER_WEB_RENDER_SECONDS, at most
+    BELLWETHER_WEB_RENDERS at once in this process (another answers 503
+    render_busy at once). Sources that went over the render budget are
+    remembered for a while, so asking again costs nothing."""
+    key = _source_key(source)
+    limited = _cached_limit(key)
+    if limited is not None:
+        return Rendered(effective_config={}, problems=[Problem(**limited)])
+    slots = _web_slots()
+    if not slots.acquire(timeout=0.1):
+        raise Unavailable("Too many renders are running; try again shortly.",
+                          code="render_busy")
+    try:
+        rendered = render_source(source, seconds=settings.BELLWETHER_WEB_RENDER_SECONDS)
+    finally:
+        slots.release()
+    for problem in rendered.problems:
+        if problem.code == "render_limit":
+            try:
+                cache.set(key, problem.as_dict(), LIMITED_RENDER_TTL_S)
+            except Exception:
+                logger.warning("cache unavailable; not remembering a limited render")
+    return rendered
+
+
+def refuse_render_limit(problems: list) -> None:
+    """400 render_limit when a render's problems (Problem or its dict) say it went
+    over its budget, naming the template and line: a web request answers that,
+    not a result."""
+    for problem in problems:
+        found = problem.as_dict() if isinstance(problem, Problem) else problem
+        if found["code"] == "render_limit":
+            raise ValidationFailed(f"The render went over its budget: {found['message']}",
+                                   code="render_limit", details=[found])
+
+
 def snapshot_preview(environment: Environment) -> Rendered:
-    """Render the current config; records nothing."""
-    return render_source(render_source_for(environment))
+    """Render the current config (a web render); records nothing."""
+    return web_render(render_source_for(environment))
 
 
 def latest_ready_snapshot(environment: Environment) -> Snapshot | None:
@@ -109,8 +181,10 @@ def descriptor_source(environment: Environment, descriptor: dict) -> dict:
 
 
 def descriptor_dry_run(environment: Environment, descriptor: dict) -> dict:
-    """What submitting `descriptor` would publish; records nothing."""
-    rendered = render_source(descriptor_source(environment, descriptor))
+    """What submitting `descriptor` would publish; records nothing. 400
+    render_limit when the render goes over its budget."""
+    rendered = web_render(descriptor_source(environment, descriptor))
+    refuse_render_limit(rendered.problems)
     active = environment.active_snapshot
     return {
         "valid": rendered.is_valid,

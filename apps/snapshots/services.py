@@ -10,6 +10,7 @@ import json
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -21,6 +22,7 @@ from apps.environments.models import Environment
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import Outcome, publication_outcome
 from apps.snapshots.selectors import latest_ready_snapshot
+from configlang.isolated import render_isolated
 from configlang.problems import Problem
 from configlang.rendering import Rendered, render_source
 
@@ -64,9 +66,15 @@ def publication_claim(*, publication_id: str, claim_lifetime: timedelta) -> bool
 
 
 def publication_rendered(publication: Publication) -> Rendered:
-    """Render and validate a publication's source (no lock, nothing written)."""
+    """Render and validate a publication's source (no lock, nothing written): in a
+    child process limited in memory and CPU (configlang.isolated) unless
+    BELLWETHER_RENDER_ISOLATED is off."""
+    seconds = settings.BELLWETHER_RENDER_SECONDS
     try:
-        return render_source(publication.source)
+        if settings.BELLWETHER_RENDER_ISOLATED:
+            return render_isolated(publication.source, seconds=seconds,
+                                   memory_bytes=settings.BELLWETHER_RENDER_MEMORY_MB << 20)
+        return render_source(publication.source, seconds=seconds)
     except Exception as exc:
         # A bug must not leave the publication rendering forever.
         logger.exception("rendering publication %s failed", publication.pk)

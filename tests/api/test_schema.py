@@ -1,6 +1,7 @@
 """GET /api/schema/ (OpenAPI) and GET /api/docs/ (Swagger UI)."""
 
 import pytest
+from django.test import Client
 
 from tests.api.support import ROUTES
 
@@ -126,3 +127,52 @@ def test_docs_route_does_not_accept_writes(client):
     response = client.post("/api/docs/")
 
     assert response.status_code == 405
+
+
+def _operations(schema):
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if method in {"get", "post", "put", "patch", "delete"}:
+                yield path, method, operation
+
+
+def test_every_operation_documents_its_error_answers_with_the_envelope(schema):
+    envelope = schema["components"]["schemas"]["Error"]
+    assert envelope["required"] == ["error"]
+    assert envelope["properties"]["error"]["required"] == ["code", "message"]
+    for path, method, operation in _operations(schema):
+        expected = {"400", "401", "403", "404", "429", "503"}
+        if method != "get":
+            expected.add("409")
+        if method in {"post", "put", "patch"}:
+            expected.add("413")
+        responses = operation["responses"]
+        assert expected <= set(responses), (path, method, sorted(responses))
+        for status in expected:
+            content = responses[status]["content"]["application/json"]["schema"]
+            assert content == {"$ref": "#/components/schemas/Error"}, (path, method, status)
+            assert responses[status]["description"]
+
+
+def test_success_answers_keep_their_own_schemas(schema):
+    publish = schema["paths"][f"{E}/publish"]["post"]["responses"]
+    assert {"200", "201", "202"} <= set(publish)
+    assert publish["201"]["content"]["application/json"]["schema"]["$ref"] \
+        != "#/components/schemas/Error"
+
+
+@pytest.mark.parametrize("method", ["get", "post", "put", "patch", "delete"])
+def test_unknown_api_paths_answer_the_json_404_for_every_method_even_with_a_session(
+        method, superuser):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(superuser)  # a session cookie, and no CSRF token
+    response = getattr(client, method)("/api/v1/no/such/route")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_diff_against_parameter_states_its_minimum(schema):
+    [against] = [p for p in schema["paths"][f"{S}/diff"]["get"]["parameters"]
+                 if p["name"] == "against"]
+    assert against["schema"]["minimum"] == 1
+    assert against["in"] == "query" and not against.get("required", False)

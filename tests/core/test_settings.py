@@ -32,7 +32,8 @@ SERVING = {**PRODUCTION, "SECRET_KEY": STRONG_KEY, "ALLOWED_HOSTS": "example.com
 MANIFEST_STORAGE = "whitenoise.storage.CompressedManifestStaticFilesStorage"
 
 BOOLEANS = ["DEBUG", "DATABASE_POOL", "CELERY_TASK_ALWAYS_EAGER", "SECURE_COOKIES",
-            "SECURE_SSL_REDIRECT", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD"]
+            "SECURE_SSL_REDIRECT", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD",
+            "BELLWETHER_RENDER_ISOLATED"]
 # Every integer variable with its default and the smallest value it accepts.
 INTEGERS = {
     "DATABASE_POOL_SIZE": (10, 1),
@@ -42,6 +43,10 @@ INTEGERS = {
     "BELLWETHER_LIVE_RECHECK_S": (5, 0),
     "BELLWETHER_LIVE_MAX_ENVIRONMENTS": (500, 1),
     "BELLWETHER_MAX_REQUEST_BYTES": (10 * 1024 * 1024, 1),
+    "BELLWETHER_RENDER_SECONDS": (10, 1),
+    "BELLWETHER_WEB_RENDER_SECONDS": (2, 1),
+    "BELLWETHER_WEB_RENDERS": (2, 1),
+    "BELLWETHER_RENDER_MEMORY_MB": (512, 64),
     "BELLWETHER_MAX_CONFIG_BYTES": (256 * 1024, 1),
     "BELLWETHER_MAX_CONFIG_DEPTH": (32, 1),
     "BELLWETHER_MAX_CONFIG_NODES": (100_000, 1),
@@ -166,7 +171,8 @@ def test_an_integer_below_its_minimum_raises(load_settings, name):
 def test_an_integer_parses_into_its_setting(load_settings, name):
     # A hard time limit stays above the default soft one (100).
     value = {"CELERY_TASK_TIME_LIMIT": 700, "REDIS_TIMEOUT_S": 3,
-             "BELLWETHER_RENDER_TIME_LIMIT_S": 17}.get(name, 7)
+             "BELLWETHER_RENDER_TIME_LIMIT_S": 17,
+             "BELLWETHER_RENDER_MEMORY_MB": 700}.get(name, 7)
     module = load_settings(**{name: f" {value} "})
     assert integer_setting(module, name) == value
 

@@ -1,0 +1,148 @@
+"""A template that goes over the render budget: every route that renders answers
+`400 render_limit` naming the template and line (publish: the publication ends
+invalid with that reason), quickly, never a 5xx; renders in web requests are
+capped per process (503 render_busy at once)."""
+
+import json
+import time
+
+import pytest
+
+from apps.environments.services import environment_file_put
+from apps.snapshots import selectors
+from apps.snapshots.models import Publication, Snapshot
+from tests.admin.support import ENVIRONMENTS, change_url
+from tests.api.support import ENV
+from tests.api_helpers import assert_error
+
+transactional = pytest.mark.django_db(transaction=True)
+
+HOSTILE = {
+    "center": "{{ 'x'|center(2**40) }}",
+    "fan-out": "{% macro m(n) %}{% if n %}{{ m(n - 1) }}{{ m(n - 1) }}{% endif %}"
+               "{% endmacro %}{{ m(40) }}",
+    "replace": "{{ ('a' * 100000)|replace('a', 'b' * 1000) }}",
+    "format": "{{ '%*s'|format(1000000000, 'x') }}",
+    "concat": "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+              "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+}
+WALL = 8.0
+
+
+def _plant(environment, actor, template: str, path: str = "shop/zz.conf"):
+    environment_file_put(environment=environment, kind="template", path=path,
+                         text="line one\n" + template + "\n", actor=actor)
+    return path
+
+
+def _refusal(response, path="shop/zz.conf") -> dict:
+    error = assert_error(response, 400, "render_limit")
+    assert error["details"][0]["file"] == path
+    assert error["details"][0]["line"] == 2
+    assert f"{path}:2" in error["message"]
+    return error
+
+
+@pytest.mark.parametrize("template", HOSTILE.values(), ids=HOSTILE.keys())
+def test_preview_answers_render_limit_quickly(template, environment, superuser, client_for):
+    _plant(environment, superuser, template)
+    started = time.monotonic()
+    response = client_for("viewer").get(f"{ENV}/preview")
+    assert time.monotonic() - started < WALL
+    _refusal(response)
+
+
+def test_asking_again_for_a_limited_render_costs_nothing(environment, superuser, client_for):
+    _plant(environment, superuser, HOSTILE["fan-out"])
+    client = client_for("viewer")
+    _refusal(client.get(f"{ENV}/preview"))
+    started = time.monotonic()
+    for _ in range(10):
+        _refusal(client.get(f"{ENV}/preview"))
+    assert time.monotonic() - started < 4  # ten renders would take 20 s
+
+
+def test_preview_of_an_ordinary_template_still_renders(environment, superuser, client_for):
+    _plant(environment, superuser, "{{ 'x'|center(5) }}|{{ '%3d' % 7 }}")
+    response = client_for("viewer").get(f"{ENV}/preview")
+    assert response.status_code == 200
+    files = {f["path"]: f["content"] for f in response.json()["files"]}
+    assert files["shop/zz.conf"] == "line one\n  x  |  7\n"
+
+
+@pytest.mark.parametrize("template", list(HOSTILE.values())[:2], ids=list(HOSTILE)[:2])
+def test_pending_answers_render_limit(template, environment, superuser, client_for):
+    _plant(environment, superuser, template)
+    started = time.monotonic()
+    response = client_for("viewer").get(f"{ENV}/pending")
+    assert time.monotonic() - started < WALL
+    _refusal(response)
+
+
+def test_a_descriptor_dry_run_answers_render_limit(environment, superuser, client_for):
+    from tests.api.test_descriptors import descriptor
+
+    _plant(environment, superuser, HOSTILE["center"])
+    before = Publication.objects.count()
+    response = client_for("deployer").post("/api/v1/descriptors?dry_run=1",
+                                           descriptor(params={}, secrets={}), format="json")
+    _refusal(response)
+    assert Publication.objects.count() == before
+
+
+@transactional
+def test_a_publish_over_the_budget_ends_invalid_naming_template_and_line(
+        environment, superuser, client_for):
+    _plant(environment, superuser, HOSTILE["fan-out"])
+    started = time.monotonic()
+    response = client_for("deployer").post(f"{ENV}/publish")
+    assert time.monotonic() - started < 15
+    error = assert_error(response, 400, "snapshot_invalid")
+    [problem] = [e for e in error["details"] if e["code"] == "render_limit"]
+    assert (problem["file"], problem["line"]) == ("shop/zz.conf", 2)
+    assert "shop/zz.conf:2" in error["message"]
+    publication = Publication.objects.get()
+    assert publication.state == Publication.State.INVALID
+    snapshot = Snapshot.objects.get()
+    assert snapshot.state == Snapshot.State.INVALID
+    assert snapshot.report["errors"][0]["code"] == "render_limit"
+
+
+def test_the_admin_change_page_shows_the_render_limit(environment, superuser, client):
+    _plant(environment, superuser, HOSTILE["center"])
+    client.force_login(superuser)
+    started = time.monotonic()
+    response = client.get(change_url(ENVIRONMENTS, environment.pk))
+    assert time.monotonic() - started < WALL
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "The current config does not render" in page
+    assert "shop/zz.conf 2" in page
+
+
+def test_the_dashboard_pages_stay_up(environment, superuser, client):
+    from tests.api.test_descriptors import descriptor
+
+    _plant(environment, superuser, HOSTILE["fan-out"])
+    client.force_login(superuser)
+    assert client.get("/e/shop/prod/").status_code == 200
+    text = json.dumps(descriptor(params={}, secrets={}))
+    response = client.post("/e/shop/prod/descriptor/", {"descriptor": text, "step": "preview"})
+    assert response.status_code == 400
+    assert "shop/zz.conf:2" in response.content.decode()
+
+
+def test_web_renders_beyond_the_cap_answer_503_at_once(environment, client_for, settings):
+    settings.BELLWETHER_WEB_RENDERS = 1
+    slots = selectors._web_slots()
+    client = client_for("viewer")
+    assert slots.acquire(timeout=1)
+    try:
+        started = time.monotonic()
+        response = client.get(f"{ENV}/preview")
+        assert time.monotonic() - started < 2
+    finally:
+        slots.release()
+    assert_error(response, 503, "render_busy")
+    assert response["Retry-After"] == "2"
+    assert client.get(f"{ENV}/preview").status_code == 200
