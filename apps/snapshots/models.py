@@ -101,6 +101,12 @@ class Publication(models.Model):
         Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     deduplicated = models.BooleanField(default=False)
+    # Whether its snapshot becomes active when stored, as the release policy said
+    # when it was requested (a rollback always does; a staged environment does not).
+    activates = models.BooleanField(default=False)
+    # Whether it did, once finished (None while rendering): a duplicate, an invalid
+    # render, quarantined content or an active rollout activate nothing.
+    activated = models.BooleanField(null=True, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",

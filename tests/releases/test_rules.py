@@ -45,7 +45,7 @@ def test_the_first_snapshot_has_nothing_to_match_or_supersede():
     assert outcome(newest_inputs_audit_id=None, latest_content=None) == Outcome.NEW
 
 
-@pytest.mark.parametrize(("result", "is_rollback", "require", "rollout", "activates"), [
+@pytest.mark.parametrize(("result", "is_rollback", "staged", "rollout", "activates"), [
     (Outcome.NEW, False, False, False, True),
     (Outcome.NEW, False, True, False, False),  # staged: an explicit activation releases it
     (Outcome.NEW, True, True, False, True),  # a rollback is that explicit act
@@ -57,6 +57,7 @@ def test_the_first_snapshot_has_nothing_to_match_or_supersede():
     (None, False, False, False, False),  # already finished by another worker
 ])
 def test_a_new_ready_snapshot_activates_unless_the_environment_or_a_rollout_holds_it(
-        result, is_rollback, require, rollout, activates):
+        result, is_rollback, staged, rollout, activates):
+    policy = "staged" if staged else "direct"
     assert publication_activates(outcome=result, is_rollback=is_rollback,
-                                 require_activation=require, rollout_active=rollout) is activates
+                                 release_policy=policy, rollout_active=rollout) is activates

@@ -46,10 +46,10 @@ def rolled_back(environment, first, second, superuser):
 def test_the_rule_is_pure_a_quarantined_publication_never_activates_by_itself():
     for is_rollback in (False, True):
         assert not release_rules.publication_activates(
-            outcome=Outcome.NEW, is_rollback=is_rollback, require_activation=False,
+            outcome=Outcome.NEW, is_rollback=is_rollback, release_policy="direct",
             rollout_active=False, quarantined=True)
     assert release_rules.publication_activates(
-        outcome=Outcome.NEW, is_rollback=False, require_activation=False, rollout_active=False)
+        outcome=Outcome.NEW, is_rollback=False, release_policy="direct", rollout_active=False)
 
 
 def test_a_rollback_quarantines_the_checksum_with_its_origin(rolled_back, environment, second):
@@ -90,7 +90,7 @@ def test_same_content_through_a_different_descriptor_is_flagged_and_refused(
 
 def test_a_direct_environment_stores_quarantined_content_without_activating_it(
         rolled_back, environment, superuser):
-    releases.environment_update(environment=environment, require_activation=False,
+    releases.environment_update(environment=environment, release_policy="direct",
                                 actor=superuser)
     again = publish(environment, superuser)  # the inputs still hold #2's change
     environment.refresh_from_db()
@@ -112,7 +112,7 @@ def test_reaching_the_content_by_rolling_back_to_an_older_snapshot_is_refused(
         environment, first, superuser):
     """Hostile: #1 holds content X; X is published again as #3, rolled out and
     rolled back; an environment rollback to #1 would re-render X as a new number."""
-    releases.environment_update(environment=environment, require_activation=True,
+    releases.environment_update(environment=environment, release_policy="staged",
                                 actor=superuser)
     workers_8 = publish_variant(environment, superuser, workers=8)
     releases.snapshot_activate(snapshot=workers_8, actor=superuser)
@@ -130,7 +130,7 @@ def test_quarantine_is_per_environment(rolled_back, second, application, superus
     staging = factories.environment(application, "staging", templates=factories.SHOP_TEMPLATES,
                                     actor=superuser)
     publish(staging, superuser)
-    releases.environment_update(environment=staging, require_activation=True, actor=superuser)
+    releases.environment_update(environment=staging, release_policy="staged", actor=superuser)
     other = publish_variant(staging, superuser, workers=8)
     assert other.checksum == second.checksum
     assert quarantine_of(staging.pk, second.checksum) is None
