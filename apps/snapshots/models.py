@@ -4,9 +4,21 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from apps.environments.models import Environment
+
+
+class SnapshotQuerySet(models.QuerySet):
+    def quarantined(self) -> "SnapshotQuerySet":
+        """Snapshots whose content is quarantined in their environment: by checksum,
+        whatever their number. The quarantines (apps.rollouts' SnapshotQuarantine)
+        are reached through the relation they declare on the environment."""
+        return self.filter(environment__quarantines__checksum=F("checksum"))
+
+    def unquarantined(self) -> "SnapshotQuerySet":
+        """The others: what may be released without an owner's override."""
+        return self.exclude(pk__in=self.model.objects.quarantined().values("pk"))
 
 
 class Snapshot(models.Model):
@@ -47,6 +59,8 @@ class Snapshot(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = SnapshotQuerySet.as_manager()
 
     class Meta:
         ordering = ["environment", "-number"]
