@@ -3,15 +3,20 @@ environment, whatever the number or the request of the snapshot holding it.
 (Replaces quarantine by snapshot number.)"""
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from apps.audit.models import Action, AuditEvent
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.environments.models import Environment as CurrentEnvironment
 from apps.releases import rules as release_rules
 from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.rollouts.models import SnapshotQuarantine
 from apps.rollouts.quarantine import quarantine_lift, quarantine_of
+from apps.snapshots.models import Snapshot
 from apps.snapshots.rules import Outcome
+from apps.tenancy.models import Application, Tenant
 from tests import factories
 from tests.factories import (
     enrolled_agents,
@@ -86,6 +91,21 @@ def test_same_content_through_a_different_descriptor_is_flagged_and_refused(
         releases.agent_pin(agent=agent, snapshot=again, actor=superuser,
                            expected_generation=agent.generation)
     assert pinned.value.code == "quarantined"
+
+
+def test_snapshots_are_filtered_by_quarantined_content_whatever_their_number(
+        rolled_back, environment, second, superuser, application):
+    publication, _ = releases.descriptor_submit(environment=environment,
+                                                descriptor=descriptor("unrelated-2"),
+                                                actor=superuser)
+    assert render(publication).snapshot.checksum == second.checksum  # as #4
+    other, *_ = factories.staged_environment(application, "staging", superuser)
+    snapshots = Snapshot.objects.filter(environment__in=[environment, other])
+
+    assert sorted(snapshots.quarantined().values_list("environment__name", "number")) == [
+        ("prod", 2), ("prod", 4)]
+    assert sorted(snapshots.unquarantined().values_list("environment__name", "number")) == [
+        ("prod", 1), ("prod", 3), ("staging", 1), ("staging", 2)]
 
 
 def test_a_direct_environment_stores_quarantined_content_without_activating_it(
@@ -196,3 +216,23 @@ def test_the_data_migration_turns_a_snapshot_quarantine_into_its_checksum(
     quarantine = SnapshotQuarantine.objects.get()
     assert (quarantine.environment_id, quarantine.checksum) == (environment.pk, second.checksum)
     assert quarantine_of(environment.pk, second.checksum).reason == "old"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_release_policy_migration_maps_the_activation_flag():
+
+    before = [("environments", "0004_environment_keep_rollout_pins"),
+              ("snapshots", "0004_snapshot_provenance")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    tenant = Tenant.objects.create(name="T", slug="t")
+    app = Application.objects.create(tenant=tenant, name="a")
+    Environment = executor.loader.project_state(before).apps.get_model("environments",
+                                                                       "Environment")
+    for name, flag in (("gated", True), ("open", False)):
+        Environment.objects.create(application_id=app.pk, name=name, require_activation=flag)
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert dict(CurrentEnvironment.objects.values_list("name", "release_policy")) == {
+        "gated": "staged", "open": "direct"}
