@@ -55,7 +55,7 @@ def _publish(client, **headers):
 
 
 def test_the_page_head_shows_the_release_policy(staged, as_deployer):
-    head = text(as_deployer.get(url("environment") + "?panel=summary", headers=HTMX))
+    head = text(as_deployer.get(url("environment")))
 
     assert 'data-release-policy="staged"' in head
     assert "a rollout or an explicit activation releases it" in head
@@ -63,16 +63,18 @@ def test_the_page_head_shows_the_release_policy(staged, as_deployer):
 
 
 def test_an_owner_switches_the_policy_with_the_version_shown(environment, first, as_owner):
-    head = text(as_owner.get(url("environment") + "?panel=summary", headers=HTMX))
-    version = re.search(r'name="expected_version" value="(\d+)"', head).group(1)
+    page = text(as_owner.get(url("environment")))
+    form = re.search(r'<form id="release-policy-form".*?</form>', page, re.S).group(0)
+    version = re.search(r'name="expected_version" value="(\d+)"', form).group(1)
+    assert 'name="release_policy" value="staged"' in form
 
     response = as_owner.post(url("release-policy"), {"release_policy": "staged",
-                                                     "expected_version": version},
-                             headers=HTMX)
+                                                     "expected_version": version})
 
-    assert response.status_code == 200
-    assert 'data-release-policy="staged"' in text(response)
-    assert "Release policy: Staged" in text(response)
+    assert (response.status_code, response["Location"]) == (302, url("environment"))
+    page = text(as_owner.get(response["Location"]))
+    assert 'data-release-policy="staged"' in page
+    assert "Release policy: Staged" in flash(page)
     environment.refresh_from_db()
     assert environment.is_staged
     assert AuditEvent.objects.filter(action="environment.settings").latest("id").data == {

@@ -768,7 +768,7 @@ def test_an_anonymous_action_comes_back_to_the_environment_page_after_signing_in
 def test_the_page_head_refetches_the_active_snapshot_on_its_own(second, as_viewer):
     html = text(as_viewer.get(url("environment") + "?panel=summary", headers=HTMX))
 
-    assert html.lstrip().startswith('<div id="summary"') and "#2" in html
+    assert html.lstrip().startswith('<p id="summary"') and "#2" in html
 
 
 
