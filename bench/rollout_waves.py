@@ -56,7 +56,7 @@ def child(agents: int) -> dict:
         return publication_complete(publication_id=str(publication.pk)).snapshot
 
     publish()  # 1, active
-    env = environment_update(environment=env, require_activation=True, actor=admin)
+    env = environment_update(environment=env, release_policy="staged", actor=admin)
     env = environment_update(environment=env, config="greeting: hi\n", actor=admin)
     snapshot = publish()  # 2, staged
     env.refresh_from_db()

@@ -367,6 +367,7 @@ SPECTACULAR_SETTINGS = {
         "DeploymentStateEnum": "apps.fleet.models.Deployment.State",
         "RolloutGateEnum": "apps.rollouts.models.Rollout.Gate",
         "RolloutStateEnum": "apps.rollouts.models.Rollout.State",
+        "ReleasePolicyEnum": "apps.environments.models.Environment.ReleasePolicy",
     },
 }
 

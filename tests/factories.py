@@ -128,7 +128,7 @@ def staged_environment(application, name: str, actor, *, slow_render: bool = Fal
         templates["shop/slow.txt"] = SLOW_TEMPLATE
     env = environment(application, name, templates=templates, actor=actor)
     first = publish(env, actor)
-    env = releases.environment_update(environment=env, require_activation=True, actor=actor)
+    env = releases.environment_update(environment=env, release_policy="staged", actor=actor)
     second = publish_variant(env, actor, workers=8)
     env.refresh_from_db()
     return env, first, second

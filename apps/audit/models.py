@@ -18,7 +18,7 @@ class Action(models.TextChoices):
     POLICY_PUBLISH = "policy.publish"
     ENVIRONMENT_CREATE = "environment.create"
     ENVIRONMENT_UPDATE = "environment.update"  # its config or schema
-    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, activation policy, keeping pins
+    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, release policy, keeping pins
     ENVIRONMENT_OWNERS = "environment.owners"
     TEMPLATE_CREATE = "template.create"
     TEMPLATE_UPDATE = "template.update"

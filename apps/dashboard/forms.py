@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from apps.core.errors import ApplicationError
+from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
 from configlang.yamlconfig import load_yaml
 
@@ -193,7 +194,7 @@ class RolloutForm(DashboardForm):
                       "nothing_to_roll_out": "snapshot",
                       "no_canaries": "canary", "canary_not_target": "canary"}
 
-    def __init__(self, data=None, *args, snapshots=(), agents=(), **kwargs):
+    def __init__(self, data=None, *args, snapshots=(), agents=(), chosen=None, **kwargs):
         if data is not None:
             data = data.copy()
             for name, value in self.defaults.items():
@@ -205,6 +206,12 @@ class RolloutForm(DashboardForm):
                                                   for s in offered]
         if offered:
             self.fields["snapshot"].initial = offered[0].number
+        try:
+            chosen = self.fields["snapshot"].to_python(chosen)
+        except ValidationError:
+            chosen = None
+        if chosen in {s.number for s in offered}:
+            self.fields["snapshot"].initial = chosen
         self.fields["canary"].widget.choices = [(agent.pk, agent.name) for agent in agents]
 
     def clean_waves(self) -> list[int]:
@@ -245,6 +252,16 @@ class DeployForm(DashboardForm):
         if self.cleaned_data["agent"] is None and self.data.get("agent") is not None:
             raise ValidationError(self.fields["agent"].error_messages["invalid"])
         return self.cleaned_data["agent"]
+
+
+class ReleasePolicyForm(DashboardForm):
+    """An owner's change of the release policy, at the version the page showed."""
+
+    release_policy = forms.ChoiceField(
+        choices=Environment.ReleasePolicy.choices, widget=forms.RadioSelect,
+        error_messages={"invalid_choice": "direct or staged.", "required": "direct or staged."})
+    expected_version = NumberField("reload the page and try again.",
+                                   widget=forms.HiddenInput)
 
 
 class RolloutActionForm(DashboardForm):

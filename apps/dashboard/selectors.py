@@ -4,7 +4,7 @@ scoped with Environment.objects.visible_to like every other surface."""
 from collections import Counter
 
 from apps.environments.models import Environment
-from apps.environments.selectors import environment_role, has_role
+from apps.environments.selectors import environment_role
 from apps.fleet.models import Agent
 from apps.fleet.selectors import (
     agent_status,
@@ -15,7 +15,7 @@ from apps.fleet.selectors import (
 )
 from apps.releases import selectors as release_reads
 from apps.rollouts import selectors as rollout_selectors
-from apps.rollouts.models import ACTIVE_STATES, Rollout, SnapshotQuarantine
+from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import publication_progress
 from apps.snapshots.selectors import pending_events, with_pending_counts
@@ -90,10 +90,6 @@ def environment_for(user, application: str, name: str) -> Environment | None:
         .filter(application__name=application, name=name), "active_snapshot").first()
 
 
-def may_deploy(user, environment: Environment) -> bool:
-    return has_role(user=user, environment=environment, required=Role.DEPLOYER)
-
-
 def permissions(user, environment: Environment) -> dict:
     """{"can_deploy", "can_own"} from one look at the user's role."""
     role = environment_role(user=user, environment=environment)
@@ -145,16 +141,31 @@ def snapshots_panel(environment: Environment) -> dict:
     }
 
 
+def _rollout_offers(environment: Environment):
+    active = environment.active_snapshot
+    snapshots = Snapshot.objects.filter(environment=environment, state="ready").unquarantined()
+    if active is not None:
+        snapshots = snapshots.filter(number__gt=active.number)
+    return snapshots
+
+
 def rollout_snapshots(environment: Environment) -> list[Snapshot]:
     """What the rollout form offers, newest first: ready snapshots newer than the
     active one and not quarantined (the API refuses the others, with reasons)."""
-    active = environment.active_snapshot
-    quarantined = SnapshotQuarantine.objects.filter(environment=environment)
-    snapshots = Snapshot.objects.filter(environment=environment, state="ready").exclude(
-        checksum__in=quarantined.values("checksum"))
-    if active is not None:
-        snapshots = snapshots.filter(number__gt=active.number)
-    return list(snapshots.defer(*SNAPSHOT_CONTENT).order_by("-number")[:SNAPSHOTS_SHOWN])
+    return list(_rollout_offers(environment).defer(*SNAPSHOT_CONTENT)
+                .order_by("-number")[:SNAPSHOTS_SHOWN])
+
+
+def rollout_offers(environment: Environment, snapshot: Snapshot | None) -> bool:
+    """Whether the rollout form offers `snapshot` (ready, newer than the active one,
+    not quarantined)."""
+    return snapshot is not None and _rollout_offers(environment).filter(pk=snapshot.pk).exists()
+
+
+def publication_in(environment: Environment, publication_id) -> Publication | None:
+    return (Publication.objects.filter(pk=publication_id, environment=environment)
+            .select_related("snapshot").defer(*(f"snapshot__{c}" for c in SNAPSHOT_CONTENT))
+            .first())
 
 
 def pending_panel(environment: Environment) -> dict:

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.dashboard import views
+from apps.dashboard import rollout_views, views
 
 app_name = "dashboard"
 
@@ -18,13 +18,16 @@ urlpatterns = [
     path(f"{ENV}descriptor/", views.descriptor_page, name="descriptor"),
     path(f"{ENV}deploy/", views.deploy, name="deploy"),
     path(f"{ENV}reset-inputs/", views.reset_inputs, name="reset-inputs"),
+    path(f"{ENV}release-policy/", views.release_policy, name="release-policy"),
+    path(f"{ENV}publications/<uuid:publication_id>/", views.publication_page,
+         name="publication"),
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
          name="snapshot-rollback"),
-    path(f"{ENV}rollouts/new/", views.rollout_new, name="rollout-new"),
-    path(f"{ENV}rollouts/<int:rollout_id>/confirm/", views.rollout_confirm_view,
+    path(f"{ENV}rollouts/new/", rollout_views.rollout_new, name="rollout-new"),
+    path(f"{ENV}rollouts/<int:rollout_id>/confirm/", rollout_views.rollout_confirm_view,
          name="rollout-confirm"),
-    path(f"{ENV}rollouts/<int:rollout_id>/rollback/", views.rollout_rollback_view,
+    path(f"{ENV}rollouts/<int:rollout_id>/rollback/", rollout_views.rollout_rollback_view,
          name="rollout-rollback"),
-    path(f"{ENV}rollouts/<int:rollout_id>/release-pins/", views.rollout_release_pins_view,
+    path(f"{ENV}rollouts/<int:rollout_id>/release-pins/", rollout_views.rollout_release_pins_view,
          name="rollout-release-pins"),
 ]

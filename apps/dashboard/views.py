@@ -31,14 +31,9 @@ from apps.environments.services import descriptor_check
 from apps.releases.services import (
     descriptor_submit,
     environment_inputs_reset,
+    environment_update,
     snapshot_deploy,
     snapshot_rollback,
-)
-from apps.rollouts.services import (
-    rollout_confirm,
-    rollout_create,
-    rollout_pins_release,
-    rollout_rollback,
 )
 from apps.snapshots.models import Publication
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
@@ -225,9 +220,10 @@ def descriptor_page(request, application, environment):
                                                          actor=request.user)
                 publication.refresh_from_db()
                 messages.add_message(request, *_publication_message(publication, created))
+                where = _after_publish(env, publication) or context["env_url"]
                 if request.htmx:
-                    return HttpResponseClientRedirect(context["env_url"])
-                return redirect(context["env_url"])
+                    return HttpResponseClientRedirect(where)
+                return redirect(where)
             context["preview"] = descriptor_dry_run(env, descriptor)
         else:
             status = 400
@@ -238,10 +234,28 @@ def descriptor_page(request, application, environment):
     return _form_page(request, "dashboard/descriptor.html", "preview", context, status)
 
 
+def _after_publish(env, publication: Publication) -> str | None:
+    """Where a publish in a staged environment leads: while it renders, to its page
+    (which offers the rollout once it is stored); once stored, straight to the
+    rollout form with its snapshot chosen. None: back to the environment."""
+    if not env.is_staged or publication.activated:
+        return None
+    args = [env.application.name, env.name]
+    if publication.state == Publication.State.RENDERING:
+        return reverse("dashboard:publication", args=[*args, publication.pk])
+    if selectors.rollout_offers(env, publication.snapshot):
+        return (reverse("dashboard:rollout-new", args=args)
+                + f"?snapshot={publication.snapshot.number}")
+    return None
+
+
 def _publication_message(publication: Publication, created: bool) -> tuple[int, str]:
     if publication.state == Publication.State.RENDERING:
         return messages.INFO, "Queued for rendering; the snapshot list updates when it is ready."
     number = publication.snapshot.number
+    if publication.state == Publication.State.READY and created and not publication.activates:
+        return messages.SUCCESS, (f"Published #{number}: stored, not active (the release "
+                                  "policy is staged). Start a rollout of it.")
     if publication.state == Publication.State.INVALID:
         return messages.ERROR, (f"#{number} is invalid and was not activated; its report "
                                 "is in the admin's snapshots and the API.")
@@ -304,6 +318,43 @@ def snapshot_rollback_page(request, application, environment, number):
     return _act(request, env, "snapshots", roll_back)
 
 
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def publication_page(request, application, environment, publication_id):
+    """A publication while it renders, then what it stored and, in a staged
+    environment, the way to start a rollout of it."""
+    env = _environment(request, application, environment)
+    publication = selectors.publication_in(env, publication_id)
+    if publication is None:
+        raise Http404("Publication not found.")
+    context = {**_page_context(request, env), "publication": publication,
+               "rollout_url": _after_publish(env, publication)
+               if publication.state == Publication.State.READY else None,
+               "page_url": request.path}
+    partial = "publication" if request.GET.get("panel") == "publication" else None
+    return render(request, "dashboard/publication.html" + (f"#{partial}" if partial and
+                                                           _wants_partial(request) else ""),
+                  context)
+
+
+@_signed_in_action
+@require_POST
+def release_policy(request, application, environment):
+    """Change the release policy (owners), at the version the page showed."""
+    env = _environment(request, application, environment)
+    form = forms.ReleasePolicyForm(request.POST)
+
+    def change():
+        require_role(user=request.user, environment=env, required=Role.OWNER)
+        changed = environment_update(
+            environment=env, actor=request.user, release_policy=form.cleaned_data[
+                "release_policy"], expected_version=form.cleaned_data["expected_version"])
+        return f"Release policy: {changed.get_release_policy_display()}."
+
+    return _act(request, env, "summary", change, form)
+
+
 @_signed_in_action
 @require_POST
 def reset_inputs(request, application, environment):
@@ -316,74 +367,6 @@ def reset_inputs(request, application, environment):
         return f"Inputs reset to #{env.active_snapshot.number}'s source."
 
     return _act(request, env, "pending", reset)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def rollout_new(request, application, environment):
-    """Start a staged rollout: canaries by agent, then waves by percent."""
-    env = _environment(request, application, environment)
-    choices = {"snapshots": selectors.rollout_snapshots(env),
-               "agents": selectors.canary_choices(env)}
-    context = _page_context(request, env)
-    if request.method == "GET":
-        context["form"] = forms.RolloutForm(**choices)
-        return render(request, "dashboard/rollout_new.html", context)
-    form = context["form"] = forms.RolloutForm(request.POST, **choices)
-    try:
-        require_role(user=request.user, environment=env, required=Role.DEPLOYER)
-        if not form.is_valid():
-            return render(request, "dashboard/rollout_new.html", context, status=400)
-        data = form.cleaned_data
-        rollout = rollout_create(
-            environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
-            canary_agents=data["canary"], waves=data["plan"], actor=request.user)
-    except ApplicationError as error:
-        if not form.add_refusal(error):
-            context["error"] = error
-        return render(request, "dashboard/rollout_new.html", context, status=error.status)
-    messages.success(request, f"Rollout {rollout.pk} of #{rollout.snapshot.number} started: "
-                              "the canaries have it now.")
-    return redirect(context["env_url"])
-
-
-def _rollout_action(request, application, environment, rollout_id, service, verb):
-    env = _environment(request, application, environment)
-    rollout = selectors.rollout_in(env, rollout_id)
-    if rollout is None:
-        raise Http404("Rollout not found.")
-    form = forms.RolloutActionForm(request.POST)
-
-    def act():
-        service(rollout=rollout, actor=request.user,
-                expected_version=form.cleaned_data["expected_version"])
-        return f"Rollout {rollout.pk} {verb}."
-
-    return _act(request, env, "rollout", act, form)
-
-
-@_signed_in_action
-@require_POST
-def rollout_confirm_view(request, application, environment, rollout_id):
-    return _rollout_action(request, application, environment, rollout_id, rollout_confirm,
-                           "confirmed: the next wave has it")
-
-
-@_signed_in_action
-@require_POST
-def rollout_rollback_view(request, application, environment, rollout_id):
-    def rollback(**kwargs):
-        return rollout_rollback(reason="rolled back from the dashboard", **kwargs)
-
-    return _rollout_action(request, application, environment, rollout_id, rollback,
-                           "rolled back")
-
-
-@_signed_in_action
-@require_POST
-def rollout_release_pins_view(request, application, environment, rollout_id):
-    return _rollout_action(request, application, environment, rollout_id,
-                           rollout_pins_release, "released its remaining pins")
 
 
 def csrf_failure(request, reason=""):

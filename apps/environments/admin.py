@@ -33,13 +33,34 @@ class CodeField(forms.CharField):
 
 
 class EnvironmentForm(forms.ModelForm):
+    # The version the page was loaded at: a save over someone else's change is refused.
+    expected_version = forms.IntegerField(required=False, min_value=1,
+                                          widget=forms.HiddenInput)
+
     class Meta:
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s",
-                  "require_activation", "keep_rollout_pins", "owners"]
+                  "release_policy", "keep_rollout_pins", "owners"]
         field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
-                                                   "class": "bw-code"})}
+                                                   "class": "bw-code"}),
+                   "release_policy": forms.RadioSelect}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["expected_version"].initial = self.instance.version
+
+    def clean_expected_version(self):
+        expected = self.cleaned_data["expected_version"]
+        if self.instance.pk is not None and expected is not None:
+            current = Environment.objects.filter(pk=self.instance.pk).values_list(
+                "version", flat=True).first()
+            if current != expected:
+                raise forms.ValidationError(
+                    f"The environment changed since you loaded it (version {current}, not "
+                    f"{expected}). Reload the page and make your change again.")
+        return expected
 
     def clean_config(self):
         config = self.cleaned_data["config"]
@@ -128,8 +149,9 @@ class FallbackFileInline(OwnedInlineMixin, admin.StackedInline):
 class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     form = EnvironmentForm
     inlines = [TemplateInline, FallbackFileInline]
-    list_display = ["full_name", "tenant", "poll_interval_s", "snapshot_counter", "updated_at"]
-    list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter)]
+    list_display = ["full_name", "tenant", "release_policy", "poll_interval_s",
+                    "snapshot_counter", "updated_at"]
+    list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter), "release_policy"]
     search_fields = ["name", "application__name"]
     readonly_fields = ["snapshot_counter", "pending"]
     filter_horizontal = ["owners"]
@@ -186,7 +208,9 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
             changes = {f: form.cleaned_data[f] for f in form.changed_data
                        if f in services.EDITABLE_FIELDS}
             if changes:
-                releases.environment_update(environment=obj, actor=request.user, **changes)
+                releases.environment_update(
+                    environment=obj, actor=request.user,
+                    expected_version=form.cleaned_data.get("expected_version"), **changes)
         else:
             created = services.environment_create(
                 application=form.cleaned_data["application"],
@@ -194,6 +218,7 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                 config=form.cleaned_data["config"],
                 config_schema=form.cleaned_data["config_schema"],
                 poll_interval_s=form.cleaned_data["poll_interval_s"],
+                release_policy=form.cleaned_data["release_policy"],
                 actor=request.user,
             )
             obj.pk = created.pk

@@ -1,7 +1,12 @@
 """Environment API: read, change config, put and remove templates and fallback files."""
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -13,21 +18,58 @@ from apps.environments import services
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_get, environment_role
 from apps.environments.views import EnvironmentAPIView
+from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.snapshots.api import PublicationSerializer, publication_response
 from apps.snapshots.selectors import descriptor_dry_run
 from apps.tenancy.models import Role
 
 
+class ActiveSnapshotSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    label = serializers.CharField()
+    checksum = serializers.CharField()
+
+
+class ActiveRolloutSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+    current_wave = serializers.IntegerField()
+    snapshot = serializers.IntegerField()
+    url = serializers.CharField()
+
+
 class EnvironmentListSerializer(serializers.ModelSerializer):
+    """What is live: the active snapshot and rollout come annotated on the queryset
+    (apps.releases.selectors.environments_live), so a page costs no query per row."""
+
     application = serializers.CharField(source="application.name")
     tenant = serializers.CharField(source="application.tenant.slug")
+    active_snapshot = serializers.SerializerMethodField()
+    active_rollout = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
 
     class Meta:
         model = Environment
-        fields = ["application", "name", "full_name", "tenant", "poll_interval_s",
-                  "keep_rollout_pins", "snapshot_counter", "updated_at", "url"]
+        fields = ["application", "name", "full_name", "tenant", "release_policy", "version",
+                  "active_snapshot", "active_rollout", "poll_interval_s", "keep_rollout_pins",
+                  "snapshot_counter", "updated_at", "url"]
+
+    @extend_schema_field(ActiveSnapshotSerializer(allow_null=True))
+    def get_active_snapshot(self, obj) -> dict | None:
+        """What auto_pull agents follow: {number, label, checksum}, or None."""
+        s = obj.active_snapshot
+        return {"number": s.number, "label": s.label, "checksum": s.checksum} if s else None
+
+    @extend_schema_field(ActiveRolloutSerializer(allow_null=True))
+    def get_active_rollout(self, obj) -> dict | None:
+        """The running or paused rollout: {id, state, current_wave, snapshot, url}, or None."""
+        if obj.active_rollout_id is None:
+            return None
+        return {"id": obj.active_rollout_id, "state": obj.active_rollout_state,
+                "current_wave": obj.active_rollout_wave,
+                "snapshot": obj.active_rollout_snapshot,
+                "url": f"/api/v1/rollouts/{obj.active_rollout_id}"}
 
     def get_url(self, obj) -> str:
         return f"/api/v1/environments/{obj.application.name}/{obj.name}"
@@ -42,23 +84,19 @@ class EnvironmentDetailSerializer(EnvironmentListSerializer):
     templates = serializers.SerializerMethodField()
     fallback_files = EnvironmentFileSerializer(many=True, source="fallback_file_list")
     role = serializers.CharField()
-    active_snapshot = serializers.SerializerMethodField()
 
     class Meta(EnvironmentListSerializer.Meta):
         fields = EnvironmentListSerializer.Meta.fields + [
-            "config", "config_schema", "templates", "fallback_files", "role", "active_snapshot"
+            "config", "config_schema", "templates", "fallback_files", "role"
         ]
-
-    def get_active_snapshot(self, obj) -> dict | None:
-        """What auto_pull agents follow: {number, label, checksum}, or None."""
-        s = obj.active_snapshot
-        return {"number": s.number, "label": s.label, "checksum": s.checksum} if s else None
 
     def get_templates(self, obj) -> list[dict]:
         return [{"path": t.path, "source": t.source} for t in obj.template_list]
 
 
 def _detail(environment: Environment, user) -> dict:
+    environment = release_reads.environments_live(
+        Environment.objects.select_related("application__tenant")).get(pk=environment.pk)
     environment.template_list = list(environment.templates.order_by("path"))
     environment.fallback_file_list = [
         {"path": f.path, "content": f.content} for f in environment.fallback_files.order_by("path")
@@ -71,9 +109,9 @@ class EnvironmentListApi(ListAPIView):
     serializer_class = EnvironmentListSerializer
 
     def get_queryset(self):
-        return Environment.objects.visible_to(self.request.user).select_related(
-            "application__tenant"
-        ).order_by("application__name", "name")
+        return release_reads.environments_live(
+            Environment.objects.visible_to(self.request.user).select_related(
+                "application__tenant").order_by("application__name", "name"))
 
 
 class EnvironmentDetailApi(EnvironmentAPIView):
@@ -82,6 +120,18 @@ class EnvironmentDetailApi(EnvironmentAPIView):
         config_schema = serializers.JSONField(required=False, allow_null=True)
         poll_interval_s = serializers.IntegerField(required=False, min_value=5, max_value=3600)
         keep_rollout_pins = serializers.BooleanField(required=False)
+        release_policy = serializers.ChoiceField(Environment.ReleasePolicy.choices,
+                                                 required=False)
+        expected_version = serializers.IntegerField(
+            required=False, min_value=1, max_value=2**31 - 1,
+            help_text="The version you read: a change made since is refused (409 stale). "
+                      "Required to change release_policy.")
+
+        def validate(self, attrs):
+            if "release_policy" in attrs and "expected_version" not in attrs:
+                raise serializers.ValidationError({"expected_version": (
+                    "Required to change release_policy: the version you read.")})
+            return attrs
 
         def validate_config_schema(self, value):
             if value is not None and not isinstance(value, dict):

@@ -37,6 +37,10 @@ class EnvironmentQuerySet(models.QuerySet):
 
 
 class Environment(models.Model):
+    class ReleasePolicy(models.TextChoices):
+        DIRECT = "direct", "Direct: publishing activates the new snapshot"
+        STAGED = "staged", "Staged: a rollout or an explicit activation releases it"
+
     application = models.ForeignKey(
         Application, on_delete=models.PROTECT, related_name="environments"
     )
@@ -54,9 +58,10 @@ class Environment(models.Model):
         "snapshots.Snapshot", null=True, blank=True, on_delete=models.PROTECT,
         related_name="+", help_text="What auto_pull agents follow.",
     )
-    require_activation = models.BooleanField(
-        default=False,
-        help_text="Publishing stores a snapshot without activating it; activate explicitly.",
+    release_policy = models.CharField(
+        max_length=16, choices=ReleasePolicy.choices, default=ReleasePolicy.DIRECT,
+        help_text="direct: publishing activates the new snapshot; staged: publishing stores "
+                  "it, and a rollout or an explicit activation releases it.",
     )
     keep_rollout_pins = models.BooleanField(
         default=False,
@@ -66,6 +71,9 @@ class Environment(models.Model):
     owners = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="owned_environments"
     )
+    # Compare-and-set token for changes of the environment's own fields (config,
+    # schema, settings): bumped on every such change.
+    version = models.PositiveIntegerField(default=1, editable=False)
     # The last snapshot number handed out; bumped under this row's lock so
     # numbers are strictly increasing and never reused.
     snapshot_counter = models.PositiveIntegerField(default=0, editable=False)
@@ -84,6 +92,8 @@ class Environment(models.Model):
                 condition=Q(poll_interval_s__gte=5) & Q(poll_interval_s__lte=3600),
                 name="environment_poll_interval_range",
             ),
+            models.CheckConstraint(condition=Q(release_policy__in=["direct", "staged"]),
+                                   name="environment_release_policy_valid"),
         ]
 
     def __str__(self) -> str:
@@ -92,6 +102,10 @@ class Environment(models.Model):
     @property
     def full_name(self) -> str:
         return f"{self.application.name}/{self.name}"
+
+    @property
+    def is_staged(self) -> bool:
+        return self.release_policy == self.ReleasePolicy.STAGED
 
 
 class PlatformPolicy(models.Model):

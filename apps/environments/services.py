@@ -29,7 +29,7 @@ from configlang.rendering import (
 )
 from configlang.yamlconfig import load_config, value_problems
 
-EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "require_activation",
+EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "release_policy",
                    "keep_rollout_pins")
 # What a snapshot is rendered from; the other fields are settings.
 RENDERED_FIELDS = ("config", "config_schema")
@@ -74,6 +74,14 @@ def _check_poll_interval(value: int) -> None:
         )
 
 
+def _check_release_policy(value) -> None:
+    if value not in Environment.ReleasePolicy.values:
+        raise ValidationFailed(
+            f"release_policy must be one of {', '.join(Environment.ReleasePolicy.values)}.",
+            code="invalid", details=[{"field": "release_policy",
+                                      "message": f"{value!r} is not a release policy"}])
+
+
 def environment_create(
     *,
     application: Application,
@@ -81,14 +89,17 @@ def environment_create(
     config: str = "",
     config_schema: dict | None = None,
     poll_interval_s: int = 30,
+    release_policy: str = Environment.ReleasePolicy.DIRECT,
     actor,
 ) -> Environment:
+    _check_release_policy(release_policy)
     environment = Environment(
         application=application,
         name=name,
         config=config,
         config_schema=config_schema,
         poll_interval_s=poll_interval_s,
+        release_policy=release_policy,
     )
     environment.full_clean(exclude=["owners"], validate_unique=False)
     check_config(config, environment_limits(environment))
@@ -120,6 +131,18 @@ def check_changes(environment: Environment, changes: dict) -> None:
         check_config_schema(changes["config_schema"])
     if "poll_interval_s" in changes:
         _check_poll_interval(changes["poll_interval_s"])
+    if "release_policy" in changes:
+        _check_release_policy(changes["release_policy"])
+
+
+def check_version(environment: Environment, expected_version: int | None) -> None:
+    """409 stale when `environment` (locked) is no longer at `expected_version`
+    (None: the caller did not ask for a compare-and-set)."""
+    if expected_version is not None and environment.version != expected_version:
+        raise Conflict(
+            f"{environment.full_name} changed since you loaded it (version "
+            f"{environment.version}, not {expected_version}).", code="stale",
+            details=[{"field": "expected_version", "version": environment.version}])
 
 
 def environment_change(*, environment: Environment, actor, **changes) -> Environment:
@@ -133,7 +156,8 @@ def environment_change(*, environment: Environment, actor, **changes) -> Environ
         return environment
     for field in changed:
         setattr(environment, field, changes[field])
-    environment.save(update_fields=[*changed, "updated_at"])
+    environment.version += 1
+    environment.save(update_fields=[*changed, "version", "updated_at"])
     inputs = [f for f in changed if f in RENDERED_FIELDS]
     for action, fields in ((Action.ENVIRONMENT_UPDATE, inputs),
                            (Action.ENVIRONMENT_SETTINGS,

@@ -16,6 +16,7 @@ from apps.rollouts.quarantine import quarantine_of
 from apps.snapshots.models import Publication
 from apps.snapshots.services import (
     failed_render,
+    publication_activated,
     publication_claim,
     publication_rendered,
     publication_store,
@@ -31,11 +32,12 @@ def _finish(publication: Publication, rendered: Rendered) -> Publication:
                                                  rendered=rendered)
         if publication_activates(
                 outcome=outcome, is_rollback=publication.kind == Publication.Kind.ROLLBACK,
-                require_activation=environment.require_activation,
+                release_policy=environment.release_policy,
                 rollout_active=Rollout.objects.active_in(environment).exists(),
                 quarantined=publication.snapshot is not None
                 and quarantine_of(environment.pk, publication.snapshot.checksum) is not None):
             environment_activate(environment=environment, snapshot=publication.snapshot)
+            publication_activated(publication)
     return publication
 
 

@@ -1,12 +1,40 @@
 """Reads that span the domain apps: what a snapshot is (active, quarantined) and
 the pending changes with what a rollback says about them."""
 
+from django.db.models import OuterRef, QuerySet, Subquery
+
 from apps.core.errors import Unavailable
 from apps.environments.models import Environment
+from apps.releases.rules import release_note
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of, quarantines_by_checksum
-from apps.snapshots.models import Snapshot
+from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import pending_changes, snapshot_preview
+
+SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files",
+                    "fallback_files", "report")
+
+
+def environments_live(environments: QuerySet) -> QuerySet:
+    """`environments` with what is live: the active snapshot joined (without its
+    content) and the active rollout's id, state, current wave and snapshot number
+    annotated — no query per environment."""
+    active = Rollout.objects.active().filter(environment=OuterRef("pk"))
+    return environments.select_related("active_snapshot").defer(
+        *(f"active_snapshot__{column}" for column in SNAPSHOT_CONTENT)).annotate(
+        active_rollout_id=Subquery(active.values("pk")[:1]),
+        active_rollout_state=Subquery(active.values("state")[:1]),
+        active_rollout_wave=Subquery(active.values("current_wave")[:1]),
+        active_rollout_snapshot=Subquery(active.values("snapshot__number")[:1]))
+
+
+def publication_release(publication: Publication, *, snapshot_active: bool) -> dict:
+    """What a publication says about its release: {policy, released_by, note}."""
+    policy = publication.environment.release_policy
+    return {"policy": policy, **release_note(
+        release_policy=policy, activates=publication.activates,
+        activated=publication.activated, state=publication.state,
+        snapshot_active=snapshot_active)}
 
 
 def snapshot_flags(environment: Environment) -> dict:

@@ -28,6 +28,7 @@ from apps.fleet.rules import (
     pin_target_refusal,
     push_refusal,
 )
+from apps.releases.rules import publication_activates_by_policy
 from apps.releases.tasks import publication_render_task
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_lift, refuse_quarantined
@@ -36,6 +37,11 @@ from apps.rollouts.tasks import rollout_reconcile_task
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import descriptor_source, render_source_for
 from apps.snapshots.services import publication_create
+
+
+def _activates(environment: Environment, kind: str) -> bool:
+    return publication_activates_by_policy(release_policy=environment.release_policy,
+                                           is_rollback=kind == Publication.Kind.ROLLBACK)
 
 
 def _queued(publication: Publication) -> Publication:
@@ -68,7 +74,8 @@ def snapshot_publish(*, environment: Environment, actor) -> Publication:
         locked = Environment.objects.lock(environment.pk)
         return _queued(publication_create(environment=locked, actor=actor,
                                           kind=Publication.Kind.PUBLISH,
-                                          source=render_source_for(locked)))
+                                          source=render_source_for(locked),
+                                          activates=_activates(locked, "publish")))
 
 
 def _descriptor_hash(content: dict) -> str:
@@ -94,7 +101,8 @@ def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> t
             return existing.publication, False
         publication = publication_create(environment=locked, actor=actor,
                                          kind=Publication.Kind.PUBLISH,
-                                         source=descriptor_source(locked, descriptor))
+                                         source=descriptor_source(locked, descriptor),
+                                         activates=_activates(locked, "publish"))
         environments.descriptor_record(environment=locked, descriptor=descriptor,
                                        content_hash=digest, publication=publication,
                                        actor=actor)
@@ -114,16 +122,21 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
         refuse_quarantined(snapshot)
         return _queued(publication_create(environment=locked, actor=actor,
                                           kind=Publication.Kind.ROLLBACK,
-                                          source=snapshot.source, rolled_back_from=snapshot))
+                                          source=snapshot.source, rolled_back_from=snapshot,
+                                          activates=True))
 
 
-def environment_update(*, environment: Environment, actor, **changes) -> Environment:
-    """Change an environment's config, schema or settings; when its poll interval
-    changes, every agent's poll answer changes with it. The changes are checked
-    before the lock: parsing a config never holds up other writers."""
+def environment_update(*, environment: Environment, actor,
+                       expected_version: int | None = None, **changes) -> Environment:
+    """Change an environment's config, schema or settings (release policy, poll
+    interval, keeping rollout pins), at `expected_version` when given (409 stale
+    otherwise); when its poll interval changes, every agent's poll answer changes
+    with it. The changes are checked before the lock: parsing a config never holds
+    up other writers."""
     environments.check_changes(environment, changes)
     with transaction.atomic():
         locked = Environment.objects.lock(environment.pk)
+        environments.check_version(locked, expected_version)
         before = locked.poll_interval_s
         locked = environments.environment_change(environment=locked, actor=actor, **changes)
         if locked.poll_interval_s != before:

@@ -123,7 +123,9 @@ class SnapshotQuarantine(models.Model):
     without an owner's override. `snapshot` and `rollout` say where it came from.
     Kept apart because snapshots are immutable; lifting it deletes the row."""
 
-    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    # Snapshot.objects.quarantined() filters through `quarantines`.
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE,
+                                    related_name="quarantines")
     checksum = models.CharField(max_length=71)
     snapshot = models.ForeignKey(Snapshot, on_delete=models.CASCADE,
                                  related_name="quarantines")

@@ -26,7 +26,12 @@ from apps.rollouts import bounds, rules, selectors
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.rollouts.quarantine import quarantine_record, refuse_quarantined
 from apps.snapshots.models import Publication, Snapshot
-from apps.snapshots.services import publication_create, publication_rendered, publication_store
+from apps.snapshots.services import (
+    publication_activated,
+    publication_create,
+    publication_rendered,
+    publication_store,
+)
 from apps.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -285,13 +290,14 @@ def _replacement(environment: Environment, previous: Snapshot, actor) -> Snapsho
     environment rollback)."""
     publication = publication_create(environment=environment, actor=actor,
                                      kind=Publication.Kind.ROLLBACK, source=previous.source,
-                                     rolled_back_from=previous)
+                                     rolled_back_from=previous, activates=True)
     publication, _ = publication_store(environment=environment, publication_id=publication.pk,
                                        rendered=publication_rendered(publication))
     if publication.state != Publication.State.READY:
         raise Conflict(f"Re-rendering #{previous.number} failed; the rollout is unchanged.",
                        code="rollback_failed")
     environment_activate(environment=environment, snapshot=publication.snapshot)
+    publication_activated(publication)
     return publication.snapshot
 
 

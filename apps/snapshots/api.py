@@ -90,17 +90,42 @@ def _annotated(queryset):
     )
 
 
+class ReleaseSerializer(serializers.Serializer):
+    policy = serializers.ChoiceField(Environment.ReleasePolicy.choices,
+                                     help_text="The environment's release policy now.")
+    released_by = serializers.ListField(
+        child=serializers.ChoiceField(["rollout", "activation"]),
+        help_text="What releases the stored, not active snapshot: a rollout "
+                  "(POST …/rollouts) or an explicit activation (POST …/snapshots/<n>/"
+                  "activate). Empty when it is active or there is nothing to release.")
+    note = serializers.CharField(allow_blank=True)
+
+
 class PublicationSerializer(serializers.ModelSerializer):
     environment = serializers.CharField(source="environment.full_name")
     snapshot = serializers.SerializerMethodField()
     errors = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
+    release = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
 
     class Meta:
         model = Publication
-        fields = ["id", "kind", "state", "environment", "deduplicated", "snapshot", "errors",
-                  "progress", "created_at", "claimed_at", "finished_at", "url"]
+        fields = ["id", "kind", "state", "environment", "deduplicated", "activates",
+                  "activated", "release", "snapshot", "errors", "progress", "created_at",
+                  "claimed_at", "finished_at", "url"]
+        extra_kwargs = {
+            "activates": {"help_text": "Whether its snapshot becomes active when stored, "
+                                       "from the release policy when it was requested "
+                                       "(known at once, also while rendering)."},
+            "activated": {"help_text": "Whether it did: null while rendering."},
+        }
+
+    def _state(self, obj) -> dict:
+        if not hasattr(obj, "_snapshot_state"):
+            obj._snapshot_state = None if obj.snapshot is None else release_reads.snapshot_state(
+                obj.snapshot, release_reads.snapshot_flags(obj.environment))
+        return obj._snapshot_state
 
     def get_progress(self, obj) -> str | None:
         return publication_progress(is_rendering=obj.state == Publication.State.RENDERING,
@@ -110,10 +135,15 @@ class PublicationSerializer(serializers.ModelSerializer):
         s = obj.snapshot
         if s is None:
             return None
-        flags = release_reads.snapshot_flags(obj.environment)
         return {"number": s.number, "label": s.label, "state": s.state,
                 "checksum": s.checksum, "url": snapshot_url(obj.environment, s.number),
-                **release_reads.snapshot_state(s, flags)}
+                **self._state(obj)}
+
+    @extend_schema_field(ReleaseSerializer)
+    def get_release(self, obj) -> dict:
+        state = self._state(obj)
+        return release_reads.publication_release(
+            obj, snapshot_active=bool(state and state["active"]))
 
     def get_errors(self, obj) -> list[dict]:
         if obj.state != Publication.State.INVALID:

@@ -4,9 +4,21 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from apps.environments.models import Environment
+
+
+class SnapshotQuerySet(models.QuerySet):
+    def quarantined(self) -> "SnapshotQuerySet":
+        """Snapshots whose content is quarantined in their environment: by checksum,
+        whatever their number. The quarantines (apps.rollouts' SnapshotQuarantine)
+        are reached through the relation they declare on the environment."""
+        return self.filter(environment__quarantines__checksum=F("checksum"))
+
+    def unquarantined(self) -> "SnapshotQuerySet":
+        """The others: what may be released without an owner's override."""
+        return self.exclude(pk__in=self.model.objects.quarantined().values("pk"))
 
 
 class Snapshot(models.Model):
@@ -47,6 +59,8 @@ class Snapshot(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = SnapshotQuerySet.as_manager()
 
     class Meta:
         ordering = ["environment", "-number"]
@@ -101,6 +115,12 @@ class Publication(models.Model):
         Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     deduplicated = models.BooleanField(default=False)
+    # Whether its snapshot becomes active when stored, as the release policy said
+    # when it was requested (a rollback always does; a staged environment does not).
+    activates = models.BooleanField(default=False)
+    # Whether it did, once finished (None while rendering): a duplicate, an invalid
+    # render, quarantined content or an active rollout activate nothing.
+    activated = models.BooleanField(null=True, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",

@@ -30,13 +30,15 @@ logger = logging.getLogger(__name__)
 
 
 def publication_create(*, environment: Environment, actor, kind: str, source: dict,
-                       rolled_back_from: Snapshot | None = None) -> Publication:
-    """Record a publish or rollback request, to be rendered. Runs with the
-    environment locked: the request's audit event id orders it among others."""
+                       rolled_back_from: Snapshot | None = None,
+                       activates: bool = False) -> Publication:
+    """Record a publish or rollback request, to be rendered; `activates` says whether
+    its snapshot is meant to become active when stored (apps.releases decides).
+    Runs with the environment locked: the request's audit event id orders it."""
     locks.require_transaction()
     is_user = getattr(actor, "is_authenticated", False)
     publication = Publication(
-        environment=environment, kind=kind, source=source,
+        environment=environment, kind=kind, source=source, activates=activates,
         rolled_back_from=rolled_back_from, author=actor if is_user else None,
     )
     what = (f"a rollback to #{rolled_back_from.number}" if rolled_back_from
@@ -166,6 +168,7 @@ def publication_store(*, environment: Environment, publication_id: str,
     latest = latest_ready_snapshot(environment)
     outcome = _outcome(environment, publication, rendered, latest)
     publication.finished_at = timezone.now()
+    publication.activated = False  # until publication_activated says otherwise
     if outcome == Outcome.SUPERSEDED:
         publication.state = Publication.State.SUPERSEDED
         publication.snapshot = Snapshot.objects.filter(environment=environment).latest("number")
@@ -183,6 +186,15 @@ def publication_store(*, environment: Environment, publication_id: str,
         emit("snapshot", environment_id=environment.pk, number=snapshot.number)
         logger.info("%s #%s (%s) stored as %s", environment.full_name, snapshot.number,
                     snapshot.label, snapshot.state)
-    publication.save(update_fields=["state", "snapshot", "deduplicated", "finished_at"])
+    publication.save(update_fields=["state", "snapshot", "deduplicated", "finished_at",
+                                    "activated"])
     emit("pending", environment_id=environment.pk)
     return publication, outcome
+
+
+def publication_activated(publication: Publication) -> None:
+    """Record that the stored publication's snapshot was activated (inside the
+    transaction that activated it)."""
+    locks.require_transaction()
+    publication.activated = True
+    publication.save(update_fields=["activated"])

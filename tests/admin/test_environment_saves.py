@@ -5,6 +5,7 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import FallbackFile, Template
+from apps.releases import services as releases
 from tests import factories
 from tests.admin.support import ENVIRONMENTS, change_url, environment_form, template_rows
 
@@ -276,3 +277,44 @@ def test_a_template_path_that_is_a_directory_of_another_is_a_form_error(
     assert "nginx is a file, so nginx/shop.conf cannot be written" in formset.non_form_errors()[0]
     assert not Template.objects.filter(path="nginx").exists()
     assert new_events(since) == []
+
+
+def test_the_release_policy_is_set_in_the_admin_as_an_audited_setting(owner_client,
+                                                                      environment):
+    page = owner_client.get(change_url(ENVIRONMENTS, environment.pk)).content.decode()
+    assert 'name="release_policy" value="staged"' in page
+    since = last_event_id()
+
+    response = post_change(owner_client, environment,
+                           environment_form(environment, release_policy="staged"))
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    environment.refresh_from_db()
+    assert (environment.release_policy, environment.version) == ("staged", 2)
+    assert [(e.action, e.data) for e in new_events(since)
+            if e.action.startswith("environment.")] == [
+        ("environment.settings", {"fields": ["release_policy"]})]
+
+
+def test_an_unknown_release_policy_is_a_form_error(owner_client, environment):
+    response = post_change(owner_client, environment,
+                           environment_form(environment, release_policy="sometimes"))
+
+    assert response.status_code == 200
+    assert "release_policy" in response.context["adminform"].form.errors
+    environment.refresh_from_db()
+    assert environment.release_policy == "direct"
+
+
+def test_saving_a_page_loaded_before_another_change_is_refused(owner_client, environment,
+                                                               superuser):
+    stale = environment_form(environment, release_policy="staged")
+    releases.environment_update(environment=environment, actor=superuser, poll_interval_s=60)
+
+    response = post_change(owner_client, environment, stale)
+
+    assert response.status_code == 200
+    assert "changed since you loaded it" in str(
+        response.context["adminform"].form.errors["expected_version"])
+    environment.refresh_from_db()
+    assert (environment.release_policy, environment.poll_interval_s) == ("direct", 60)

@@ -60,6 +60,15 @@ def test_load_demo_creates_shop_staging_and_prod_with_two_ready_snapshots_each(l
     assert get_user_model().objects.get(username="admin").is_superuser
 
 
+def test_the_demo_prod_is_staged_with_its_second_snapshot_waiting_for_a_rollout(load_demo):
+    load_demo()
+
+    staging, prod = (Environment.objects.get(name=name) for name in ("staging", "prod"))
+    assert (staging.release_policy, staging.active_snapshot.number) == ("direct", 2)
+    assert (prod.release_policy, prod.active_snapshot.number) == ("staged", 1)
+    assert AuditEvent.objects.filter(environment=prod, action="snapshot.activate").count() == 1
+
+
 def test_load_demo_twice_changes_nothing(load_demo):
     load_demo()
     before = counts()

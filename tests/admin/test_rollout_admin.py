@@ -15,7 +15,7 @@ ROLLOUTS = "/admin/rollouts/rollout/"
 def rollout(environment, superuser):
     publish(environment, superuser)
     canary, _ = enrolled_agents(environment, 2, actor=superuser)
-    environment_update(environment=environment, actor=superuser, require_activation=True)
+    environment_update(environment=environment, actor=superuser, release_policy="staged")
     second = publish_variant(environment, superuser, workers=8)
     return start_rollout(environment, second, [canary], actor=superuser)
 

@@ -19,7 +19,7 @@ def rolled_back(environment, superuser):
     """#1 active, #2 rolled out to a canary and rolled back (#3 active), then the
     unchanged inputs published again as #4: #2's content, quarantined."""
     publish(environment, superuser)
-    releases.environment_update(environment=environment, require_activation=True,
+    releases.environment_update(environment=environment, release_policy="staged",
                                 config=environment.config.replace("workers: 4", "workers: 8"),
                                 actor=superuser)
     second = publish(environment, superuser)

@@ -126,7 +126,7 @@ def stage_second_snapshot(fleet, names: list[str], validate: dict | None = None)
         extra = ("--validate-command", validate[name]) if validate and name in validate else ()
         fleet.start_agent(name, *extra)
     agents = wait_in_sync(fleet, names, 1)
-    environment_update(environment=fleet.environment, require_activation=True,
+    environment_update(environment=fleet.environment, release_policy="staged",
                        actor=fleet.actor)
     fleet.change_config(config("hello v2", workers=8))
     assert fleet.api.publish()["number"] == 2
@@ -382,7 +382,7 @@ def test_refused_forms_show_each_error_under_its_field_and_keep_what_was_entered
     policy_publish(content=POLICY, actor=superuser)
     assert fleet.api.publish()["number"] == 1
     # #2 staged, not active: what the rollout form offers (never the active #1).
-    environment_update(environment=fleet.environment, require_activation=True,
+    environment_update(environment=fleet.environment, release_policy="staged",
                        actor=fleet.actor)
     fleet.change_config(config("hello v2", workers=8))
     assert fleet.api.publish()["number"] == 2

@@ -16,7 +16,7 @@ PAGE = "/e/shop/prod/"
 @pytest.fixture
 def rolled_back(environment, superuser):
     publish(environment, superuser)
-    releases.environment_update(environment=environment, require_activation=True,
+    releases.environment_update(environment=environment, release_policy="staged",
                                 config=environment.config.replace("workers: 4", "workers: 8"),
                                 actor=superuser)
     second = publish(environment, superuser)

@@ -138,7 +138,7 @@ def second(first, environment, superuser) -> Snapshot:
 def candidate(second, environment, superuser) -> Snapshot:
     """shop/prod's snapshot #3: ready and NOT active (activation is now explicit),
     what a rollout stages."""
-    environment_update(environment=environment, require_activation=True, actor=superuser)
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
     snapshot = publish_variant(environment, superuser, workers=16)
     environment.refresh_from_db()
     assert (snapshot.number, environment.active_snapshot_id) == (3, second.pk)

@@ -76,7 +76,7 @@ def test_an_activation_during_a_redis_stall_reaches_every_agent_within_a_poll_in
         fleet.start_agent(name)  # they poll node B, the `server` fixture
     wait_in_sync(fleet, NAMES, 1, timeout=40.0)
     # #2 is published, not active (the environment requires activation).
-    environment_update(environment=fleet.environment, require_activation=True,
+    environment_update(environment=fleet.environment, release_policy="staged",
                        actor=fleet.actor)
     fleet.change_config(config("hello v2", workers=8))
     assert api_a.publish()["number"] == 2

@@ -99,7 +99,7 @@ def roll_out_second_snapshot(fleet, api: Api, *, good_validate: str,
         assert fleet.agents[name].files() == first_files
 
     # From now on publishing moves nobody: #2 is ready but not active.
-    environment_update(environment=fleet.environment, require_activation=True,
+    environment_update(environment=fleet.environment, release_policy="staged",
                        actor=fleet.actor)
     fleet.change_config(config("hello v2", workers=8))
     second = fleet.api.publish()

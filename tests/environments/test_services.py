@@ -122,9 +122,9 @@ def test_update_saves_and_audits_only_the_changed_fields(environment, superuser)
 def test_update_of_several_fields_audits_inputs_and_settings_apart(environment, superuser):
     before = last_event_id()
     environment_update(environment=environment, actor=superuser, poll_interval_s=60,
-                       config_schema={"type": "object"}, require_activation=True)
+                       config_schema={"type": "object"}, release_policy="staged")
     assert sorted(events(environment, since=before)) == [
-        ("environment.settings", {"fields": ["poll_interval_s", "require_activation"]}),
+        ("environment.settings", {"fields": ["poll_interval_s", "release_policy"]}),
         ("environment.update", {"fields": ["config_schema"]}),
     ]
     stored = fresh(environment)

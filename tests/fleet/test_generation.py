@@ -52,7 +52,7 @@ def test_activation_bumps_auto_pull_agents_only(enroll, first, environment, supe
 
 
 def test_explicit_activation_bumps_auto_pull_agents(enroll, environment, superuser):
-    gated = environment_update(environment=environment, require_activation=True,
+    gated = environment_update(environment=environment, release_policy="staged",
                                actor=superuser)
     agent = enroll()
     snapshot = publish(gated, superuser)

@@ -124,7 +124,7 @@ def test_push_onto_an_agent_with_a_newer_applied_snapshot_is_rollback_required(
 def test_push_of_a_not_yet_active_snapshot_to_auto_pull_agents_is_refused(
     deployer, enroll, first, environment, superuser
 ):
-    environment_update(environment=environment, require_activation=True, actor=superuser)
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
     follower = enroll()
     publish_variant(environment, superuser, workers=8)
 
@@ -286,7 +286,7 @@ def test_manual_agent_ignores_new_publishes(enroll, first, environment, superuse
 @pytest.fixture
 def gated(environment, superuser):
     """shop/prod where publishing does not activate."""
-    return environment_update(environment=environment, require_activation=True,
+    return environment_update(environment=environment, release_policy="staged",
                               actor=superuser)
 
 
@@ -402,7 +402,7 @@ def test_rollback_activates_even_when_activation_is_required(enroll, first, envi
                                                              superuser):
     agent = enroll()
     publish_variant(environment, superuser, workers=8)
-    gated = environment_update(environment=environment, require_activation=True,
+    gated = environment_update(environment=environment, release_policy="staged",
                                actor=superuser)
 
     rollback_publication(first, superuser)

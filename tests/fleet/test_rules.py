@@ -34,8 +34,8 @@ def test_a_revoked_token_makes_its_stored_answer_stale(enroll, first, superuser)
 def test_switching_to_auto_pull_is_refused_while_the_agent_is_ahead(
         enroll, first, environment, superuser, deployer):
     ahead = enroll("web-1", mode="manual")
-    environment.require_activation = True
-    environment.save(update_fields=["require_activation"])
+    environment.release_policy = "staged"
+    environment.save(update_fields=["release_policy"])
     second = publish_variant(environment, superuser, workers=8)
     assert deployer.post(deploy_url(2), {"agents": [ahead.agent.pk]},
                          format="json").status_code == 201

@@ -3,7 +3,7 @@ a new snapshot is activated at once."""
 
 import pytest
 
-from apps.releases.rules import publication_activates
+from apps.releases.rules import RELEASED_BY, publication_activates, release_note
 from apps.snapshots.rules import Outcome, publication_outcome
 
 CONTENT = ("sha256:aa", [])
@@ -45,7 +45,7 @@ def test_the_first_snapshot_has_nothing_to_match_or_supersede():
     assert outcome(newest_inputs_audit_id=None, latest_content=None) == Outcome.NEW
 
 
-@pytest.mark.parametrize(("result", "is_rollback", "require", "rollout", "activates"), [
+@pytest.mark.parametrize(("result", "is_rollback", "staged", "rollout", "activates"), [
     (Outcome.NEW, False, False, False, True),
     (Outcome.NEW, False, True, False, False),  # staged: an explicit activation releases it
     (Outcome.NEW, True, True, False, True),  # a rollback is that explicit act
@@ -57,6 +57,30 @@ def test_the_first_snapshot_has_nothing_to_match_or_supersede():
     (None, False, False, False, False),  # already finished by another worker
 ])
 def test_a_new_ready_snapshot_activates_unless_the_environment_or_a_rollout_holds_it(
-        result, is_rollback, require, rollout, activates):
+        result, is_rollback, staged, rollout, activates):
+    policy = "staged" if staged else "direct"
     assert publication_activates(outcome=result, is_rollback=is_rollback,
-                                 require_activation=require, rollout_active=rollout) is activates
+                                 release_policy=policy, rollout_active=rollout) is activates
+
+
+@pytest.mark.parametrize(("kwargs", "released_by"), [
+    ({"activates": True, "activated": None, "state": "rendering"}, []),
+    ({"activates": False, "activated": None, "state": "rendering"}, RELEASED_BY),
+    ({"activates": True, "activated": True, "state": "ready"}, []),
+    ({"activates": False, "activated": False, "state": "ready"}, RELEASED_BY),
+    ({"activates": True, "activated": False, "state": "ready"}, RELEASED_BY),  # a rollout ran
+    ({"activates": False, "activated": False, "state": "invalid"}, []),
+    ({"activates": False, "activated": False, "state": "superseded"}, []),
+])
+def test_the_release_note_names_what_releases_a_stored_snapshot(kwargs, released_by):
+    note = release_note(release_policy="staged", snapshot_active=False, **kwargs)
+
+    assert note["released_by"] == released_by
+    assert note["note"]
+
+
+def test_nothing_is_left_to_release_when_the_snapshot_is_already_active():
+    note = release_note(release_policy="staged", activates=False, activated=False,
+                        state="ready", snapshot_active=True)
+
+    assert note["released_by"] == []

@@ -16,7 +16,7 @@ def _empty_cache(empty_cache):
 def second(first, environment, superuser):
     """Snapshot #2 of shop/prod: ready, with other content, and NOT active (the
     environment now requires explicit activation) — what a rollout stages."""
-    environment_update(environment=environment, require_activation=True, actor=superuser)
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
     snapshot = publish_variant(environment, superuser, workers=8)
     assert (snapshot.number, snapshot.state) == (2, "ready")
     environment.refresh_from_db()

@@ -3,15 +3,20 @@ environment, whatever the number or the request of the snapshot holding it.
 (Replaces quarantine by snapshot number.)"""
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from apps.audit.models import Action, AuditEvent
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.environments.models import Environment as CurrentEnvironment
 from apps.releases import rules as release_rules
 from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.rollouts.models import SnapshotQuarantine
 from apps.rollouts.quarantine import quarantine_lift, quarantine_of
+from apps.snapshots.models import Snapshot
 from apps.snapshots.rules import Outcome
+from apps.tenancy.models import Application, Tenant
 from tests import factories
 from tests.factories import (
     enrolled_agents,
@@ -46,10 +51,10 @@ def rolled_back(environment, first, second, superuser):
 def test_the_rule_is_pure_a_quarantined_publication_never_activates_by_itself():
     for is_rollback in (False, True):
         assert not release_rules.publication_activates(
-            outcome=Outcome.NEW, is_rollback=is_rollback, require_activation=False,
+            outcome=Outcome.NEW, is_rollback=is_rollback, release_policy="direct",
             rollout_active=False, quarantined=True)
     assert release_rules.publication_activates(
-        outcome=Outcome.NEW, is_rollback=False, require_activation=False, rollout_active=False)
+        outcome=Outcome.NEW, is_rollback=False, release_policy="direct", rollout_active=False)
 
 
 def test_a_rollback_quarantines_the_checksum_with_its_origin(rolled_back, environment, second):
@@ -88,9 +93,24 @@ def test_same_content_through_a_different_descriptor_is_flagged_and_refused(
     assert pinned.value.code == "quarantined"
 
 
+def test_snapshots_are_filtered_by_quarantined_content_whatever_their_number(
+        rolled_back, environment, second, superuser, application):
+    publication, _ = releases.descriptor_submit(environment=environment,
+                                                descriptor=descriptor("unrelated-2"),
+                                                actor=superuser)
+    assert render(publication).snapshot.checksum == second.checksum  # as #4
+    other, *_ = factories.staged_environment(application, "staging", superuser)
+    snapshots = Snapshot.objects.filter(environment__in=[environment, other])
+
+    assert sorted(snapshots.quarantined().values_list("environment__name", "number")) == [
+        ("prod", 2), ("prod", 4)]
+    assert sorted(snapshots.unquarantined().values_list("environment__name", "number")) == [
+        ("prod", 1), ("prod", 3), ("staging", 1), ("staging", 2)]
+
+
 def test_a_direct_environment_stores_quarantined_content_without_activating_it(
         rolled_back, environment, superuser):
-    releases.environment_update(environment=environment, require_activation=False,
+    releases.environment_update(environment=environment, release_policy="direct",
                                 actor=superuser)
     again = publish(environment, superuser)  # the inputs still hold #2's change
     environment.refresh_from_db()
@@ -112,7 +132,7 @@ def test_reaching_the_content_by_rolling_back_to_an_older_snapshot_is_refused(
         environment, first, superuser):
     """Hostile: #1 holds content X; X is published again as #3, rolled out and
     rolled back; an environment rollback to #1 would re-render X as a new number."""
-    releases.environment_update(environment=environment, require_activation=True,
+    releases.environment_update(environment=environment, release_policy="staged",
                                 actor=superuser)
     workers_8 = publish_variant(environment, superuser, workers=8)
     releases.snapshot_activate(snapshot=workers_8, actor=superuser)
@@ -130,7 +150,7 @@ def test_quarantine_is_per_environment(rolled_back, second, application, superus
     staging = factories.environment(application, "staging", templates=factories.SHOP_TEMPLATES,
                                     actor=superuser)
     publish(staging, superuser)
-    releases.environment_update(environment=staging, require_activation=True, actor=superuser)
+    releases.environment_update(environment=staging, release_policy="staged", actor=superuser)
     other = publish_variant(staging, superuser, workers=8)
     assert other.checksum == second.checksum
     assert quarantine_of(staging.pk, second.checksum) is None
@@ -196,3 +216,23 @@ def test_the_data_migration_turns_a_snapshot_quarantine_into_its_checksum(
     quarantine = SnapshotQuarantine.objects.get()
     assert (quarantine.environment_id, quarantine.checksum) == (environment.pk, second.checksum)
     assert quarantine_of(environment.pk, second.checksum).reason == "old"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_release_policy_migration_maps_the_activation_flag():
+
+    before = [("environments", "0004_environment_keep_rollout_pins"),
+              ("snapshots", "0004_snapshot_provenance")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    tenant = Tenant.objects.create(name="T", slug="t")
+    app = Application.objects.create(tenant=tenant, name="a")
+    Environment = executor.loader.project_state(before).apps.get_model("environments",
+                                                                       "Environment")
+    for name, flag in (("gated", True), ("open", False)):
+        Environment.objects.create(application_id=app.pk, name=name, require_activation=flag)
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert dict(CurrentEnvironment.objects.values_list("name", "release_policy")) == {
+        "gated": "staged", "open": "direct"}

@@ -1107,7 +1107,7 @@ def test_no_snapshot_is_activated_while_a_rollout_is_active(canaried, environmen
 def test_publishing_during_a_rollout_does_not_activate_even_without_explicit_activation(
         canaried, environment, first, superuser):
     environment = environment_update(environment=environment, actor=superuser,
-                                     require_activation=False)
+                                     release_policy="direct")
 
     third = publish_third(environment, superuser)
 
@@ -1225,7 +1225,7 @@ def test_an_agent_that_keeps_polling_keeps_its_acknowledgement_fresh(canaried, s
 @pytest.fixture
 def nothing_active(environment, superuser, fleet):
     """shop/prod with #1 published but never activated: agents desire nothing."""
-    env = environment_update(environment=environment, require_activation=True, actor=superuser)
+    env = environment_update(environment=environment, release_policy="staged", actor=superuser)
     snapshot = publish_variant(env, superuser, workers=8)
     env.refresh_from_db()
     assert env.active_snapshot_id is None

@@ -498,7 +498,7 @@ def make_machine(environment, actor):
 
 def test_rollout_state_machine_keeps_its_invariants(environment, superuser):
     first = publish(environment, superuser)
-    environment_update(environment=environment, require_activation=True, actor=superuser)
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
     assert Environment.objects.get(pk=environment.pk).active_snapshot_id == first.pk
 
     run_state_machine_as_test(make_machine(environment, superuser), settings=settings(

@@ -437,11 +437,11 @@ def test_pending_changes_are_delimited_by_the_latest_ready_snapshot(environment,
 def test_a_change_of_settings_alone_is_not_pending(environment, superuser):
     factories.publication(environment, superuser)
     environment_update(environment=environment, actor=superuser, poll_interval_s=90,
-                       require_activation=True)
+                       release_policy="staged")
 
     assert pending_changes(fresh(environment))["events"] == []
     assert AuditEvent.objects.filter(action="environment.settings").get().data == {
-        "fields": ["poll_interval_s", "require_activation"]}
+        "fields": ["poll_interval_s", "release_policy"]}
 
 
 def test_a_change_of_config_and_settings_together_is_pending_for_the_config_only(

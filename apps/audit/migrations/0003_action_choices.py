@@ -2,7 +2,9 @@
 
 from django.db import migrations, models
 
-SETTINGS = {"poll_interval_s", "require_activation"}
+# require_activation became release_policy (environments 0005); events keep the name
+# they were recorded with.
+SETTINGS = {"poll_interval_s", "require_activation", "release_policy", "keep_rollout_pins"}
 
 
 def settings_changes_apart(apps, schema_editor):

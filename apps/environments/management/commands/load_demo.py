@@ -9,7 +9,7 @@ from django.db import transaction
 from apps.environments.models import Environment, PlatformPolicy
 from apps.environments.services import environment_create, environment_file_put, policy_publish
 from apps.releases.publishing import publication_complete
-from apps.releases.services import environment_update, snapshot_publish
+from apps.releases.services import environment_update, snapshot_activate, snapshot_publish
 from apps.tenancy.models import Application, Role, Tenant
 from apps.tenancy.services import application_create, membership_set, tenant_create
 
@@ -111,15 +111,16 @@ app:
 class Command(BaseCommand):
     help = (
         "Load the demo: tenant 'Shop team', application 'shop', environments "
-        "shop/staging and shop/prod with an nginx site and a JSON app config, a "
-        "published snapshot each, an admin and a deployer. Safe to run repeatedly."
+        "shop/staging (direct) and shop/prod (staged) with an nginx site and a JSON app "
+        "config, two published snapshots each (prod's second waits for a rollout), an "
+        "admin and a deployer. Safe to run repeatedly."
     )
 
     def _create_environment(self, application, name, admin):
         environment = environment_create(
             application=application, name=name, config=config_for(name, workers=4),
             config_schema=SCHEMA, poll_interval_s=10 if name == "staging" else 30,
-            actor=admin)
+            release_policy="direct" if name == "staging" else "staged", actor=admin)
         for path, text in (("nginx/sites-enabled/shop.conf", NGINX_SITE),
                            ("shop/config.json", APP_CONFIG)):
             environment_file_put(environment=environment, kind="template", path=path,
@@ -173,6 +174,12 @@ class Command(BaseCommand):
                 environment_update(environment=environment, actor=admin,
                                    config=config_for(name, workers=8))
                 self._publish(environment, admin)
+                environment.refresh_from_db()
+                if environment.is_staged and environment.active_snapshot is None:
+                    # prod is staged: #1 released by an explicit activation, #2 waits
+                    # for a rollout.
+                    snapshot_activate(snapshot=environment.snapshots.get(number=1),
+                                      actor=admin)
             environment.refresh_from_db()
             self.stdout.write(f"Environment {environment.full_name}: "
                               f"{environment.snapshot_counter} snapshot(s)")
