@@ -132,6 +132,9 @@ class Agent:
         return outcome
 
     def _in_sync_summary(self) -> str:
+        if self.state.blocked:  # unchanged since it failed (a 304)
+            return (f"#{self.state.blocked['number']} is blocked after a failure; waiting "
+                    "for a new snapshot")
         if self.state.active_number is None:
             return "in sync: nothing applied yet"
         return f"in sync at #{self.state.active_number}"

@@ -45,8 +45,10 @@ def _read_json(path: str) -> dict | None:
     return data
 
 
-def write_with_previous(path: str, data: dict) -> None:
-    """Keep the current `path` as `path.prev`, then write `data` atomically."""
+def write_with_previous(path: str, data: dict, *, always_two: bool = False) -> None:
+    """Keep the current `path` as `path.prev`, then write `data` atomically.
+    `always_two`: with no current file, `path.prev` gets `data` too (the identity
+    is written once: its second copy must exist from the start)."""
     text = json.dumps(data, indent=2).encode("utf-8")  # fails before touching a file
     try:
         with open(path, "rb") as handle:
@@ -58,6 +60,8 @@ def write_with_previous(path: str, data: dict) -> None:
             json.loads(current.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             current = None  # never keep a corrupt copy as the previous one
+    if current is None and always_two:
+        current = text
     if current is not None:
         write_atomic(path + PREVIOUS, current, mode=0o600)
     write_atomic(path, text, mode=0o600)
@@ -158,7 +162,7 @@ class Identity:
         return cls()
 
     def save(self, state_dir: str) -> None:
-        write_with_previous(identity_path(state_dir), asdict(self))
+        write_with_previous(identity_path(state_dir), asdict(self), always_two=True)
 
 
 def state_path(state_dir: str) -> str:
