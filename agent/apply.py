@@ -378,4 +378,6 @@ class Applier:
             return pending
         if state.active_number is not None:
             self._reload(state.active_number)
-        return f"an apply of #{number} was interrupted; restored the previous files"
+        return (f"an apply of #{number} was interrupted; "
+                f"{'removed an unvalidated staged snapshot and ' if staged else ''}"
+                "restored the previous files")
