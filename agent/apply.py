@@ -312,8 +312,10 @@ class Applier:
             restored = (f"#{state.active_number}" if state.active_number is not None
                         else "the files that were there")
             if not touched:
+                kept = f"#{state.active_number} stays" if state.active_number is not None \
+                    else "the files that were there stay"
                 return Outcome(WARNING, f"#{number} failed ({why}); nothing was changed, "
-                                        f"{restored} stays")
+                                        f"{kept}")
             ok, reload_why = self._reload(state.active_number)
             if ok:
                 return Outcome(WARNING, f"#{number} failed ({why}); restored {restored}")

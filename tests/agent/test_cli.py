@@ -3,7 +3,10 @@ run against a local protocol server, and finishing an apply a crash interrupted.
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -353,3 +356,31 @@ def test_every_server_down_is_unreachable(host):
                   "--token", "bwa_x.y")
 
     assert result.returncode == EXIT_UNREACHABLE
+
+
+# --- the oldest Python the agent claims (docs/agents.md) ------------------------------
+
+
+def oldest_python():
+    # A pyenv installation first: its shim on PATH may not be able to run it.
+    installed = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    found = installed[0] if installed else shutil.which("python3.8")
+    if found is None:
+        pytest.skip("no python3.8 on this machine")
+    return found
+
+
+def test_the_agent_runs_on_python_3_8(host, server):
+    python = oldest_python()
+    server.publish(make_bundle(1, V1))
+
+    result = subprocess.run(
+        [python, "-m", "agent", "--once", "--server", f"http://127.0.0.1:{closed_port()}",
+         "--server", server.url, "--target-dir", str(host.target), "--state-dir",
+         str(host.state_dir), "--enrollment-token", server.ENROLLMENT_TOKEN, "--name", "old",
+         "--validate-command", "test -f {staged}/nginx.conf"],
+        cwd=REPO_ROOT, env=agent_env(), capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stdout == "old: applied #1 (2 file(s))\n"
+    assert text_tree(host.target) == V1
