@@ -156,8 +156,12 @@ class Identity:
             legacy = {}
         if isinstance(legacy.get("token"), str):
             identity = cls(token=legacy["token"])
-            identity.save(state_dir)
-            logger.info("moved the token from state.json to identity.json")
+            try:
+                identity.save(state_dir)
+                logger.info("moved the token from state.json to identity.json")
+            except OSError as exc:
+                logger.error("cannot write identity.json (%s); using the token in state.json",
+                             exc)
             return identity
         return cls()
 
