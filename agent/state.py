@@ -96,10 +96,31 @@ class State:
     def from_dict(cls, data: dict) -> State:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         state = cls(**known)
-        if not isinstance(state.managed_files, list) or not isinstance(
-                state.processed_deployments, dict):
-            raise Corrupt("managed_files or processed_deployments has the wrong type")
+        problem = state._problem()
+        if problem:
+            raise Corrupt(problem)
         return state
+
+    def _problem(self) -> str | None:
+        """What makes this state unusable (wrong types a crash would follow), or None."""
+        def strings(value) -> bool:
+            return isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if not strings(self.managed_files):
+            return "managed_files is not a list of paths"
+        if not isinstance(self.processed_deployments, dict):
+            return "processed_deployments is not an object"
+        for name in ("blocked", "unsent_report", "in_progress"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                return f"{name} is not an object"
+        if self.active_number is not None and not isinstance(self.active_number, int):
+            return "active_number is not a number"
+        progress = self.in_progress
+        if progress is not None:
+            manifest = progress.get("manifest")
+            if not (isinstance(progress.get("number"), int) and isinstance(manifest, dict)
+                    and strings(manifest.get("existed")) and strings(manifest.get("paths"))):
+                return "in_progress is not a recorded apply"
+        return None
 
     @classmethod
     def load(cls, path: str) -> State:

@@ -261,7 +261,11 @@ def test_identity_keeps_two_copies_from_the_first_save(tmp_path):
     assert Identity.load(str(tmp_path)) == Identity(token="bwa_a.b", name="web-1")
 
 
-@pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"managed_files": "x"}', "\xff"])
+@pytest.mark.parametrize("text", [
+    "", "{", "[1, 2]", '{"managed_files": "x"}', "\xff", '{"managed_files": [1]}',
+    '{"in_progress": {"number": 2}}', '{"in_progress": {"number": 2, "manifest": '
+    '{"existed": "a", "paths": []}}}', '{"blocked": 3}', '{"active_number": "7"}',
+    '{"processed_deployments": []}', "null", '"text"'])
 def test_a_corrupt_state_loads_as_a_fresh_one_keeping_the_previous_managed_files(
         tmp_path, text, caplog):
     path = str(tmp_path / "state.json")
@@ -273,3 +277,16 @@ def test_a_corrupt_state_loads_as_a_fresh_one_keeping_the_previous_managed_files
 
     assert state == State(managed_files=["a.conf"])
     assert not os.path.exists(path) and "is corrupt" in caplog.text
+
+
+def test_a_target_dir_with_spaces_and_quotes_is_quoted_for_staged_commands(tmp_path):
+    from tests.agent.conftest import Host
+    target = tmp_path / "it's a target"
+    target.mkdir()
+    host = Host(tmp_path=tmp_path, target=target, state_dir=tmp_path / "state")
+
+    outcome = host.applier(validate="test -f {staged}/nginx.conf").apply(
+        make_bundle(1, V1), State())
+
+    assert outcome.status == SUCCEEDED, outcome.message
+    assert text_tree(target) == V1
