@@ -196,20 +196,23 @@ def _fail(monkeypatch, module, name, err, *, when=lambda *a: True):
     monkeypatch.setattr(module, name, failing)
 
 
-def test_erofs_on_every_write_is_a_warning_with_the_old_files_kept(host, monkeypatch):
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES, errno.EIO])
+def test_an_os_error_on_every_write_is_a_warning_with_the_old_files_kept(host, monkeypatch,
+                                                                          err):
     applier = host.applier()
     state = State()
     applier.apply(make_bundle(1, V1), state)
     target = str(host.target)
-    _fail(monkeypatch, os, "open", errno.EROFS,
+    _fail(monkeypatch, os, "open", err,
           when=lambda path, flags=0, *a: str(path).startswith(target) and flags & os.O_CREAT)
-    _fail(monkeypatch, os, "unlink", errno.EROFS,
+    _fail(monkeypatch, os, "unlink", err,
           when=lambda path, *a: str(path).startswith(target) and os.path.exists(path))
 
     outcome = applier.apply(make_bundle(2, V2), state)
 
-    assert outcome.status == WARNING and "Read-only file system" in outcome.message
+    assert outcome.status == WARNING and os.strerror(err) in outcome.message
     assert live(host.target) == V1 and state.in_progress is None
+    assert state.active_number == 1
 
 
 def test_enospc_saving_the_state_is_logged_and_the_outcome_kept(host, caplog):
