@@ -1,10 +1,14 @@
 """Applying a snapshot bundle on this host (the agent rules in docs/design.md).
 
-verify checksum -> refuse a lower number -> resolve secrets -> back up -> write
-atomically -> remove stale files -> validate -> reload (start if not running).
+verify checksum -> refuse a lower number -> resolve secrets -> back up -> stage
+the files in the target's filesystem -> validate the staged tree -> swap each file
+into place (rename) and remove stale files -> reload (start if not running).
+A validate command that does not name the staged tree ({staged}) checks files in
+place: then the files are written in place first and validated there.
 On failure: restore the backup and reload (warning); with nothing to restore,
-write the safe fallback (warning), else failed. The server never sends
-commands: validate, reload and start are configured on this host.
+write the safe fallback (warning), else failed. Any OSError (read-only target,
+full state directory) ends in an outcome too, never in an exception. The server
+never sends commands: validate, reload and start are configured on this host.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -26,6 +31,7 @@ logger = logging.getLogger("agent.apply")
 
 SUCCEEDED, WARNING, FAILED = "succeeded", "warning", "failed"
 SECRET_FILE_MODE = 0o600
+STAGED_PLACEHOLDER = "{staged}"
 
 
 @dataclass
@@ -65,7 +71,14 @@ def _under(path: str, root: str) -> bool:
     return os.path.commonpath([path, root]) == root
 
 
-def command_environment(environ, *, target_dir: str, number, passthrough=()) -> dict:
+def stages(command: str | None) -> bool:
+    """Whether a validate command checks the staged tree (else: files in place)."""
+    return bool(command) and (STAGED_PLACEHOLDER in command
+                              or "BELLWETHER_STAGED_DIR" in command)
+
+
+def command_environment(environ, *, target_dir: str, number, passthrough=(),
+                        staged: str | None = None) -> dict:
     """The environment of validate/reload/start: an allowlist of the agent's own
     variables, none naming a place inside the target directory; PATH without
     relative entries or entries inside the target directory; Python told not to
@@ -81,6 +94,8 @@ def command_environment(environ, *, target_dir: str, number, passthrough=()) -> 
     env["PATH"] = os.pathsep.join(entries) or DEFAULT_PATH
     env.update(BELLWETHER_TARGET_DIR=target_dir, BELLWETHER_SNAPSHOT=str(number or ""),
                PYTHONSAFEPATH="1", PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1")
+    if staged:
+        env["BELLWETHER_STAGED_DIR"] = staged
     return env
 
 
@@ -99,16 +114,21 @@ class Applier:
 
     # --- commands ---------------------------------------------------------------
 
-    def _run(self, name: str, command: str | None, number) -> tuple:
+    def _run(self, name: str, command: str | None, number, staged: str | None = None) -> tuple:
         if not command:
             return True, ""
         env = command_environment(self.environ, target_dir=self.target_dir, number=number,
-                                  passthrough=self.commands.passthrough_env)
-        os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
-        # Its own process group, so a timeout kills the command and its children.
-        process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
+                                  passthrough=self.commands.passthrough_env, staged=staged)
+        if staged:
+            command = command.replace(STAGED_PLACEHOLDER, shlex.quote(staged))
+        try:
+            os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+            # Its own process group, so a timeout kills the command and its children.
+            process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, start_new_session=True)
+        except OSError as exc:
+            return False, f"{name} could not start: {exc}"
         try:
             stdout, stderr = process.communicate(timeout=self.commands.timeout_s)
         except subprocess.TimeoutExpired:
@@ -128,20 +148,34 @@ class Applier:
             return self._run("start", self.commands.start, number)
         return ok, why
 
-    def _activate(self, number) -> tuple:
-        ok, why = self._run("validate", self.commands.validate, number)
-        return self._reload(number) if ok else (ok, why)
+    def _activate(self, number, *, validated: bool = False) -> tuple:
+        if not validated:
+            command = self.commands.validate
+            # A command naming the staged tree checks the files in place here.
+            ok, why = self._run("validate", command, number,
+                                staged=self.target_dir if stages(command) else None)
+            if not ok:
+                return ok, why
+        return self._reload(number)
 
     # --- apply ------------------------------------------------------------------
 
     def apply(self, bundle: dict, state: State, record=None) -> Outcome:
         """Apply `bundle`. `record(state, outcome)` may add to the state (the report
         to send, the push id handled): it is saved in the same write as the result,
-        so a crash can never keep one without the other."""
-        outcome = self._apply(bundle, state)
+        so a crash can never keep one without the other. A state directory that
+        cannot be written does not lose the outcome: it is returned (and reported)."""
+        try:
+            outcome = self._apply(bundle, state)
+        except OSError as exc:  # a host fault no step expected: still an outcome
+            logger.exception("applying #%s failed", bundle.get("number"))
+            outcome = Outcome(FAILED, f"#{bundle.get('number')}: {exc}")
         if record is not None:
             record(state, outcome)
-        self.save(state)
+        try:
+            self.save(state)
+        except OSError as exc:
+            logger.error("cannot save the state (%s); the outcome is kept in memory", exc)
         return outcome
 
     @staticmethod
@@ -169,22 +203,51 @@ class Applier:
                 fs.inside(self.target_dir, entry["path"])
         except (SecretError, ValueError) as exc:
             return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
+        pending = self._restore_interrupted(state)
+        if pending:
+            return Outcome(FAILED, f"#{number}: {pending}; nothing was written")
 
         new_paths = [e["path"] for e in entries]
-        manifest = fs.backup(self.target_dir, new_paths + state.managed_files, self.backup_dir)
+        try:
+            manifest = fs.backup(self.target_dir, new_paths + state.managed_files,
+                                 self.backup_dir)
+        except OSError as exc:
+            return Outcome(FAILED, f"#{number}: backing up the current files to "
+                                   f"{self.backup_dir} failed ({exc}); nothing was written")
         state.in_progress = {"number": number, "checksum": checksum, "manifest": manifest}
-        self.save(state)
-
+        try:
+            self.save(state)
+        except OSError as exc:
+            state.in_progress = None  # never change files a crash could not undo
+            return Outcome(FAILED, f"#{number}: recording the apply in the state directory "
+                                   f"failed ({exc}); nothing was written")
+        staged = None
+        if stages(self.commands.validate):
+            try:
+                staged = self._stage(entries, receiving)
+            except OSError as exc:
+                self._drop_staging()
+                return self._recover(bundle, state, f"staging failed: {exc}", touched=False)
+            ok, why = self._run("validate", self.commands.validate, number, staged=staged)
+            if not ok:
+                self._drop_staging()
+                return self._recover(bundle, state, why, touched=False)
         try:
             # Stale files first: a new file may take the place of an old directory.
             for stale in sorted(set(state.managed_files) - set(new_paths)):
                 fs.remove_file(fs.inside(self.target_dir, stale), self.target_dir)
-            for entry in entries:
-                self._write(entry, secret=entry["path"] in receiving)
+            if staged:
+                fs.swap_in(staged, self.target_dir, new_paths)
+            else:
+                for entry in entries:
+                    self._write(entry, secret=entry["path"] in receiving)
         except OSError as exc:
             logger.warning("#%s: writing failed: %s; restoring", number, exc)
             return self._recover(bundle, state, f"writing failed: {exc}")
-        ok, why = self._activate(number)
+        finally:
+            if staged:
+                self._drop_staging()
+        ok, why = self._activate(number, validated=staged is not None)
         if ok:
             state.active_number, state.active_checksum = number, checksum
             state.active_label = bundle.get("label")
@@ -194,10 +257,28 @@ class Applier:
         logger.warning("#%s failed: %s; restoring", number, why)
         return self._recover(bundle, state, why)
 
-    def _write(self, entry: dict, *, secret: bool = False) -> None:
-        """Write one file, keeping the mode of the file it replaces. A file holding a
-        resolved secret is readable by its owner only (0600), whatever the mode of
-        the file it replaces."""
+    # --- staging ------------------------------------------------------------------
+
+    def _stage(self, entries, receiving) -> str:
+        """Write the snapshot's files into a fresh staging directory on the target's
+        filesystem, each with the mode it will have in place; returns the directory."""
+        staged = fs.staging_dir(self.target_dir, self.temp_key)
+        self._drop_staging()
+        os.makedirs(staged, mode=0o700)
+        for entry in entries:
+            self._write(entry, secret=entry["path"] in receiving, root=staged)
+        return staged
+
+    def _drop_staging(self) -> None:
+        try:
+            fs.remove_staging(self.target_dir, self.temp_key)
+        except OSError as exc:
+            logger.warning("cannot remove the staging directory: %s", exc)
+
+    def _write(self, entry: dict, *, secret: bool = False, root: str | None = None) -> None:
+        """Write one file (under `root`: staged), keeping the mode of the file it
+        replaces in the target. A file holding a resolved secret is readable by its
+        owner only (0600), whatever the mode of the file it replaces."""
         path = fs.inside(self.target_dir, entry["path"])
         try:
             mode = os.stat(path).st_mode & 0o7777
@@ -205,23 +286,45 @@ class Applier:
             mode = 0o644
         if secret:
             mode = SECRET_FILE_MODE
+        if root is not None:
+            path = os.path.join(root, entry["path"])
         fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)
 
-    def _recover(self, bundle: dict, state: State, why: str) -> Outcome:
+    # --- failure ------------------------------------------------------------------
+
+    def _recover(self, bundle: dict, state: State, why: str, *,
+                 touched: bool = True) -> Outcome:
+        """After a failure: put the previous files back (`touched`: the target was
+        changed) and reload them; with nothing to restore, the safe fallback."""
         number = bundle["number"]
         manifest = state.in_progress["manifest"]
-        fs.restore(self.target_dir, manifest, self.backup_dir)
+        if touched:
+            try:
+                fs.restore(self.target_dir, manifest, self.backup_dir)
+            except OSError as exc:
+                # Kept in progress: the next apply (or start) restores before anything.
+                return Outcome(FAILED, f"#{number} failed ({why}); restoring the previous "
+                                       f"files failed too ({exc})")
         state.in_progress = None
         # Something was restored (a snapshot of ours, or files already on the host):
         # reload it. Only a host with nothing at all gets the safe fallback.
         if state.active_number is not None or manifest["existed"]:
             restored = (f"#{state.active_number}" if state.active_number is not None
                         else "the files that were there")
+            if not touched:
+                kept = f"#{state.active_number} stays" if state.active_number is not None \
+                    else "the files that were there stay"
+                return Outcome(WARNING, f"#{number} failed ({why}); nothing was changed, "
+                                        f"{kept}")
             ok, reload_why = self._reload(state.active_number)
             if ok:
                 return Outcome(WARNING, f"#{number} failed ({why}); restored {restored}")
             return Outcome(FAILED, f"#{number} failed ({why}); restored {restored} "
                                    f"but {reload_why}")
+        return self._fallback(bundle, state, why)
+
+    def _fallback(self, bundle: dict, state: State, why: str) -> Outcome:
+        number = bundle["number"]
         fallback = bundle.get("fallback_files") or []
         if not fallback:
             return Outcome(FAILED, f"#{number} failed ({why}); nothing to restore and no "
@@ -239,17 +342,44 @@ class Applier:
         return Outcome(FAILED, f"#{number} failed ({why}); the safe fallback failed too "
                                f"({fallback_why})")
 
+    def _restore_interrupted(self, state: State) -> str | None:
+        """Put back the files of an apply that was interrupted or could not be
+        undone; None when done (or nothing to do), else why it could not."""
+        if state.in_progress is None:
+            return None
+        try:
+            fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
+        except OSError as exc:
+            return (f"the files of the interrupted apply of #{state.in_progress['number']} "
+                    f"could not be restored ({exc})")
+        state.in_progress = None
+        try:
+            self.save(state)
+        except OSError as exc:
+            logger.error("cannot save the state (%s)", exc)
+        return None
+
     def recover_interrupted(self, state: State) -> str | None:
         """After a crash mid-apply: put the old files back, so the host never runs a
-        mix of old and new files; the next cycle applies the snapshot again."""
-        removed = (fs.remove_temp_files(self.target_dir, self.temp_key)
-                   if os.path.isdir(self.target_dir) else 0)
+        mix of old and new files; the next cycle applies the snapshot again. A host
+        fault here is logged; the next apply tries again before changing anything."""
+        try:
+            staged = fs.remove_staging(self.target_dir, self.temp_key)
+            removed = (fs.remove_temp_files(self.target_dir, self.temp_key)
+                       if os.path.isdir(self.target_dir) else 0)
+        except OSError as exc:
+            return f"cannot remove leftover temp files: {exc}"
         if state.in_progress is None:
-            return f"removed {removed} leftover temp file(s)" if removed else None
+            if staged or removed:
+                return (f"removed {removed} leftover temp file(s)"
+                        f"{' and an unvalidated staged snapshot' if staged else ''}")
+            return None
         number = state.in_progress["number"]
-        fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
-        state.in_progress = None
-        self.save(state)
+        pending = self._restore_interrupted(state)
+        if pending:
+            return pending
         if state.active_number is not None:
             self._reload(state.active_number)
-        return f"an apply of #{number} was interrupted; restored the previous files"
+        return (f"an apply of #{number} was interrupted; "
+                f"{'removed an unvalidated staged snapshot and ' if staged else ''}"
+                "restored the previous files")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from agent import config as agent_config
@@ -15,45 +14,78 @@ from agent.runner import (
     EXIT_UNREACHABLE,
     Agent,
 )
-from agent.state import State, state_path
+from agent.state import Identity, State, state_path
 
 logger = logging.getLogger("agent")
 
 
-def _token(config, client: Client, state: State, save) -> str:
+def _token(config, client: Client, identity: Identity) -> str:
     """The agent token: configured, kept from enrollment, or enrolled now."""
     if config.token:
         return config.token
-    if state.token:
-        return state.token
+    if identity.token:
+        return identity.token
     if not config.enrollment_token:
         raise agent_config.ConfigError("no --token, --token-file or BELLWETHER_TOKEN, and no "
                                        "--enrollment-token to enroll with")
     answer = client.enroll(config.enrollment_token, config.name, config.labels)
-    state.token = answer["token"]
-    save(state)
+    identity.token, identity.name = answer["token"], config.name
+    try:
+        identity.save(config.state_dir)
+    except OSError as exc:
+        logger.error("cannot keep the token in %s (%s): enrolled, but a restart will need "
+                     "--token", config.state_dir, exc)
     logger.info("enrolled as %s (agent %s) in %s", config.name, answer["agent_id"],
                 answer["environment"])
-    return state.token
+    return identity.token
+
+
+class _AgentName(logging.Filter):
+    """Puts the agent's name on every log line (the enrolled one once known)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.agent = name
+
+    def filter(self, record) -> bool:
+        record.agent = self.agent
+        return True
+
+
+def _logging(config) -> _AgentName:
+    handler = logging.StreamHandler(sys.stderr)
+    named = _AgentName(config.name)
+    handler.addFilter(named)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s %(agent)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.log_level.upper())
+    return named
 
 
 def main(argv=None) -> int:
     try:
         config = agent_config.load(argv)
+        agent_config.check_directories(config)
     except agent_config.ConfigError as exc:
         print(f"python -m agent: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
-    os.makedirs(config.target_dir, exist_ok=True)
+    named = _logging(config)
+    if config.legacy_state_dir:
+        logger.warning("using the state directory of an older agent, %s (the default is "
+                       "now %s/<name>); give --state-dir to keep it", config.state_dir,
+                       agent_config.STATE_ROOT)
+    identity = Identity.load(config.state_dir)
+    if not config.name_given and identity.name:
+        config.name = named.agent = identity.name
     path = state_path(config.state_dir)
     state = State.load(path)
 
     def save(current: State) -> None:
         current.save(path)
 
-    client = Client(config.server, ca_bundle=config.ca_bundle)
+    client = Client(config.servers, ca_bundle=config.ca_bundle)
     applier = Applier(
         target_dir=config.target_dir, state_dir=config.state_dir, save=save,
         commands=Commands(validate=config.validate_command, reload=config.reload_command,
@@ -65,7 +97,7 @@ def main(argv=None) -> int:
     if recovered:
         logger.warning(recovered)
     try:
-        client.token = _token(config, client, state, save)
+        client.token = _token(config, client, identity)
     except agent_config.ConfigError as exc:
         logger.error("%s", exc)
         return EXIT_CONFIG
@@ -84,9 +116,14 @@ def main(argv=None) -> int:
         return EXIT_UNREACHABLE
     agent = Agent(client=client, applier=applier, state=state, save=save,
                   poll_interval=config.poll_interval)
-    logger.info("polling %s for %s (target %s)", config.server, config.name, config.target_dir)
+    logger.info("polling %s for %s (target %s)", ", ".join(config.servers), config.name,
+                config.target_dir)
     try:
-        return agent.run_once() if config.once else agent.run()
+        if not config.once:
+            return agent.run()
+        code = agent.run_once()
     except KeyboardInterrupt:
         logger.info("stopped")
         return 0
+    print(f"{config.name}: {agent.summary or 'nothing done'}")
+    return code

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import ssl
 import urllib.error
 import urllib.request
@@ -11,6 +12,7 @@ import urllib.request
 from agent import __version__
 
 USER_AGENT = f"bellwether-agent/{__version__}"
+logger = logging.getLogger("agent.client")
 
 
 class ProtocolError(Exception):
@@ -31,17 +33,51 @@ class Unreachable(Exception):
 
 
 class Client:
-    def __init__(self, server: str, *, token: str | None = None,
+    """Speaks to the first of `servers` that answers. A request fails over to the
+    next server on no answer or a 5xx; each poll (`desired`) starts again from the
+    first, so the agent goes back to it as soon as it answers."""
+
+    def __init__(self, servers, *, token: str | None = None,
                  ca_bundle: str | None = None, timeout: float = 30.0):
-        self.server = server.rstrip("/")
+        if isinstance(servers, str):
+            servers = [servers]
+        self.servers = [s.rstrip("/") for s in servers]
+        self.current = 0
         self.token = token
         self.timeout = timeout
         self.context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
 
+    @property
+    def server(self) -> str:
+        return self.servers[self.current]
+
     def _request(self, method: str, path: str, body: dict | None = None,
-                 headers: dict | None = None):
+                 headers: dict | None = None, *, from_first: bool = False):
+        start = 0 if from_first else self.current
+        order = list(range(start, len(self.servers))) + list(range(start))
+        error = None
+        for index in order:
+            try:
+                answer = self._request_one(self.servers[index], method, path, body, headers)
+            except (Unreachable, ProtocolError) as exc:
+                if isinstance(exc, ProtocolError) and exc.status < 500:
+                    raise
+                error = exc
+                if len(self.servers) > 1:
+                    logger.warning("%s failed (%s); trying the next server",
+                                   self.servers[index], exc)
+                continue
+            if index != self.current:
+                logger.info("now using %s%s", self.servers[index],
+                            " (the first server answers again)" if index == 0 else "")
+                self.current = index
+            return answer
+        raise error
+
+    def _request_one(self, server: str, method: str, path: str, body: dict | None,
+                     headers: dict | None):
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request = urllib.request.Request(server + path, data=data, method=method)
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", USER_AGENT)
         if data is not None:
@@ -66,7 +102,7 @@ class Client:
             cls = Unauthorized if exc.code == 401 else ProtocolError
             raise cls(exc.code, code, message) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise Unreachable(f"{self.server}: {getattr(exc, 'reason', exc)!r}") from None
+            raise Unreachable(f"{server}: {getattr(exc, 'reason', exc)!r}") from None
 
     @staticmethod
     def _json(status: int, body: bytes) -> dict:
@@ -85,7 +121,7 @@ class Client:
         """(status, etag, body): status 304 means unchanged since `etag`."""
         headers = {"If-None-Match": etag} if etag else {}
         status, response_headers, body = self._request("GET", "/api/v1/agent/desired",
-                                                       headers=headers)
+                                                       headers=headers, from_first=True)
         if status == 304:
             return 304, etag, None
         # response_headers is an HTTPMessage: header names match case-insensitively.

@@ -6,9 +6,15 @@ import argparse
 import configparser
 import os
 import socket
+import urllib.parse
 from dataclasses import dataclass, field
 
 ENV_PREFIX = "BELLWETHER_"
+STATE_ROOT = "/var/lib/bellwether"
+
+
+def host_name() -> str:
+    return socket.gethostname().split(".")[0].lower()
 
 
 @dataclass
@@ -18,7 +24,13 @@ class Config:
     state_dir: str
     token: str | None = None
     enrollment_token: str | None = None
-    name: str = field(default_factory=lambda: socket.gethostname().split(".")[0].lower())
+    name: str = field(default_factory=host_name)
+    # Whether --name was given (else the name kept at enrollment wins over the host's).
+    name_given: bool = False
+    # Every --server URL, in order of preference; `server` is the first.
+    servers: list = field(default_factory=list)
+    # No --state-dir, and an older agent's default one was found and is used.
+    legacy_state_dir: bool = False
     labels: dict = field(default_factory=dict)
     validate_command: str | None = None
     reload_command: str | None = None
@@ -36,7 +48,10 @@ class Config:
 # name, help; each is a flag (--target-dir), a variable (BELLWETHER_TARGET_DIR)
 # and a key of the [agent] section of the config file (target_dir).
 OPTIONS = [
-    ("server", "Base URL of the Bellwether server, e.g. https://bellwether.example.com."),
+    ("server", "Base URL of the Bellwether server, e.g. https://bellwether.example.com. "
+               "Several, separated by commas or with --server again: the agent fails over "
+               "to the next on no answer or a 5xx and goes back to the first when it "
+               "answers again."),
     ("token", "This agent's token (bwa_...). Once enrolled, the token is kept in the "
               "state directory and this is not needed."),
     ("token_file", "A file holding this agent's token (keeps it off the command line; "
@@ -46,9 +61,12 @@ OPTIONS = [
     ("name", "Agent name when enrolling (default: the host name)."),
     ("labels", "Labels when enrolling, as key=value pairs separated by commas."),
     ("target_dir", "Directory the snapshot's files are written to."),
-    ("state_dir", "Directory for state.json, the token and backups (default: "
-                  "<target_dir>/../.bellwether-state)."),
-    ("validate_command", "Run after writing files; non-zero exit rejects the snapshot "
+    ("state_dir", "Directory for identity.json (the token), state.json and backups "
+                  f"(default: {STATE_ROOT}/<name>)."),
+    ("validate_command", "Checks the new files; non-zero exit rejects the snapshot. "
+                         "Naming {staged} (e.g. 'nginx -t -p {staged}/'), it checks the "
+                         "snapshot staged beside the live files before they are swapped "
+                         "in; otherwise the files are written in place first "
                          "(e.g. 'nginx -t'). Commands run in <state-dir>/run with a "
                          "scrubbed environment (docs/agents.md); give absolute paths."),
     ("reload_command", "Run after a successful validation (e.g. 'nginx -s reload')."),
@@ -131,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="INI file with an [agent] section "
                                          "(variable BELLWETHER_CONFIG).")
     for name, help_text in OPTIONS:
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=help_text)
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, help=help_text,
+                            action="append" if name == "server" else "store")
     parser.add_argument("--once", action="store_true",
                         help="Poll and apply once, then exit (for cron and scripts).")
     return parser
@@ -144,42 +163,107 @@ def load(argv=None, environ=None) -> Config:
     config_file = args.config or environ.get(f"{ENV_PREFIX}CONFIG")
     if config_file:
         parser = configparser.ConfigParser(interpolation=None)
-        if not parser.read(config_file):
-            raise ConfigError(f"cannot read config file {config_file}")
-        if parser.has_section("agent"):
-            values.update(parser.items("agent"))
+        try:
+            if not parser.read(config_file):
+                raise ConfigError(f"cannot read config file {config_file}")
+        except configparser.Error as exc:
+            raise ConfigError(f"--config {config_file}: {exc}") from None
+        if not parser.has_section("agent"):
+            raise ConfigError(f"--config {config_file} has no [agent] section "
+                              f"(sections: {', '.join(parser.sections()) or 'none'})")
+        values.update(parser.items("agent"))
     for name, _ in OPTIONS:
         if f"{ENV_PREFIX}{name.upper()}" in environ:
             values[name] = environ[f"{ENV_PREFIX}{name.upper()}"]
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
+    name_given = bool(values.get("name"))
     unknown = set(values) - {name for name, _ in OPTIONS}
     if unknown:
         raise ConfigError(f"unknown option(s) in {config_file}: {', '.join(sorted(unknown))}")
+    values["servers"] = _servers(values.get("server"))
+    values["server"] = values["servers"][0] if values["servers"] else None
     for required in ("server", "target_dir"):
         if not values.get(required):
             raise ConfigError(f"--{required.replace('_', '-')} is required")
-    target = os.path.abspath(values["target_dir"])
-    values["target_dir"] = target
-    values["state_dir"] = os.path.abspath(
-        values.get("state_dir") or os.path.join(os.path.dirname(target), ".bellwether-state"))
+    values["target_dir"] = os.path.abspath(values["target_dir"])
+    if not values.get("name"):
+        values.pop("name", None)
+    if values.get("state_dir"):
+        values["state_dir"] = os.path.abspath(values["state_dir"])
+    else:
+        values["state_dir"], values["legacy_state_dir"] = _default_state_dir(
+            values["target_dir"], values.get("name") or host_name())
     values["labels"] = parse_labels(values.get("labels"))
     _check_apart(values["target_dir"], values["state_dir"])
     values["token"] = _token_from(values)
     values["secret_allow"] = _list(values.get("secret_allow")) or None
     values["command_env"] = tuple(_list(values.get("command_env")))
-    try:
-        for number in ("command_timeout", "poll_interval"):
-            if values.get(number) not in (None, ""):
-                values[number] = float(values[number])
-            else:
-                values.pop(number, None)
-    except ValueError as exc:
-        raise ConfigError(f"not a number: {exc}") from None
+    for number in ("command_timeout", "poll_interval"):
+        if values.get(number) in (None, ""):
+            values.pop(number, None)
+            continue
+        try:
+            values[number] = float(values[number])
+        except ValueError:
+            raise ConfigError(f"--{number.replace('_', '-')} must be a number of seconds, "
+                              f"not {values[number]!r}") from None
+        if not 0 < values[number] < float("inf"):
+            raise ConfigError(f"--{number.replace('_', '-')} must be a positive number of "
+                              f"seconds, not {values[number]!r}")
     level = str(values.get("log_level", "INFO")).upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {level!r}")
     values["log_level"] = level
     if values.get("poll_interval") is not None and values["poll_interval"] < 1:
         raise ConfigError("--poll-interval must be at least 1 second")
-    return Config(once=args.once, **values)
+    return Config(once=args.once, name_given=name_given, **values)
+
+
+def _default_state_dir(target: str, name: str) -> tuple:
+    """STATE_ROOT/<name>; an older agent's default (next to the target) while it
+    holds a state and the new one does not exist yet."""
+    default = os.path.join(STATE_ROOT, name)
+    legacy = os.path.join(os.path.dirname(target), ".bellwether-state")
+    if not os.path.exists(default) and os.path.isfile(os.path.join(legacy, "state.json")):
+        return legacy, True
+    return default, False
+
+
+def _servers(raw) -> list:
+    """The --server URLs: repeated flags and/or comma-separated, each http(s)://host."""
+    parts = raw if isinstance(raw, list) else [raw or ""]
+    urls = [u.strip() for part in parts for u in part.split(",") if u.strip()]
+    for url in urls:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"--server {url!r} is not a URL: give http:// or https:// and "
+                              "a host, e.g. https://bellwether.example.com")
+    return urls
+
+
+def _usable_directory(option: str, path: str, *, writable: bool) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{option} {path} is not a directory")
+    try:
+        os.makedirs(path, mode=0o700 if option == "--state-dir" else 0o755, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{option} {path} cannot be created: {exc.strerror}") from None
+    if writable and not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path} is not writable by this agent")
+
+
+def check_directories(config: Config) -> None:
+    """Before anything else (enrolling included): the target directory is a
+    directory (made if absent); the state directory one this agent can write."""
+    _usable_directory("--target-dir", config.target_dir, writable=False)
+    _usable_directory("--state-dir", config.state_dir, writable=True)
+    # An empty file: checks permission and a read-only mount, not free space (a
+    # full state directory is a fault the agent reports, not a configuration error).
+    probe = os.path.join(config.state_dir, ".write-probe")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"--state-dir {config.state_dir} is not writable: "
+                          f"{exc.strerror}") from None

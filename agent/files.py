@@ -70,8 +70,11 @@ def temp_key(state_dir: str) -> str:
         key = ""
     if not (len(key) == 16 and all(c in "0123456789abcdef" for c in key)):
         key = secrets.token_hex(8)
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        write_atomic(path, key.encode(), mode=0o600)
+        try:
+            os.makedirs(state_dir, mode=0o700, exist_ok=True)
+            write_atomic(path, key.encode(), mode=0o600)
+        except OSError:
+            pass  # a full state directory: the key serves this process only
     _temp_key["value"] = key
     return key
 
@@ -127,4 +130,45 @@ def restore(target_dir: str, manifest: dict, backup_dir: str) -> None:
         path = inside(target_dir, relative)
         saved = os.path.join(backup_dir, relative)
         with open(saved, "rb") as handle:
-            write_atomic(path, handle.read(), mode=os.stat(saved).st_mode & 0o7777)
+            data = handle.read()
+        mode = os.stat(saved).st_mode & 0o7777
+        if not _same(path, data, mode):  # unchanged files are not rewritten (read-only)
+            write_atomic(path, data, mode=mode)
+
+
+def _same(path: str, data: bytes, mode: int) -> bool:
+    try:
+        if os.path.islink(path) or os.stat(path).st_mode & 0o7777 != mode:
+            return False
+        with open(path, "rb") as handle:
+            return handle.read() == data
+    except OSError:
+        return False
+
+
+def staging_dir(target_dir: str, key: str) -> str:
+    """Where a snapshot is staged before the swap: inside the target directory, so
+    on its filesystem (renames are atomic); named like a temp file of this agent."""
+    return os.path.join(target_dir, f"{TEMP_MARKER}{key}-staged")
+
+
+def remove_staging(target_dir: str, key: str) -> bool:
+    path = staging_dir(target_dir, key)
+    if not os.path.isdir(path):
+        return False
+    shutil.rmtree(path)
+    return True
+
+
+def swap_in(staged: str, target_dir: str, relative_paths) -> None:
+    """Move each staged file to its place in the target directory (one rename each),
+    then make the renames durable."""
+    directories = set()
+    for relative in relative_paths:
+        destination = inside(target_dir, relative)
+        directory = os.path.dirname(destination)
+        os.makedirs(directory, exist_ok=True)
+        os.replace(os.path.join(staged, relative), destination)
+        directories.add(directory)
+    for directory in sorted(directories):
+        _fsync_directory(directory)

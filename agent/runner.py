@@ -28,13 +28,23 @@ class Agent:
         self.poll_interval = poll_interval
         self.sleep = sleep
         self.rng = rng
+        # What the last cycle did, in a few words (--once prints it).
+        self.summary = ""
+
+    def _persist(self) -> None:
+        """Save the state; a state directory that cannot be written (full, read-only)
+        is logged and the state kept in memory: reports still go out from there."""
+        try:
+            self.save(self.state)
+        except OSError as exc:
+            logger.error("cannot save the state (%s); keeping it in memory", exc)
 
     # --- reports ----------------------------------------------------------------
 
     def _send(self, report: dict) -> None:
         """Send `report`, keeping it in the state until the server has it."""
         self.state.unsent_report = report
-        self.save(self.state)
+        self._persist()
         try:
             answer = self.client.report(report)
         except ProtocolError as exc:
@@ -46,7 +56,7 @@ class Agent:
             logger.info("reported #%s %s%s", report["snapshot"], report["status"],
                         " (already known)" if answer.get("duplicate") else "")
         self.state.unsent_report = None
-        self.save(self.state)
+        self._persist()
 
     def flush_unsent(self) -> None:
         if self.state.unsent_report is not None:
@@ -61,17 +71,19 @@ class Agent:
         status, etag, desired = self.client.desired(self.state.etag)
         if status == 304:
             logger.debug("desired state unchanged")
+            self.summary = self._in_sync_summary()
             return None
         self.state.poll_interval_s = float(desired.get("poll_interval_s") or DEFAULT_INTERVAL)
         outcome = self._handle(desired)
         self.state.etag = etag  # only once handled: a crash before this polls afresh
-        self.save(self.state)
+        self._persist()
         return outcome
 
     def _handle(self, desired: dict) -> Outcome | None:
         snapshot, deployment_id = desired.get("snapshot"), desired.get("deployment_id")
         if snapshot is None:
             logger.info("no snapshot desired yet")
+            self.summary = "nothing to apply: no snapshot desired yet"
             return None
         number, checksum = snapshot["number"], snapshot["checksum"]
         state = self.state
@@ -81,13 +93,16 @@ class Agent:
         if deployment_id and deployment_id in state.processed_deployments:
             logger.info("push %s was already applied; sending its report again", deployment_id)
             self._send(state.processed_deployments[deployment_id])
+            self.summary = f"push {deployment_id} was already applied; report sent again"
             return None
         if not deployment_id and (number, checksum) == (state.active_number,
                                                          state.active_checksum):
             logger.debug("in sync at #%s", number)
+            self.summary = self._in_sync_summary()
             return None
         if state.is_blocked(number, checksum) and not deployment_id:
             logger.info("#%s is blocked after a failure; waiting for a new snapshot", number)
+            self.summary = f"#{number} is blocked after a failure; waiting for a new snapshot"
             return None
         # A new push of a blocked snapshot is an operator's explicit retry.
 
@@ -111,8 +126,18 @@ class Agent:
             outcome = self.applier.apply(bundle, state, record=record)
         log = logger.info if outcome.status == SUCCEEDED else logger.error
         log("#%s %s: %s", number, outcome.status, outcome.message)
+        self.summary = (outcome.message if outcome.status == SUCCEEDED
+                        else f"{outcome.status}: {outcome.message}")
         self._send(state.unsent_report)
         return outcome
+
+    def _in_sync_summary(self) -> str:
+        if self.state.blocked:  # unchanged since it failed (a 304)
+            return (f"#{self.state.blocked['number']} is blocked after a failure; waiting "
+                    "for a new snapshot")
+        if self.state.active_number is None:
+            return "in sync: nothing applied yet"
+        return f"in sync at #{self.state.active_number}"
 
     # --- the loop ---------------------------------------------------------------
 
@@ -150,12 +175,18 @@ class Agent:
             outcome = self.cycle()
         except Unauthorized as exc:
             logger.error("the server refused this agent's token: %s", exc)
+            self.summary = f"failed: the server refused this agent's token: {exc}"
             return EXIT_UNAUTHORIZED
         except (Unreachable, ProtocolError) as exc:
             logger.error("server unavailable: %s", exc)
+            if self.summary:  # applied, but the report could not be sent (kept)
+                self.summary += "; the report could not be sent (kept, sent next time)"
+            else:
+                self.summary = f"failed: server unavailable: {exc}"
             return EXIT_UNREACHABLE
-        except Exception:
+        except Exception as exc:
             logger.exception("unexpected error")
+            self.summary = f"failed: unexpected error: {exc!r}"
             return EXIT_ERROR
         if outcome is not None and outcome.status != SUCCEEDED:
             return EXIT_APPLY_FAILED

@@ -4,6 +4,8 @@ an Applier on them with real commands, and a local protocol server."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +75,57 @@ def server():
     running = ProtocolServer().start()
     yield running
     running.stop()
+
+
+# --- host faults: small and read-only filesystems (needs root and mount(8)) ------------
+
+
+class Mounts:
+    """tmpfs mounts made for one test, unmounted after it. Where mounting is not
+    permitted the test is skipped (the unit tests in test_host_faults.py cover the
+    same paths with the OS call failing)."""
+
+    def __init__(self):
+        self.made = []
+
+    @staticmethod
+    def _mount(*args) -> subprocess.CompletedProcess:
+        if shutil.which("mount") is None:
+            pytest.skip("no mount(8) here")
+        return subprocess.run(["mount", *args], capture_output=True, text=True)
+
+    def tmpfs(self, path: Path, size: str = "1m") -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        result = self._mount("-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path))
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+        self.made.append(path)
+        return path
+
+    def read_only(self, path: Path) -> None:
+        result = self._mount("-o", "remount,ro", str(path))
+        assert result.returncode == 0, result.stderr
+
+    def read_write(self, path: Path) -> None:
+        result = self._mount("-o", "remount,rw", str(path))
+        assert result.returncode == 0, result.stderr
+
+    def unmount_all(self) -> None:
+        for path in reversed(self.made):
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture
+def mounts():
+    made = Mounts()
+    yield made
+    made.unmount_all()
+
+
+@pytest.fixture
+def read_only_mount(mounts):
+    def make(path: Path) -> Path:
+        mounts.tmpfs(path)
+        mounts.read_only(path)
+        return path
+    return make

@@ -3,7 +3,10 @@ run against a local protocol server, and finishing an apply a crash interrupted.
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +17,7 @@ from agent.config import OPTIONS
 from agent.runner import EXIT_CONFIG, EXIT_OK, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE
 from tests.agent.support import (
     REPO_ROOT,
+    ProtocolServer,
     agent_env,
     apply_in_a_process,
     closed_port,
@@ -96,8 +100,12 @@ def test_enrolls_once_applies_and_reports(host, server):
     assert text_tree(host.target) == V1
     assert [r["status"] for r in server.reports] == ["succeeded"]
     assert server.reports[0]["checksum"] == bundle["checksum"]
-    assert json.loads(Path(host.state_file).read_text())["token"] == server.token
+    identity = json.loads((host.state_dir / "identity.json").read_text())
+    assert identity == {"token": server.token, "name": "web-1"}
+    assert "token" not in json.loads(Path(host.state_file).read_text())
     assert server.calls("desired")[-1][3]["Authorization"] == f"Bearer {server.token}"
+    # The second run had no --name: its log lines name the agent as it enrolled.
+    assert " INFO web-1 agent " in second.stderr and second.stdout == "web-1: in sync at #1\n"
 
 
 def test_a_refused_enrollment_token_exits_3(host, server):
@@ -213,3 +221,166 @@ def test_state_dir_inside_the_target_dir_exits_2(host, server):
 
     assert result.returncode == EXIT_CONFIG
     assert "must not be inside one another" in result.stderr
+
+
+# --- configuration mistakes: exit 2, the option named, no traceback ------------------
+
+
+def _no_traceback(result, *needles):
+    assert result.returncode == EXIT_CONFIG, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr
+
+
+def test_a_target_dir_that_is_a_file_exits_2_before_enrolling(host, server, tmp_path):
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("x")
+
+    result = python_m_agent("--once", "--server", server.url, "--target-dir", str(a_file),
+                            "--state-dir", str(host.state_dir),
+                            "--enrollment-token", server.ENROLLMENT_TOKEN)
+
+    _no_traceback(result, "--target-dir", str(a_file), "is not a directory")
+    assert server.requests == []  # the enrollment token was not spent
+
+
+def test_an_unwritable_state_dir_exits_2_naming_it(host, server, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")  # a directory cannot be made under a file
+
+    result = once(host, server.url, "--token", server.token, "--state-dir",
+                  str(blocker / "state"))
+
+    _no_traceback(result, "--state-dir", str(blocker / "state"))
+    assert server.requests == []
+
+
+def test_a_read_only_state_dir_exits_2_naming_it(host, server, read_only_mount):
+    state = read_only_mount(host.tmp_path / "ro-state")
+
+    result = once(host, server.url, "--token", server.token, "--state-dir", str(state))
+
+    _no_traceback(result, "--state-dir", str(state), "not writable")
+
+
+def test_an_ini_file_without_an_agent_section_exits_2(host, server, tmp_path):
+    ini = tmp_path / "agent.ini"
+    ini.write_text("[agnet]\nserver = http://x\n")
+
+    result = once(host, server.url, "--config", str(ini))
+
+    _no_traceback(result, "--config", str(ini), "no [agent] section", "agnet")
+
+
+@pytest.mark.parametrize("url", ["bellwether.example.com", "127.0.0.1:8000", "ftp://x",
+                                 "https://", "http://ok.example,nohost"])
+def test_a_server_url_without_a_scheme_or_host_exits_2(host, url):
+    result = python_m_agent("--once", "--server", url, "--target-dir", str(host.target),
+                            "--state-dir", str(host.state_dir), "--token", "bwa_x.y")
+
+    _no_traceback(result, "--server", "is not a URL")
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-5", "0.5"])
+def test_a_bad_poll_interval_exits_2_naming_the_option(host, server, value):
+    result = once(host, server.url, "--token", server.token, "--poll-interval", value)
+
+    _no_traceback(result, "--poll-interval")
+    assert "could not convert" not in result.stderr
+
+
+# --- --once says what it did ----------------------------------------------------------
+
+
+def test_once_says_applied_then_in_sync_then_failed(host, server):
+    server.publish(make_bundle(1, V1))
+    applied = once(host, server.url, "--token", server.token, "--name", "web-9")
+    again = once(host, server.url, "--token", server.token, "--name", "web-9")
+    server.publish(make_bundle(2, V2))
+    failed = once(host, server.url, "--token", server.token, "--name", "web-9",
+                  "--validate-command", "false")
+
+    assert applied.stdout == "web-9: applied #1 (2 file(s))\n"
+    assert again.stdout == "web-9: in sync at #1\n"
+    assert failed.returncode == 1
+    assert failed.stdout.startswith("web-9: warning: #2 failed (validate exited 1)")
+    assert " web-9 agent " in failed.stderr  # every log line names the agent
+
+
+def test_once_says_when_the_server_is_unreachable(host):
+    result = once(host, f"http://127.0.0.1:{closed_port()}", "--token", "bwa_x.y",
+                  "--name", "web-9")
+
+    assert result.returncode == EXIT_UNREACHABLE
+    assert result.stdout.startswith("web-9: failed: server unavailable:")
+
+
+# --- failover -------------------------------------------------------------------------
+
+
+def test_fails_over_to_the_next_server_and_goes_back_to_the_first(host, server):
+    second = ProtocolServer().start()
+    try:
+        for running in (server, second):
+            running.publish(make_bundle(1, V1))
+        server.fail("desired", 503)
+
+        failed_over = once(host, f"{server.url},{second.url}", "--token", server.token)
+        server.publish(make_bundle(2, V2))
+        second.publish(make_bundle(2, V2))
+        back = once(host, server.url, "--server", second.url, "--token", server.token)
+    finally:
+        second.stop()
+
+    assert failed_over.returncode == EXIT_OK, failed_over.stderr
+    assert [r["snapshot"] for r in second.reports] == [1]
+    assert "trying the next server" in failed_over.stderr
+    assert back.returncode == EXIT_OK, back.stderr
+    assert [r["snapshot"] for r in server.reports] == [2]  # the first answers again
+    assert text_tree(host.target) == V2
+
+
+def test_fails_over_from_a_dead_port_and_reports_there(host, server):
+    server.publish(make_bundle(1, V1))
+
+    result = once(host, f"http://127.0.0.1:{closed_port()}", "--server", server.url,
+                  "--token", server.token)
+
+    assert result.returncode == EXIT_OK, result.stderr
+    assert [r["status"] for r in server.reports] == ["succeeded"]
+
+
+def test_every_server_down_is_unreachable(host):
+    result = once(host, f"http://127.0.0.1:{closed_port()},http://127.0.0.1:{closed_port()}",
+                  "--token", "bwa_x.y")
+
+    assert result.returncode == EXIT_UNREACHABLE
+
+
+# --- the oldest Python the agent claims (docs/agents.md) ------------------------------
+
+
+def oldest_python():
+    # A pyenv installation first: its shim on PATH may not be able to run it.
+    installed = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    found = installed[0] if installed else shutil.which("python3.8")
+    if found is None:
+        pytest.skip("no python3.8 on this machine")
+    return found
+
+
+def test_the_agent_runs_on_python_3_8(host, server):
+    python = oldest_python()
+    server.publish(make_bundle(1, V1))
+
+    result = subprocess.run(
+        [python, "-m", "agent", "--once", "--server", f"http://127.0.0.1:{closed_port()}",
+         "--server", server.url, "--target-dir", str(host.target), "--state-dir",
+         str(host.state_dir), "--enrollment-token", server.ENROLLMENT_TOKEN, "--name", "old",
+         "--validate-command", "test -f {staged}/nginx.conf"],
+        cwd=REPO_ROOT, env=agent_env(), capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stdout == "old: applied #1 (2 file(s))\n"
+    assert text_tree(host.target) == V1

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agent.config import OPTIONS, ConfigError, load, parse_labels
+from agent.config import OPTIONS, ConfigError, host_name, load, parse_labels
 
 
 @pytest.fixture
@@ -92,10 +92,20 @@ def test_server_and_target_dir_are_required(argv, missing):
         load(argv, {})
 
 
-def test_state_dir_defaults_next_to_the_target_dir():
-    config = load(REQUIRED, {})
+def test_state_dir_defaults_to_var_lib_bellwether_and_the_agent_name():
+    assert load(REQUIRED, {}).state_dir == f"/var/lib/bellwether/{host_name()}"
+    assert load([*REQUIRED, "--name", "web-1"], {}).state_dir == "/var/lib/bellwether/web-1"
 
-    assert config.state_dir == "/srv/.bellwether-state"
+
+def test_an_older_agents_default_state_dir_is_kept_while_it_holds_a_state(tmp_path):
+    (tmp_path / ".bellwether-state").mkdir()
+    (tmp_path / ".bellwether-state" / "state.json").write_text("{}")
+    target = str(tmp_path / "conf")
+
+    config = load(["--server", "https://x", "--target-dir", target, "--name", "zz-none"], {})
+
+    assert config.state_dir == str(tmp_path / ".bellwether-state")
+    assert config.legacy_state_dir is True
 
 
 def test_relative_directories_are_made_absolute(tmp_path, monkeypatch):
@@ -127,7 +137,8 @@ def test_numbers_are_parsed_and_checked():
     config = load([*REQUIRED, "--command-timeout", "2.5", "--poll-interval", "15"], {})
 
     assert (config.command_timeout, config.poll_interval) == (2.5, 15.0)
-    with pytest.raises(ConfigError, match="not a number"):
+    with pytest.raises(ConfigError, match="--poll-interval must be a number of seconds, "
+                                          "not 'soon'"):
         load([*REQUIRED, "--poll-interval", "soon"], {})
     with pytest.raises(ConfigError, match="at least 1 second"):
         load([*REQUIRED, "--poll-interval", "0.5"], {})

@@ -1,5 +1,6 @@
 """The agent stays up and consistent when things go wrong in unexpected ways."""
 
+import contextlib
 import socket
 import threading
 
@@ -55,9 +56,15 @@ def truncating_server():
                                b"Content-Length: 100\r\n\r\n{\"snap")
             connection.close()
 
-    threading.Thread(target=serve, daemon=True).start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
     yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    # shutdown() wakes the blocked accept(); close() alone leaves the thread in it,
+    # on a descriptor number the next test's server may reuse.
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
     listener.close()
+    thread.join(timeout=5)
 
 
 def test_a_truncated_answer_counts_as_an_unreachable_server(truncating_server):

@@ -1,4 +1,4 @@
-"""agent/state.py: one JSON file, written atomically, round-tripped exactly."""
+"""agent/state.py: state.json written atomically, round-tripped exactly."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ def full_state() -> State:
         unsent_report={"deployment_id": None, "snapshot": 4, "checksum": "sha256:x",
                        "status": "succeeded", "message": "applied"},
         in_progress={"number": 5, "checksum": "c", "manifest": {"existed": [], "paths": []}},
-        token="bwa_k.s",
     )
 
 
@@ -46,7 +45,7 @@ def test_state_file_is_private_to_the_agent(tmp_path):
 
     full_state().save(path)
 
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # it holds the token
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
 def test_load_ignores_keys_it_does_not_know(tmp_path):

@@ -1,0 +1,80 @@
+"""End to end, the agent under faults against real server processes: failover
+between two servers (and back to the first), and a truncated state file that
+neither stops the agent nor costs it its identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.harness import AgentProcess, Api, Server, free_port, wait_for, wait_in_sync
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TEMPLATES = {"app/settings.conf": "message = {{ message }}\n"}
+
+
+def config(message: str) -> str:
+    return f"message: {message}\n"
+
+
+def api_on(server: Server, api: Api) -> Api:
+    """The same operator's API, on another server process."""
+    other = Api(server, api.token, "", "")
+    other.env_path = api.env_path
+    return other
+
+
+def test_the_agent_fails_over_to_the_second_server_and_goes_back_to_the_first(
+        make_fleet, processes, server_environ, tmp_path):
+    fleet = make_fleet(config("v1"), TEMPLATES)
+    first = fleet.server
+    second = Server(port=free_port(), env=server_environ, log_path=tmp_path / "second.log")
+    processes.append(second)
+    second.start().wait_ready()
+    fleet.api.publish()
+    agent = AgentProcess(name="web-1", server_url=f"{first.url},{second.url}",
+                         root=fleet.root / "web-1", enrollment_token=fleet.enrollment_token)
+    processes.append(agent)
+    fleet.agents["web-1"] = agent
+    agent.start()
+    wait_in_sync(fleet, ["web-1"], 1)
+
+    first.stop()
+    fleet.api = api_on(second, fleet.api)
+    fleet.change_config(config("v2"))
+    fleet.api.publish()
+    wait_in_sync(fleet, ["web-1"], 2)
+
+    assert agent.files() == {"app/settings.conf": "message = v2\n"}
+    assert "trying the next server" in agent.log()
+    assert f"now using {second.url}" in agent.log()
+
+    first.start().wait_ready()
+    fleet.api = api_on(first, fleet.api)
+    fleet.change_config(config("v3"))
+    fleet.api.publish()
+    wait_in_sync(fleet, ["web-1"], 3)
+    wait_for(lambda: ("the first server answers again" in agent.log(), agent.log()[-400:]),
+             what="the agent to go back to the first server")
+    assert agent.running()
+
+
+def test_a_truncated_state_file_is_moved_aside_and_the_agent_keeps_its_identity(make_fleet):
+    fleet = make_fleet(config("v1"), TEMPLATES)
+    fleet.api.publish()
+    agent = fleet.start_agent("web-1")
+    agent_id = wait_in_sync(fleet, ["web-1"], 1)["web-1"]["id"]
+    agent.stop()
+    state_file = agent.state_dir / "state.json"
+    state_file.write_bytes(state_file.read_bytes()[:25])
+
+    fleet.change_config(config("v2"))
+    fleet.api.publish()
+    agent.restart_without_enrollment_token()
+    agents = wait_in_sync(fleet, ["web-1"], 2)
+
+    assert agents["web-1"]["id"] == agent_id  # the same agent, no new enrollment
+    assert "state.json is corrupt" in agent.log() and "moved it to" in agent.log()
+    assert "Traceback" not in agent.log()
+    assert agent.files() == {"app/settings.conf": "message = v2\n"}
+    assert any(p.name.startswith("state.json.corrupt-") for p in agent.state_dir.iterdir())
