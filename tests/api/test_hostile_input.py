@@ -189,11 +189,9 @@ def test_hostile_query_parameters_are_never_a_5xx(op, hostile_world):
                 assert_error(response, response.status_code)
 
 
-@pytest.mark.parametrize("op", operations(), ids=_op_id)
+@pytest.mark.parametrize("op", [op for op in operations() if "{" in op[1]], ids=_op_id)
 def test_huge_ids_and_nul_in_url_paths_are_4xx_never_5xx(op, hostile_world):
     method, path, _ = op
-    if "{" not in path:
-        pytest.skip("no path parameter")
     before = fingerprint()
     for value in (str(HUGE), str(2**63), str(2**31), "0", "%00", "a%E2%80%AEb"):
         values = dict.fromkeys(hostile_world["values"], value)
