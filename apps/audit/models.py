@@ -40,6 +40,7 @@ class Action(models.TextChoices):
     AGENT_TOKEN_REVOKE = "agent.token_revoke"
     AGENT_PIN = "agent.pin"
     AGENT_PIN_RELEASE = "agent.pin_release"
+    AGENT_DECOMMISSION = "agent.decommission"
     ROLLOUT_CREATE = "rollout.create"
     ROLLOUT_ADVANCE = "rollout.advance"
     ROLLOUT_PAUSE = "rollout.pause"

@@ -65,7 +65,7 @@ def overview_for(user) -> list[dict]:
     # Counted from a few columns per agent with the sync computed by the database:
     # no snapshot is loaded, whatever the size of the fleet.
     intervals = {environment.pk: environment.poll_interval_s for environment in environments}
-    agents = list(with_sync(Agent.objects.filter(environment__in=environments))
+    agents = list(with_sync(Agent.objects.in_service().filter(environment__in=environments))
                   .only("pk", "environment_id", "last_seen_at"))
     seen = last_seen(agents)
     fleets = {environment.pk: Counter() for environment in environments}
@@ -100,7 +100,7 @@ def permissions(user, environment: Environment) -> dict:
 
 def canary_choices(environment: Environment) -> list[Agent]:
     """The agents a rollout form offers as canaries (the API takes any of them)."""
-    return list(Agent.objects.filter(environment=environment, enabled=True)
+    return list(Agent.objects.in_service().filter(environment=environment, enabled=True)
                 .order_by("name")[:AGENTS_SHOWN])
 
 
@@ -110,17 +110,17 @@ def rollout_in(environment: Environment, rollout_id: int) -> Rollout | None:
 
 
 def agents_panel(environment: Environment) -> dict:
-    agents = list(_agents(Agent.objects.filter(environment=environment))
-                  .order_by("name")[:AGENTS_SHOWN])
+    in_service = Agent.objects.in_service().filter(environment=environment)
+    agents = list(_agents(in_service).order_by("name")[:AGENTS_SHOWN])
     rows = _statuses(agents)
     return {"rows": [{"agent": agent, "status": status,
                       "bucket": fleet_bucket(status["online"], status["sync"]),
                       "sync": status["sync"].replace("_", " ")}
                      for agent, status in rows],
-            "total": Agent.objects.filter(environment=environment).count(),
+            "total": in_service.count(),
             "shown": len(rows),
             # Pins win (an operator's or a rollout's): a push to all would be refused.
-            "any_pinned": Agent.objects.filter(environment=environment).held().exists()}
+            "any_pinned": in_service.held().exists()}
 
 
 def snapshots_panel(environment: Environment) -> dict:

@@ -12,6 +12,7 @@ from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, EnrollmentToken
+from apps.fleet.rules import enroll_command
 from apps.releases import services as releases
 
 
@@ -62,6 +63,11 @@ class EnrollmentTokenAdmin(OwnedAdminMixin, admin.ModelAdmin):
         obj.pk, obj.key, obj.environment = token.pk, token.key, token.environment
         self.message_user(request, f"Enrollment token for {token.environment} (shown only "
                                    f"once, copy it now): {secret}", messages.WARNING)
+        command = enroll_command(server=request.build_absolute_uri("/"),
+                                 enrollment_token=secret)
+        self.message_user(request, f"On the host, run (fill in the <placeholders>; "
+                                   f"docs/agents.md runs it as a service): {command}",
+                          messages.INFO)
 
     @admin.action(description="Revoke the selected enrollment tokens")
     def revoke(self, request, queryset):
@@ -70,18 +76,35 @@ class EnrollmentTokenAdmin(OwnedAdminMixin, admin.ModelAdmin):
         self.message_user(request, "Revoked.")
 
 
+class DecommissionedFilter(admin.SimpleListFilter):
+    """Agents in service by default; decommissioned ones on demand."""
+
+    title = "decommissioned"
+    parameter_name = "decommissioned"
+
+    def lookups(self, request, model_admin):
+        return [("true", "Decommissioned"), ("any", "Any")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "true":
+            return queryset.decommissioned()
+        if self.value() == "any":
+            return queryset
+        return queryset.in_service()
+
+
 @admin.register(Agent)
 class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["name", "environment", "mode", "enabled", "online", "desired", "applied",
                     "last_status", "last_report_at"]
-    list_filter = ["mode", "enabled", "last_status"]
+    list_filter = [DecommissionedFilter, "mode", "enabled", "last_status"]
     search_fields = ["name", "environment__name", "environment__application__name"]
     fields = ["name", "environment", "labels", "mode", "enabled", "generation", "online",
               "desired", "applied", "last_status", "last_message", "last_report_at",
-              "blocked", "token_key", "token_revoked_at", "created_at"]
+              "blocked", "token_key", "token_revoked_at", "created_at", "decommissioned_at"]
     readonly_fields = fields
     actions = ["deploy_now", "switch_to_manual", "switch_to_auto_pull", "rotate_token",
-               "revoke_token", "release_pin"]
+               "revoke_token", "release_pin", "decommission"]
 
     def get_queryset(self, request):
         return selectors.agents_with_desired(Agent.objects.filter(
@@ -173,9 +196,23 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.action(description="Rotate the agents' tokens (new secrets shown once)")
     def rotate_token(self, request, queryset):
         for agent in queryset:
-            secret = enrollment.agent_token_rotate(agent=agent, actor=request.user)
+            try:
+                secret = enrollment.agent_token_rotate(agent=agent, actor=request.user)
+            except ApplicationError as error:
+                self.message_user(request, f"{agent}: {error.message}", messages.ERROR)
+                continue
             self.message_user(request, f"New token for {agent} (shown only once; put it "
                                        f"in the agent's config now): {secret}", messages.WARNING)
+
+    @admin.action(description="Decommission the agents (token revoked, history kept, "
+                              "name free)")
+    def decommission(self, request, queryset):
+        def decommission(agent):
+            # As for release_pin: the generation read now only refuses a racing change.
+            releases.agent_decommission(agent=agent, expected_generation=agent.generation,
+                                        actor=request.user)
+
+        self._each(request, queryset, "Decommissioned", decommission)
 
     @admin.action(description="Release the agents' pins (operator's or a rollout's)")
     def release_pin(self, request, queryset):

@@ -4,7 +4,7 @@ tokens, activation and push deployments."""
 from datetime import timedelta
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -20,6 +20,7 @@ from apps.environments.views import (
 )
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, Deployment
+from apps.fleet.rules import enroll_command
 from apps.releases import services as releases
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
@@ -32,7 +33,7 @@ class AgentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Agent
         fields = ["id", "name", "environment", "labels", "enabled", "mode", "generation",
-                  "created_at", "status"]
+                  "created_at", "decommissioned_at", "status"]
 
     def get_status(self, agent) -> dict:
         seen = self.context["last_seen"].get(agent.pk)
@@ -53,12 +54,29 @@ class DeploymentSerializer(serializers.ModelSerializer):
                   "reported_at"]
 
 
+DECOMMISSIONED_FILTER = OpenApiParameter(
+    "decommissioned", str, enum=["false", "true", "any"], default="false",
+    description="false (default): agents in service; true: only decommissioned ones; "
+                "any: both.")
+
+
 class AgentListApi(EnvironmentAPIView, ListAPIView):
     serializer_class = AgentSerializer
 
+    @extend_schema(parameters=[DECOMMISSIONED_FILTER])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
     def get_queryset(self):
-        return selectors.agents_with_desired(
-            Agent.objects.filter(environment=self.environment())).order_by("name")
+        agents = Agent.objects.filter(environment=self.environment())
+        shown = self.request.query_params.get("decommissioned", "false")
+        if shown not in ("false", "true", "any"):
+            raise ValidationFailed("decommissioned: use false, true or any.")
+        if shown == "false":
+            agents = agents.in_service()
+        elif shown == "true":
+            agents = agents.decommissioned()
+        return selectors.agents_with_desired(agents).order_by("name", "pk")
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
@@ -125,6 +143,23 @@ class AgentTokenRevokeApi(_AgentApi):
         return Response(_agent_body(agent))
 
 
+class AgentDecommissionApi(_AgentApi):
+    class AgentDecommissionRequestSerializer(serializers.Serializer):
+        expected_generation = serializers.IntegerField(min_value=1)
+
+    @extend_schema(request=AgentDecommissionRequestSerializer, responses=AgentSerializer,
+                   summary="Decommission the agent: token revoked, history kept, name free "
+                           "(expected_generation: CAS)")
+    def post(self, request, agent_id):
+        agent = self.agent_for(Role.OWNER)
+        data = self.AgentDecommissionRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        releases.agent_decommission(
+            agent=agent, expected_generation=data.validated_data["expected_generation"],
+            actor=request.user)
+        return Response(_agent_body(self.agent_for(Role.VIEWER)))
+
+
 class AgentDeploymentListApi(_AgentApi, ListAPIView):
     serializer_class = DeploymentSerializer
 
@@ -146,6 +181,9 @@ class EnrollmentTokenApi(EnvironmentAPIView):
         token = serializers.CharField()
         uses = serializers.IntegerField()
         expires_at = serializers.DateTimeField()
+        command = serializers.CharField(help_text="The command that enrolls and runs an "
+                                                  "agent on a host (fill in the "
+                                                  "<placeholders>).")
 
     @extend_schema(request=EnrollmentTokenRequestSerializer,
                    responses={201: EnrollmentTokenSerializer},
@@ -158,8 +196,11 @@ class EnrollmentTokenApi(EnvironmentAPIView):
         token, secret = enrollment.enrollment_token_create(
             environment=env, max_uses=v["uses"], name=v["name"], actor=request.user,
             expires_at=timezone.now() + timedelta(seconds=v["expires_in_s"]))
+        command = enroll_command(server=request.build_absolute_uri("/"),
+                                 enrollment_token=secret)
         return Response({"key": token.key, "token": secret, "uses": token.max_uses,
-                         "expires_at": token.expires_at}, status=status.HTTP_201_CREATED)
+                         "expires_at": token.expires_at, "command": command},
+                        status=status.HTTP_201_CREATED)
 
 
 class SnapshotActivateApi(EnvironmentAPIView):

@@ -52,6 +52,9 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         )
         if agent is None or not tokens.secret_matches(secret, agent.token_hash):
             raise exceptions.AuthenticationFailed("Unknown agent token.")
+        if agent.decommissioned_at is not None:
+            raise exceptions.AuthenticationFailed(
+                "This agent was decommissioned; enroll a new agent (its name is free).")
         if agent.token_revoked_at is not None:
             raise exceptions.AuthenticationFailed("This agent token has been revoked.")
         return AgentPrincipal(agent), agent

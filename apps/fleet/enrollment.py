@@ -1,6 +1,7 @@
 """Enrollment and agent tokens: enrollment tokens are exchanged once per agent for
-its own token; an agent's token can be rotated or revoked. Only SHA-256 hashes of
-token secrets are stored (apps.core.tokens)."""
+its own token; an agent's token can be rotated or revoked, and the agent
+decommissioned (its token revoked for good, its name free again). Only SHA-256
+hashes of token secrets are stored (apps.core.tokens)."""
 
 import logging
 from datetime import datetime
@@ -15,7 +16,8 @@ from apps.core.errors import ApplicationError, Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent, EnrollmentToken
-from apps.fleet.services import agent_changed_on_commit, check_labels
+from apps.fleet.rules import decommissioned_refusal
+from apps.fleet.services import agent_changed_on_commit, check_labels, pins_set, pushes_supersede
 from apps.tenancy.models import slug_validator
 
 logger = logging.getLogger(__name__)
@@ -90,7 +92,7 @@ def agent_enroll(*, enrollment_token: str, name: str, labels: dict) -> tuple[Age
         ):
             raise refused
         environment = token.environment
-        if Agent.objects.filter(environment=environment, name=name).exists():
+        if Agent.objects.in_service().filter(environment=environment, name=name).exists():
             raise Conflict(f"An agent named {name} already exists in {environment.full_name}.",
                            code="name_taken")
         token.uses += 1
@@ -118,6 +120,9 @@ def agent_token_rotate(*, agent: Agent, actor) -> str:
     issued = tokens.issue(AGENT_TOKEN_PREFIX)
     with transaction.atomic():
         locked = Agent.objects.lock(agent.pk)
+        refused = decommissioned_refusal([locked], "rotate the token")
+        if refused is not None:  # a new token would bring the agent back
+            raise refused
         old_key = locked.token_key
         locked.token_key, locked.token_hash = issued.key, issued.secret_hash
         locked.token_revoked_at = None
@@ -139,3 +144,32 @@ def agent_token_revoke(*, agent: Agent, actor) -> Agent:
                          summary=f"Revoked the token of {locked}")
             agent_changed_on_commit(locked)
     return locked
+
+
+def agent_decommission_mark(*, agent: Agent, actor) -> Agent:
+    """Decommission `agent` (locked; the caller checked its generation and released
+    any rollout's hold on it): its token is revoked and its cached poll answers
+    dropped on commit, its pins released and pending pushes closed, its name free
+    again. Its reports, deployments and audit events stay."""
+    locks.require_transaction()
+    now = timezone.now()
+    refused = decommissioned_refusal([agent], "decommission it")
+    if refused is not None:
+        raise refused
+    pinned = agent.pinned_snapshot.number if agent.pinned_snapshot_id else None
+    if agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None:
+        pins_set([agent.pk], snapshot=None)
+        agent.refresh_from_db()
+    pushes_supersede([agent.pk])
+    agent.decommissioned_at = now
+    agent.token_revoked_at = agent.token_revoked_at or now
+    agent.generation += 1
+    agent.save(update_fields=["decommissioned_at", "token_revoked_at", "generation"])
+    audit_record(actor=actor, action=Action.AGENT_DECOMMISSION, obj=agent,
+                 environment=agent.environment,
+                 summary=f"Decommissioned {agent}: token revoked, name free",
+                 data={"name": agent.name, "released_pin": pinned,
+                       "applied": agent.applied_number})
+    agent_changed_on_commit(agent)
+    logger.info("agent %s of %s decommissioned", agent.name, agent.environment.full_name)
+    return agent

@@ -52,8 +52,15 @@ class AgentQuerySet(models.QuerySet):
         return self.filter(HELD)
 
     def following_active(self) -> "AgentQuerySet":
-        """The agents that follow the environment's active snapshot."""
-        return self.filter(mode=Agent.Mode.AUTO_PULL).exclude(HELD)
+        """The agents in service that follow the environment's active snapshot."""
+        return self.in_service().filter(mode=Agent.Mode.AUTO_PULL).exclude(HELD)
+
+    def in_service(self) -> "AgentQuerySet":
+        """Agents not decommissioned: what targets, counts and lists take by default."""
+        return self.filter(decommissioned_at__isnull=True)
+
+    def decommissioned(self) -> "AgentQuerySet":
+        return self.filter(decommissioned_at__isnull=False)
 
     def lock(self, pk: int) -> "Agent":
         return locks.lock_one(self, pk=pk)
@@ -105,13 +112,19 @@ class Agent(models.Model):
     # Flushed from the cache in batches; polls do not write the database.
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set once when an owner decommissions the agent: its token is revoked, its
+    # history kept, and its name free for a new agent of the environment.
+    decommissioned_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = AgentQuerySet.as_manager()
 
     class Meta:
         ordering = ["environment", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["environment", "name"], name="agent_unique_name"),
+            # Unique among the agents in service: a decommissioned agent's name is free.
+            models.UniqueConstraint(fields=["environment", "name"],
+                                    condition=Q(decommissioned_at__isnull=True),
+                                    name="agent_unique_name_in_service"),
             models.CheckConstraint(condition=Q(mode__in=["auto_pull", "manual"]),
                                    name="agent_mode_valid"),
         ]
@@ -122,6 +135,10 @@ class Agent(models.Model):
     @property
     def is_held(self) -> bool:
         return rules.is_held(self)
+
+    @property
+    def is_decommissioned(self) -> bool:
+        return self.decommissioned_at is not None
 
 
 class Deployment(models.Model):

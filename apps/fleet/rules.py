@@ -12,7 +12,11 @@ Agent row or anything shaped like one) and say what follows.
 - `report_changes`: what an agent's report changes on the agent.
 - `poll_debt_sweepable`, `poll_debts_need_sweep`: when a committed change's poll
   invalidation may be settled (its cache keys dropped for good, its row removed).
+- `decommissioned_refusal`: a decommissioned agent takes no further change.
+- `enroll_command`: the command line that enrolls and runs an agent.
 """
+
+import shlex
 
 from apps.core.errors import ApplicationError, Conflict, ValidationFailed
 
@@ -108,6 +112,37 @@ def pin_target_refusal(agent, snapshot) -> ApplicationError | None:
         return ValidationFailed(f"Snapshot {snapshot.number} is not a ready snapshot of "
                                 "the agent's environment.")
     return None
+
+
+def decommissioned_refusal(agents: list, doing: str) -> Conflict | None:
+    """The refusal (409 decommissioned) of `doing` to agents of which some are
+    decommissioned: they keep their history and take no change."""
+    gone = [a for a in agents if a.decommissioned_at is not None]
+    if not gone:
+        return None
+    return Conflict(
+        f"Cannot {doing}: " + ", ".join(a.name for a in gone[:20])
+        + (" is" if len(gone) == 1 else " are") + " decommissioned (since "
+        + ", ".join(f"{a.decommissioned_at:%Y-%m-%d %H:%M}Z" for a in gone[:20])
+        + "); enroll a new agent instead.", code="decommissioned",
+        details=[{"agent": a.pk, "name": a.name, "decommissioned_at": a.decommissioned_at}
+                 for a in gone[:100]])
+
+
+ENROLL_NAME_PLACEHOLDER = "<agent-name>"
+ENROLL_TARGET_PLACEHOLDER = "/etc/<service>/bellwether"
+
+
+def enroll_command(*, server: str, enrollment_token: str, name: str = "",
+                   target_dir: str = "") -> str:
+    """The command an operator runs on a host to enroll an agent with this
+    enrollment token and keep it running (the options of `bellwether-agent
+    --help`); placeholders in angle brackets where the name or target is not known."""
+    parts = ["bellwether-agent", "--server", server.rstrip("/"),
+             "--enrollment-token", enrollment_token,
+             "--name", name or ENROLL_NAME_PLACEHOLDER,
+             "--target-dir", target_dir or ENROLL_TARGET_PLACEHOLDER]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def going_back_refusal(agent, snapshot) -> ApplicationError | None:

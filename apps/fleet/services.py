@@ -69,8 +69,8 @@ def agent_changed_on_commit(agent: Agent, *, token_key: str | None = None) -> No
 def environment_polls_changed(environment: Environment) -> None:
     """The poll answer of every agent of `environment` changed (e.g. its interval):
     their cached ETags are no longer trusted once the transaction commits."""
-    forget_polls_on_commit(Agent.objects.filter(environment=environment)
-                      .values_list("token_key", flat=True))
+    forget_polls_on_commit(Agent.objects.in_service().filter(environment=environment)
+                           .values_list("token_key", flat=True))
 
 
 def check_labels(labels) -> dict:
@@ -110,6 +110,9 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
     with transaction.atomic():
         environment = Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
+        refused = rules.decommissioned_refusal([locked], f"change {', '.join(changes)}")
+        if refused is not None:
+            raise refused
         changed = [f for f, v in changes.items() if getattr(locked, f) != v]
         if not changed:
             return locked
@@ -160,16 +163,20 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
 
 def agents_chosen(environment: Environment, agent_ids: list[int] | None = None, *,
                   queryset=None) -> list[Agent]:
-    """The agents an operation names (every enabled one when it names none),
-    locked in primary-key order: 404 naming the ids not in the environment,
-    no_agents when none is left."""
+    """The agents an operation names (every enabled one in service when it names
+    none), locked in primary-key order: 404 naming the ids not in the environment,
+    409 decommissioned naming those decommissioned, no_agents when none is left."""
     agents = (Agent.objects if queryset is None else queryset).filter(environment=environment)
-    agents = agents.filter(pk__in=agent_ids) if agent_ids else agents.filter(enabled=True)
+    agents = (agents.filter(pk__in=agent_ids) if agent_ids
+              else agents.in_service().filter(enabled=True))
     agents = agents.lock_all()
     missing = sorted(set(agent_ids or []) - {a.pk for a in agents})
     if missing:
         raise NotFound(f"No agents {missing} in {environment.full_name}.",
                        details=[{"agent": i} for i in missing])
+    refused = rules.decommissioned_refusal(agents, "include them")
+    if refused is not None:
+        raise refused
     if not agents:
         raise ValidationFailed(f"{environment.full_name} has no enabled agents.",
                                code="no_agents")

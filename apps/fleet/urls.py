@@ -18,6 +18,8 @@ urlpatterns = [
          name="agent-token-rotate"),
     path("agents/<int:agent_id>/token/revoke", api.AgentTokenRevokeApi.as_view(),
          name="agent-token-revoke"),
+    path("agents/<int:agent_id>/decommission", api.AgentDecommissionApi.as_view(),
+         name="agent-decommission"),
     path("agents/<int:agent_id>/pin", api.AgentPinApi.as_view(), name="agent-pin"),
     path("agents/<int:agent_id>/pin/release", api.AgentPinReleaseApi.as_view(),
          name="agent-pin-release"),

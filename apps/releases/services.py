@@ -1,6 +1,6 @@
 """Release operations: every change that spans the domain apps below (publish,
 descriptor submission, environment rollback, activation, push, operator pins,
-agent report intake, environment settings that agents poll).
+decommissioning an agent, agent report intake, environment settings that agents poll).
 
 Each reads plan → check → write inside one transaction, takes its locks in the
 order apps.core.locks gives (the environment's first, where it changes what the
@@ -21,16 +21,18 @@ from apps.core.errors import Conflict, NotFound
 from apps.environments import services as environments
 from apps.environments.models import Descriptor, Environment
 from apps.fleet import services as fleet
+from apps.fleet.enrollment import agent_decommission_mark
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.rules import (
     check_generation,
+    decommissioned_refusal,
     going_back_refusal,
     pin_target_refusal,
     push_refusal,
 )
 from apps.releases.rules import publication_activates_by_policy
 from apps.releases.tasks import publication_render_task
-from apps.rollouts.models import Rollout
+from apps.rollouts.models import Rollout, RolloutTarget
 from apps.rollouts.quarantine import quarantine_lift, refuse_quarantined
 from apps.rollouts.services import rollout_pin_release
 from apps.rollouts.tasks import rollout_reconcile_task
@@ -248,6 +250,7 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
     with transaction.atomic():
         Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
+        _raise(decommissioned_refusal([locked], f"pin #{snapshot.number}"))
         check_generation(locked, expected_generation)
         _raise(pin_target_refusal(locked, snapshot))
         refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
@@ -268,6 +271,29 @@ def pin_release(*, agent: Agent, rollout_id: int | None, expected_generation: in
         raise NotFound(f"Rollout {rollout_id} not found.")
     return rollout_pin_release(agent=agent, rollout=rollout, actor=actor,
                                expected_generation=expected_generation)
+
+
+def agent_decommission(*, agent: Agent, expected_generation: int, actor) -> Agent:
+    """Decommission an agent at `expected_generation` (CAS): its token is revoked,
+    its history kept, its name free for a new agent. A rollout holding it lets it
+    go: its target is released (a decommissioned target neither blocks nor
+    acknowledges a wave) and the rollout driven again on commit."""
+    with transaction.atomic():
+        Environment.objects.lock(agent.environment_id)
+        locked = Agent.objects.lock(agent.pk)
+        _raise(decommissioned_refusal([locked], "decommission it"))
+        check_generation(locked, expected_generation)
+        targets = RolloutTarget.objects.filter(agent=locked).exclude(
+            state=RolloutTarget.State.RELEASED)
+        if locked.pin_rollout_id is not None:
+            targets.filter(rollout_id=locked.pin_rollout_id).update(
+                state=RolloutTarget.State.RELEASED)
+        agent_decommission_mark(agent=locked, actor=actor)
+        rollout_id = (Rollout.objects.active_in(locked.environment_id)
+                      .values_list("pk", flat=True).first())
+        if rollout_id is not None:
+            queue_on_commit(rollout_reconcile_task, rollout_id)
+    return locked
 
 
 # --- agent reports ---------------------------------------------------------------------

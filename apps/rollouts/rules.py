@@ -96,19 +96,21 @@ class WaveEvidence:
     waiting: list = field(default_factory=list)
     released: list = field(default_factory=list)
     changed: list = field(default_factory=list)
+    # Gone for good: they neither block nor acknowledge; a wave of only these passes.
+    decommissioned: list = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         """Every target acknowledged: what a manual confirm needs."""
-        return bool(self.acknowledged) and not (self.failed or self.waiting or self.released
-                                                or self.changed)
+        return bool(self.acknowledged or self.decommissioned) and not (
+            self.failed or self.waiting or self.released or self.changed)
 
     @property
     def settled(self) -> bool:
         """Nothing left to wait for: what an automatic gate needs. Failures within
         the rollout's threshold are tolerated here (more roll the rollout back)."""
-        return bool(self.acknowledged) and not (self.waiting or self.released
-                                                or self.changed)
+        return bool(self.acknowledged or self.decommissioned) and not (
+            self.waiting or self.released or self.changed)
 
     def blockers(self, order: tuple = ("released", "failed", "changed", "waiting")
                  ) -> list[tuple[str, list]]:

@@ -24,7 +24,8 @@ def freshness_window(rollout: Rollout) -> timedelta:
 
 def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
     """Who in `wave` has reported success for the exact snapshot number and checksum,
-    strictly after activation and within the freshness window (docs/rollouts.md)."""
+    strictly after activation and within the freshness window (docs/rollouts.md).
+    Decommissioned agents are listed apart: they neither block nor acknowledge."""
     wave = rollout.current_wave if wave is None else wave
     snapshot = rollout.snapshot
     now = timezone.now()
@@ -51,7 +52,9 @@ def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
         agent, name = target.agent, target.agent.name
         report = reports.get(agent.pk, {})
         succeeded, failed = report.get("succeeded"), report.get("failed")
-        if target.state == RolloutTarget.State.RELEASED:
+        if agent.decommissioned_at is not None:
+            evidence.decommissioned.append(name)
+        elif target.state == RolloutTarget.State.RELEASED:
             evidence.released.append(name)
         elif target.state != RolloutTarget.State.ACTIVATED:
             evidence.waiting.append(name)

@@ -27,7 +27,8 @@ def test_adding_an_enrollment_token_shows_its_secret_once(login, tenant_owner, e
                            follow=True)
 
     token = EnrollmentToken.objects.get()
-    shown = [m for m in messages_of(response) if f"bwe_{token.key}." in m]
+    shown = [m for m in messages_of(response)
+             if f"bwe_{token.key}." in m and "shown only once" in m]
     assert len(shown) == 1
     secret = shown[0].rsplit(" ", 1)[1]
     assert secret.split(".", 1)[1] not in token.secret_hash
@@ -115,3 +116,43 @@ def test_a_refused_action_reports_the_reason_instead_of_failing(login, tenant_ow
 
     assert response.status_code == 200
     assert messages_of(response) == ["web-1 (shop/prod): web-1 is not pinned."]
+
+
+def test_a_new_enrollment_token_shows_the_command_to_run(login, tenant_owner, environment):
+    response = login(tenant_owner).post(f"{TOKENS}add/", {
+        "environment": environment.pk, "name": "racks", "max_uses": 1,
+        "expires_in_hours": 2}, follow=True)
+
+    token = EnrollmentToken.objects.get()
+    commands = [m for m in messages_of(response) if "bellwether-agent " in m]
+    assert len(commands) == 1
+    command = commands[0].split(": ", 1)[1]
+    assert command.startswith("bellwether-agent --server http://testserver "
+                              f"--enrollment-token bwe_{token.key}.")
+    assert command.endswith("--name '<agent-name>' --target-dir '/etc/<service>/bellwether'")
+
+
+def test_decommissioning_from_the_admin_goes_through_the_service(login, tenant_owner,
+                                                                 agent):
+    client = login(tenant_owner)
+
+    response = client.post(AGENTS, {"action": "decommission", "_selected_action": [agent.pk]},
+                           follow=True)
+
+    gone = Agent.objects.get(pk=agent.pk)
+    assert gone.decommissioned_at is not None and gone.token_revoked_at is not None
+    assert "Decommissioned 1 agent(s)." in messages_of(response)
+    assert AuditEvent.objects.filter(action="agent.decommission",
+                                     object_id=str(agent.pk)).exists()
+    # Listed no more by default; the filter shows it.
+    assert listed(client.get(AGENTS)) == []
+    assert listed(client.get(AGENTS + "?decommissioned=true")) == [gone]
+    assert listed(client.get(AGENTS + "?decommissioned=any")) == [gone]
+    # A second time names the state; so does rotating its token.
+    again = client.post(AGENTS + "?decommissioned=true", {
+        "action": "decommission", "_selected_action": [agent.pk]}, follow=True)
+    assert any("web-1 is decommissioned" in m for m in messages_of(again))
+    rotated = client.post(AGENTS + "?decommissioned=true", {
+        "action": "rotate_token", "_selected_action": [agent.pk]}, follow=True)
+    assert any("web-1 is decommissioned" in m for m in messages_of(rotated))
+    assert Agent.objects.get(pk=agent.pk).token_revoked_at is not None

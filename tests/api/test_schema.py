@@ -37,6 +37,7 @@ FLEET_DOCUMENTED = {
     "/api/v1/agent/reports": {"post"},
     "/api/v1/agents/{agent_id}/pin": {"post"},
     "/api/v1/agents/{agent_id}/pin/release": {"post"},
+    "/api/v1/agents/{agent_id}/decommission": {"post"},
 }
 LAYERS_DOCUMENTED = {"/api/v1/descriptors": {"post"}}
 # Tested in tests/api/test_quarantine.py (they need a rolled-back rollout).

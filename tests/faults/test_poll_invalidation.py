@@ -13,6 +13,7 @@ import pytest
 from apps.fleet import cache as fleet_cache
 from apps.fleet import enrollment, polldebt, rules, services
 from apps.fleet.models import PollInvalidation
+from apps.releases import services as releases
 from tests.api_helpers import assert_error
 from tests.factories import enrolled_agent, poll, publish_variant
 
@@ -146,4 +147,23 @@ def test_a_revoked_token_is_refused_within_the_bound_while_redis_stalls(
     after = poll(agent.client, etag)
 
     assert_error(during, 401, "authentication_failed")
+    assert_error(after, 401, "authentication_failed")
+
+
+def test_a_decommissioned_agent_is_refused_within_the_bound_while_redis_stalls(
+        redis_cache, first, environment, superuser, django_capture_on_commit_callbacks):
+    agent = enrolled_agent(environment, "web-1", actor=superuser)
+    etag = _steady(agent)
+
+    with redis_cache.stalled():
+        with django_capture_on_commit_callbacks(execute=True):
+            releases.agent_decommission(agent=agent.agent, expected_generation=1,
+                                        actor=superuser)
+        committed_at = time.monotonic()
+        during = poll(agent.client, etag)
+        time.sleep(max(0.0, STALL_S - (time.monotonic() - committed_at)))
+    _write_back(agent, etag)
+    after = poll(agent.client, etag)
+
+    assert "decommissioned" in assert_error(during, 401, "authentication_failed")["message"]
     assert_error(after, 401, "authentication_failed")

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
+from apps.audit.models import AuditEvent
 from apps.core.errors import ApplicationError
 from apps.fleet import enrollment
 from apps.fleet.models import Agent, Deployment, EnrollmentToken
@@ -85,3 +86,39 @@ def test_concurrent_identical_pull_reports_record_one_deployment(environment, su
     assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
     assert sorted(created for _, created in outcomes) == [False] * (THREADS - 1) + [True]
     assert Deployment.objects.filter(agent=agent).count() == 1
+
+
+def test_concurrent_decommissions_at_one_generation_audit_one(environment, superuser):
+    agent = enrolled_agent(environment, "web-1", actor=superuser).agent
+
+    outcomes = _race([
+        (lambda: releases.agent_decommission(agent=agent, expected_generation=1,
+                                             actor=superuser))
+        for _ in range(THREADS)
+    ])
+
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(refused) == THREADS - 1
+    assert all(isinstance(o, ApplicationError) and o.code == "decommissioned"
+               for o in refused), refused
+    assert Agent.objects.get(pk=agent.pk).generation == 2
+    assert AuditEvent.objects.filter(action="agent.decommission").count() == 1
+
+
+def test_enrollments_racing_for_a_freed_name_leave_one_agent_in_service(environment,
+                                                                         superuser):
+    old = enrolled_agent(environment, "web-1", actor=superuser).agent
+    releases.agent_decommission(agent=old, expected_generation=1, actor=superuser)
+    secrets = [enrollment_token(environment, actor=superuser)[1] for _ in range(THREADS)]
+
+    outcomes = _race([
+        (lambda s=s: enrollment.agent_enroll(enrollment_token=s, name="web-1", labels={}))
+        for s in secrets
+    ])
+
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(refused) == THREADS - 1
+    assert all(isinstance(o, ApplicationError) and o.code == "name_taken"
+               for o in refused), refused
+    assert Agent.objects.in_service().filter(name="web-1").count() == 1
+    assert Agent.objects.filter(name="web-1").count() == 2

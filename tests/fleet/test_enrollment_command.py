@@ -27,6 +27,16 @@ def test_create_prints_a_secret_once_that_enrolls_agents(environment):
     assert enroll_over_http(secret, "web-3").status_code == 401
 
 
+def test_create_prints_the_command_to_run_on_the_host(environment):
+    out, err = StringIO(), StringIO()
+    call_command("enrollment_token", "create", "shop/prod", "--server",
+                 "https://bw.example.com/", stdout=out, stderr=err)
+
+    secret = out.getvalue().strip()
+    assert (f"bellwether-agent --server https://bw.example.com --enrollment-token {secret} "
+            "--name '<agent-name>' --target-dir '/etc/<service>/bellwether'") in err.getvalue()
+
+
 def test_list_shows_uses_and_state_but_never_the_secret(environment):
     secret = run("create", "shop/prod")
     listing = run("list", "shop/prod")

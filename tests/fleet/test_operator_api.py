@@ -33,6 +33,7 @@ ROUTES = [
     ("get", "/api/v1/agents/{agent}/deployments", "viewer", None, 200),
     ("post", "/api/v1/agents/{agent}/token/rotate", "owner", None, 200),
     ("post", "/api/v1/agents/{agent}/token/revoke", "owner", None, 200),
+    ("post", "/api/v1/agents/{agent}/decommission", "owner", {"expected_generation": 1}, 200),
 ]
 
 
@@ -115,7 +116,8 @@ def test_agent_token_is_refused_on_operator_routes(route, url, fleet):
     assert_error(response, 401)
 
 
-@pytest.mark.parametrize("suffix", ["", "/deployments", "/token/rotate", "/token/revoke"])
+@pytest.mark.parametrize("suffix", ["", "/deployments", "/token/rotate", "/token/revoke",
+                                    "/decommission"])
 def test_unknown_agent_is_404(suffix, api_client, superuser, fleet):
     method = "get" if suffix in ("", "/deployments") else "post"
 
@@ -151,7 +153,7 @@ def test_agents_list_shows_each_agents_status(client_for, enroll, first):
     rows = {row["name"]: row for row in body["results"]}
     assert list(rows) == ["web-1", "web-2", "web-3"]
     assert set(rows["web-1"]) == {"id", "name", "environment", "labels", "enabled", "mode",
-                                  "generation", "created_at", "status"}
+                                  "generation", "created_at", "decommissioned_at", "status"}
     assert all(set(row["status"]) == STATUS_FIELDS for row in rows.values())
     one, two, three = (rows[n]["status"] for n in ("web-1", "web-2", "web-3"))
     desired = {"number": 1, "checksum": first.checksum}
@@ -325,8 +327,11 @@ def test_owner_creates_an_enrollment_token_that_enrolls(client_for, environment)
 
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"key", "token", "uses", "expires_at"}
+    assert set(body) == {"key", "token", "uses", "expires_at", "command"}
     assert body["uses"] == 2 and body["token"].startswith(f"bwe_{body['key']}.")
+    assert body["command"] == (
+        f"bellwether-agent --server http://testserver --enrollment-token {body['token']} "
+        "--name '<agent-name>' --target-dir '/etc/<service>/bellwether'")
     row = EnrollmentToken.objects.get(key=body["key"])
     assert (row.max_uses, row.uses, row.name, row.environment_id) == (
         2, 0, "rack 4", environment.pk)

@@ -10,6 +10,7 @@ from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.fleet.enrollment import enrollment_token_create, enrollment_token_revoke
 from apps.fleet.models import EnrollmentToken
+from apps.fleet.rules import enroll_command
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -38,6 +39,9 @@ class Command(BaseCommand):
         create.add_argument("--expires", default="24h",
                             help="Lifetime: a number with s, m, h or d (default 24h).")
         create.add_argument("--name", default="", help="What the token is for.")
+        create.add_argument("--server", default="",
+                            help="This server's URL as agents reach it, for the command "
+                                 "printed with the token.")
         listing = sub.add_parser("list", help="List tokens of APP/ENV (never the secrets).")
         listing.add_argument("environment", metavar="APP/ENV")
         revoke = sub.add_parser("revoke", help="Revoke the token with KEY.")
@@ -54,7 +58,7 @@ class Command(BaseCommand):
             raise CommandError(f"No environment {full_name!r} (expected APP/ENV).")
         return environment
 
-    def _create(self, environment, uses, expires, name, **_):
+    def _create(self, environment, uses, expires, name, server="", **_):
         if not 1 <= uses <= 100_000:
             raise CommandError("--uses must be between 1 and 100000.")
         env = self._environment(environment)
@@ -69,6 +73,9 @@ class Command(BaseCommand):
         self.stderr.write(f"Enrollment token {token.key} for {env.full_name}: {uses} use(s), "
                           f"expires {token.expires_at:%Y-%m-%d %H:%M}Z. Shown only once:")
         self.stdout.write(secret)
+        command = enroll_command(server=server or "https://<this-server>",
+                                 enrollment_token=secret)
+        self.stderr.write(f"On the host, run (fill in the <placeholders>): {command}")
 
     def _list(self, environment, **_):
         now = timezone.now()
