@@ -76,6 +76,16 @@ def _fresh_poll_debts(monkeypatch):
     monkeypatch.setattr(polldebt, "_debts", polldebt._Debts())
 
 
+@pytest.fixture(autouse=True)
+def _closed_breakers():
+    """Each test starts with no remembered dependency failure."""
+    from apps.core.breaker import best_effort_redis
+
+    best_effort_redis.reset()
+    yield
+    best_effort_redis.reset()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _tasks_inline():
     """Tasks run inline in tests unless a test starts a real worker."""

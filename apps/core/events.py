@@ -13,6 +13,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from apps.core.breaker import best_effort_redis
+
 logger = logging.getLogger(__name__)
 
 KINDS = ("agent", "deployment", "snapshot", "rollout", "pending")
@@ -42,10 +44,15 @@ def _logged(group: str):
     def done(future) -> None:
         if not future.cancelled() and future.exception() is not None:
             logger.warning("live event to %s not sent: %r", group, future.exception())
+            best_effort_redis.failed(future.exception())
     return done
 
 
 def _send(group: str, message: dict) -> None:
+    if not best_effort_redis.allows():
+        logger.warning("live event to %s not sent: the channel layer failed a moment ago",
+                       group)
+        return
     loop = _serving_loop
     try:
         layer = get_channel_layer()
@@ -56,8 +63,9 @@ def _send(group: str, message: dict) -> None:
                                              loop).add_done_callback(_logged(group))
         else:
             async_to_sync(layer.group_send)(group, message)
-    except Exception:  # a lost live event must never fail the change that caused it
+    except Exception as exc:  # a lost live event must never fail the change that caused it
         logger.warning("live event to %s not sent", group, exc_info=True)
+        best_effort_redis.failed(exc)
 
 
 def emit(kind: str, *, environment_id: int, **ids) -> None:

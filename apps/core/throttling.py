@@ -14,6 +14,8 @@ from django.http import HttpResponse
 from django.utils.html import escape
 from rest_framework.throttling import SimpleRateThrottle
 
+from apps.core.breaker import best_effort_redis
+
 logger = logging.getLogger(__name__)
 
 
@@ -52,11 +54,14 @@ class _ScopedRateThrottle(SimpleRateThrottle):
         if self.rate is None:
             return True
         self.num_requests, self.duration = self.parse_rate(self.rate)
+        if not best_effort_redis.allows():
+            return True  # the cache failed a moment ago: do not wait on it again
         try:
             return super().allow_request(request, view)
         except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
             logger.warning("throttle %s: cache unavailable, not throttling: %s",
                            self.scope, exc)
+            best_effort_redis.failed(exc)
             return True
 
     def wait(self):
