@@ -13,6 +13,10 @@ from jinja2.utils import Namespace
 
 MAX_INT_BITS = 100_000
 MAX_CALL_DEPTH = 100
+MAX_ROUND_DIGITS = 100  # round(12345, -10**9) computes 10**(10**9) in C, holding the GIL
+MAX_NUMBER_DIGITS = 4300  # as Python's own int <-> str conversion limit
+SAFE_CODECS = frozenset(("utf-8", "utf8", "ascii", "latin-1", "latin1", "iso-8859-1",
+                         "utf-16", "utf-32"))
 DEFAULT_RENDER_SECONDS = 5.0
 
 
@@ -184,12 +188,19 @@ def _to_bytes(budget, number, length=1, *_a, **_kw):
     budget.require(_int(length, 1), "to_bytes")
 
 
+def _codec(budget, s, encoding="utf-8", *_a, **_kw):
+    """encode/decode with a plain codec only: some (punycode, idna) take quadratic time."""
+    if not isinstance(encoding, str) or encoding.lower().replace("_", "-") not in SAFE_CODECS:
+        raise RenderLimit(f"the codec {encoding!r} is not allowed; use one of "
+                          f"{', '.join(sorted(SAFE_CODECS))}")
+
+
 # Methods of str/bytes/int that decide their result's size from an argument,
 # checked before the call: name -> check(budget, self, *args, **kwargs).
 METHOD_CHECKS = {
     "center": _width, "ljust": _width, "rjust": _width, "zfill": _width,
     "replace": _replace_size, "join": _join_size, "expandtabs": _expandtabs,
-    "translate": _translate, "to_bytes": _to_bytes,
+    "translate": _translate, "to_bytes": _to_bytes, "encode": _codec, "decode": _codec,
 }
 
 
@@ -258,12 +269,23 @@ def _sum(budget, iterable, attribute=None, start=0, *_a, **_kw):
         budget.require(budget.text_size(iterable) + budget.text_size(start), "this sum")
 
 
-# Filters whose result size depends on their arguments, checked before the call:
+def _round(budget, value, precision=0, *_a, **_kw):
+    if isinstance(precision, int) and abs(precision) > MAX_ROUND_DIGITS:
+        raise RenderLimit(f"round to more than {MAX_ROUND_DIGITS} digits is not allowed")
+
+
+def _number_text(budget, value, *_a, **_kw):
+    if isinstance(value, (str, bytes)) and len(value) > MAX_NUMBER_DIGITS:
+        raise RenderLimit(f"a number written with more than {MAX_NUMBER_DIGITS} characters")
+
+
+# Filters whose cost or result size depends on their arguments, checked before the call:
 # name -> check(budget, value, *args, **kwargs).
 FILTER_CHECKS = {
     "center": _width, "indent": _indent, "replace": _replace_filter, "join": _join_filter,
     "format": _format_filter, "wordwrap": _wordwrap, "urlize": _urlize, "tojson": _tojson,
-    "batch": _count, "slice": _count, "sum": _sum,
+    "batch": _count, "slice": _count, "sum": _sum, "round": _round,
+    "int": _number_text, "float": _number_text,
     **dict.fromkeys(("string", "pprint", "e", "escape", "forceescape", "urlencode",
                      "xmlattr", "list", "title", "upper", "lower", "capitalize", "striptags",
                      "wordcount", "truncate", "trim", "safe"), _text_of),

@@ -67,10 +67,11 @@ def _read_all(fd: int, deadline: float) -> bytes | None:
         chunks.append(chunk)
 
 
-def render_isolated(source: dict, *, seconds: float, memory_bytes: int) -> Rendered:
+def render_isolated(source: dict, *, seconds: float, memory_bytes: int,
+                    grace: float = GRACE_SECONDS) -> Rendered:
     """render_source(source) in a forked child with at most `memory_bytes` more
-    address space than this process, `seconds` of wall time (plus a grace
-    period) and as much CPU time; a child over a limit is a render_limit."""
+    address space than this process, `seconds` of wall time (plus `grace`)
+    and as much CPU time; a child over a limit is a render_limit."""
     reader, writer = os.pipe()
     try:
         pid = os.fork()
@@ -84,7 +85,7 @@ def render_isolated(source: dict, *, seconds: float, memory_bytes: int) -> Rende
     os.close(writer)
     data = None
     try:
-        data = _read_all(reader, time.monotonic() + seconds + GRACE_SECONDS)
+        data = _read_all(reader, time.monotonic() + seconds + grace)
     finally:
         os.close(reader)
         if data is None:

@@ -187,6 +187,16 @@ def _syntax_problem(exc: jinja_errors.TemplateSyntaxError, path: str) -> Problem
                    line=exc.lineno)
 
 
+def _unparsable(exc: Exception, path: str) -> Problem:
+    """A template Jinja or Python's compiler could not handle (too deeply nested, a
+    literal Python refuses): a template_syntax problem, never an internal error."""
+    reason = ("it is nested too deep or too long an expression"
+              if isinstance(exc, (RecursionError, MemoryError))
+              else f"{type(exc).__name__}: {str(exc)[:200]}")
+    return Problem("template_syntax", f"the template cannot be compiled: {reason}",
+                   file=path, line=getattr(exc, "lineno", None))
+
+
 def template_syntax_problems(templates: list[dict]) -> list[Problem]:
     """Compile each template without rendering it: syntax, unknown filters and tests."""
     env = template_environment({}, budget=RenderBudget(
@@ -198,6 +208,8 @@ def template_syntax_problems(templates: list[dict]) -> list[Problem]:
             env.compile(template["source"], name=template["path"], filename=template["path"])
         except jinja_errors.TemplateSyntaxError as exc:
             problems.append(_syntax_problem(exc, template["path"]))
+        except Exception as exc:  # noqa: BLE001 - RecursionError, SyntaxError, ValueError...
+            problems.append(_unparsable(exc, template["path"]))
     return problems
 
 
@@ -223,6 +235,9 @@ def _render_templates(
             template = env.get_template(path)
         except jinja_errors.TemplateSyntaxError as exc:
             problems.append(_syntax_problem(exc, path))
+            continue
+        except Exception as exc:  # noqa: BLE001 - see _unparsable
+            problems.append(_unparsable(exc, path))
             continue
         chunks, size = [], 0
         try:
@@ -264,8 +279,20 @@ def _render_templates(
                 else "template_error"
             problems.append(Problem(code, str(exc), file=file or path, line=line))
             continue
+        except Exception as exc:  # noqa: BLE001 - whatever a filter or operator raises
+            file, line = _template_line(exc, paths)
+            problems.append(Problem("template_error", _error_text(exc), file=file or path,
+                                    line=line))
+            continue
         files.append({"path": path, "content": "".join(chunks)})
     return files, problems
+
+
+def _error_text(exc: Exception) -> str:
+    """What a template's misuse of a builtin raised (AssertionError, NameError...)."""
+    text = str(exc)[:300]
+    return f"{type(exc).__name__}: {text}" if text else \
+        f"{type(exc).__name__} (a filter or operator was given arguments it cannot handle)"
 
 
 def _limit_problem(exc: BaseException, file: str, line: int | None) -> Problem:

@@ -25,7 +25,7 @@ from jinja2 import (
     nodes,
     pass_context,
 )
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, TemplateSyntaxError
 from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import _PassArg
@@ -40,10 +40,25 @@ from configlang.budget import (
     check_printf,
     guard_method,
 )
+from configlang.reviewed import REVIEWED_FILTERS, REVIEWED_GLOBALS, REVIEWED_TESTS
 
 MAX_POWER_BITS = MAX_INT_BITS
 MACRO_CALL_COST = 20
 MAX_STACK_FRAMES = 400
+# Brackets and unary operators (not, -, +) nested in one expression: Jinja's parser
+# and Python's compiler recurse on them, and fail (RecursionError, SyntaxError) far
+# from the template's line; refused, naming the line, before parsing.
+MAX_NESTING = 32
+_OPENING = frozenset(("lparen", "lbracket", "lbrace"))
+_CLOSING = frozenset(("rparen", "rbracket", "rbrace"))
+_UNARY = frozenset(("sub", "add"))
+# Operators, filters and lookups chained in one tag: parsed in a loop but compiled
+# recursively (a left-deep tree), so bounded too.
+MAX_CHAIN = 100
+_CHAINED = frozenset(("add", "sub", "mul", "div", "floordiv", "mod", "pow", "pipe", "dot",
+                      "eq", "ne", "lt", "lteq", "gt", "gteq"))
+_CHAINED_NAMES = frozenset(("and", "or", "is", "in", "if"))
+_TAG_START = frozenset(("variable_begin", "block_begin"))
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
@@ -55,6 +70,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         """Parse as Jinja does, then route what no sandbox hook sees through the
         budget: loop iterables, `~`, literal output, list/tuple/dict literals,
         comparisons and include names."""
+        _check_nesting(self._tokenize(source, name, filename), name, filename)
         return _Charged().visit(super()._parse(source, name, filename))
 
     # --- what the generated code calls --------------------------------------------
@@ -103,6 +119,34 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         budget.charge()
         _check_binop(budget, operator, left, right)
         return budget.produced(super().call_binop(context, operator, left, right))
+
+
+def _check_nesting(stream, name, filename) -> None:
+    """Refuse expressions nested deeper than MAX_NESTING (the lexer is iterative)."""
+    depth, unary, chain, previous = 0, 0, 0, None
+    for token in stream:
+        if token.type in _TAG_START:
+            chain = 0
+        elif token.type in _CHAINED or (token.type == "name" and token.value in _CHAINED_NAMES) \
+                or (token.type in ("lparen", "lbracket") and previous in _CLOSING):
+            chain += 1
+            if chain > MAX_CHAIN:
+                raise TemplateSyntaxError(
+                    f"a tag chains more than {MAX_CHAIN} operators, filters and lookups",
+                    token.lineno, name, filename)
+        if token.type in _OPENING:
+            depth += 1
+        elif token.type in _CLOSING:
+            depth = max(0, depth - 1)
+        is_unary = (token.type == "name" and token.value == "not") or (
+            token.type in _UNARY and previous not in ("name", "integer", "float", "string",
+                                                       *_CLOSING))
+        unary = unary + 1 if is_unary else 0
+        if depth + unary > MAX_NESTING:
+            raise TemplateSyntaxError(
+                f"an expression is nested more than {MAX_NESTING} levels deep (brackets "
+                "and unary operators)", token.lineno, name, filename)
+        previous = token.type
 
 
 def _check_binop(budget: RenderBudget, operator, left, right) -> None:
@@ -304,10 +348,13 @@ def template_environment(sources: dict[str, str], *, budget: RenderBudget) -> _S
     env.budget = budget
     env.finalize = env.bw_finalize
     env.filters["tojson"] = _tojson
-    env.globals.pop("lipsum", None)  # builds text of any size; no use in a config file
-    env.filters = {name: _charged_filter(env, name, func) for name, func in env.filters.items()}
+    # Only reviewed builtins (configlang.reviewed): a newer Jinja's additions are dropped.
+    env.globals = {k: v for k, v in env.globals.items() if k in REVIEWED_GLOBALS}
+    env.filters = {name: _charged_filter(env, name, func) for name, func in env.filters.items()
+                   if name in REVIEWED_FILTERS}
     env.filters.update(_INTERNAL_FILTERS)
-    env.tests = {name: _charged_test(env, func) for name, func in env.tests.items()}
+    env.tests = {name: _charged_test(env, func) for name, func in env.tests.items()
+                 if name in REVIEWED_TESTS}
     return env
 
 

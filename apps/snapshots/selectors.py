@@ -19,6 +19,7 @@ from apps.environments.models import Environment
 from apps.environments.selectors import current_policy, environment_limits
 from apps.snapshots.models import Publication, Snapshot
 from configlang.diff import diff_files
+from configlang.isolated import render_isolated
 from configlang.merge import merge
 from configlang.problems import Problem
 from configlang.rendering import SOURCE_FORMAT, Rendered, render_source
@@ -76,8 +77,23 @@ def _cached_limit(key: str) -> dict | None:
         return None
 
 
+WEB_RENDER_GRACE_SECONDS = 1  # a web render's child is killed this long after its deadline
+
+
+def _render(source: dict, seconds: float) -> Rendered:
+    """In a child process (configlang.isolated) unless BELLWETHER_RENDER_ISOLATED is
+    off: C-level work a template triggers cannot be interrupted, and would otherwise
+    hold this server's GIL past any deadline."""
+    if settings.BELLWETHER_RENDER_ISOLATED:
+        return render_isolated(source, seconds=seconds,
+                               memory_bytes=settings.BELLWETHER_RENDER_MEMORY_MB << 20,
+                               grace=WEB_RENDER_GRACE_SECONDS)
+    return render_source(source, seconds=seconds)
+
+
 def web_render(source: dict) -> Rendered:
-    """Render for a web request: within BELLWETHER_WEB_RENDER_SECONDS, at most
+    """Render for a web request (isolated as a publish is): within
+    BELLWETHER_WEB_RENDER_SECONDS, at most
     BELLWETHER_WEB_RENDERS at once in this process (another answers 503
     render_busy at once). Sources that went over the render budget are
     remembered for a while, so asking again costs nothing."""
@@ -90,7 +106,7 @@ def web_render(source: dict) -> Rendered:
         raise Unavailable("Too many renders are running; try again shortly.",
                           code="render_busy")
     try:
-        rendered = render_source(source, seconds=settings.BELLWETHER_WEB_RENDER_SECONDS)
+        rendered = _render(source, settings.BELLWETHER_WEB_RENDER_SECONDS)
     finally:
         slots.release()
     for problem in rendered.problems:

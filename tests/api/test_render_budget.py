@@ -146,3 +146,77 @@ def test_web_renders_beyond_the_cap_answer_503_at_once(environment, client_for, 
     assert_error(response, 503, "render_busy")
     assert response["Retry-After"] == "2"
     assert client.get(f"{ENV}/preview").status_code == 200
+
+
+MISUSE = {"truncate": "{{ 'x'|truncate(2) }}",
+          "truncate leeway": "{{ 'abcdef'|truncate(3, leeway=-5) }}",
+          "inf": "{{ 1e999|int }}", "none arithmetic": "{{ none + 1 }}", "zero": "{{ 1 // 0 }}"}
+
+
+@pytest.mark.parametrize("template", MISUSE.values(), ids=MISUSE.keys())
+def test_a_misused_builtin_is_a_template_error_on_every_web_render(
+        template, environment, superuser, client_for, client):
+    _plant(environment, superuser, template)
+    viewer = client_for("viewer")
+    for route in ("preview", "pending"):
+        response = viewer.get(f"{ENV}/{route}")
+        assert response.status_code == 200, response.content
+        [problem] = response.json()["errors"]
+        assert (problem["code"], problem["file"], problem["line"]) == \
+            ("template_error", "shop/zz.conf", 2)
+    client.force_login(superuser)
+    assert client.get("/e/shop/prod/").status_code == 200
+    assert client.get(change_url(ENVIRONMENTS, environment.pk)).status_code == 200
+
+
+@transactional
+def test_a_publish_with_a_misused_builtin_is_invalid_naming_file_and_line(
+        environment, superuser, client_for):
+    _plant(environment, superuser, MISUSE["truncate"])
+    error = assert_error(client_for("deployer").post(f"{ENV}/publish"), 400, "snapshot_invalid")
+    [problem] = error["details"]
+    assert (problem["code"], problem["file"], problem["line"]) == \
+        ("template_error", "shop/zz.conf", 2)
+    assert "AssertionError" in problem["message"]
+    assert "internal error" not in error["message"]
+
+
+NESTED = {"parentheses": "{{ " + "(" * 100 + "1" + ")" * 100 + " }}",
+          "brackets": "{{ " + "[" * 100 + "1" + "]" * 100 + " }}",
+          "not": "{{ " + "not " * 3000 + "1 }}", "minus": "{{ " + "-" * 3000 + "1 }}",
+          "plus chain": "{{ 1" + " + 1" * 3000 + " }}"}
+
+
+@pytest.mark.parametrize("template", NESTED.values(), ids=NESTED.keys())
+def test_a_deeply_nested_template_put_answers_template_syntax(template, environment, client_for):
+    response = client_for("owner").put(f"{ENV}/templates/shop/deep.conf",
+                                       {"source": "line one\n" + template}, format="json")
+    error = assert_error(response, 400, "template_syntax")
+    assert (error["details"][0]["file"], error["details"][0]["line"]) == ("shop/deep.conf", 2)
+
+
+def test_a_nested_template_within_the_limits_is_stored(environment, client_for):
+    response = client_for("owner").put(f"{ENV}/templates/shop/deep.conf",
+                                       {"source": "{{ " + "(" * 20 + "1" + ")" * 20 + " }}"},
+                                       format="json")
+    assert response.status_code == 200
+
+
+def _c_level_hang(*_args, **_kwargs):
+    return pow(3, 10**9, 10**100000 + 7) and None  # one C call, holding the GIL for minutes
+
+
+def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
+        environment, superuser, client_for, settings, monkeypatch):
+    from django.core.cache.backends.locmem import LocMemCache
+
+    from configlang import isolated
+
+    settings.BELLWETHER_WEB_RENDER_SECONDS = 1
+    monkeypatch.setattr(isolated, "render_source", _c_level_hang)
+    monkeypatch.setattr(selectors, "cache", LocMemCache("hang", {}))  # not remembered
+    started = time.monotonic()
+    response = client_for("viewer").get(f"{ENV}/preview")
+    assert time.monotonic() - started < 5
+    error = assert_error(response, 400, "render_limit")
+    assert "stopped" in error["message"]
