@@ -328,3 +328,29 @@ def test_a_refused_descriptor_shape_goes_to_where_it_came_from():
                  {"key": "notes", "message": "must be a string"}]))
     assert not form.add_refusal(ValidationFailed("does not merge", code="merge_conflict"))
     assert form.errors == {"file": ["descriptor id: required", "notes: must be a string"]}
+
+
+@pytest.mark.parametrize(("content", "error"), [
+    (b"id: a\x07b\n", "rel.yaml:1: unacceptable character #x0007"),
+    (b"id: x\nnotes: a\x1bb\n", "rel.yaml:2: unacceptable character #x001b"),
+    (b"id: a\x7f\n", "rel.yaml:1: unacceptable character #x007f"),
+    ("id: a\ufffe\n".encode(), "rel.yaml:1: unacceptable character #xfffe"),
+    (b"id: \xc0\xae\n", "rel.yaml: not UTF-8 text."),
+    (b"id: \xed\xa0\x80\n", "rel.yaml: not UTF-8 text."),
+    (b"\tid: x\n", "rel.yaml:1: while scanning"),
+    (b"a: " + b"[" * 300, "rel.yaml:1: nesting deeper"),
+])
+def test_an_upload_yaml_refuses_is_an_error_of_the_file_field(content, error):
+    form = DescriptorForm(query(descriptor="kept"),
+                          {"file": SimpleUploadedFile("rel.yaml", content)})
+
+    assert not form.is_valid()
+    assert list(form.errors) == ["file"]
+    assert form.errors["file"][0].startswith(error), form.errors
+
+
+def test_a_pasted_descriptor_with_a_control_character_names_its_line():
+    form = DescriptorForm(query(descriptor="id: x\nnotes: a\x07b\n"))
+
+    assert not form.is_valid()
+    assert form.errors["descriptor"][0].startswith("descriptor:2: unacceptable"), form.errors
