@@ -72,8 +72,8 @@ class Active:
     number = 4
 
 
-def test_deploy_defaults_to_the_active_snapshot_and_every_agent():
-    form = DeployForm(query(), active=Active())
+def test_deploy_to_all_defaults_to_the_active_snapshot():
+    form = DeployForm(query(agent="all"), active=Active())
 
     assert form.is_valid(), form.errors
     assert (form.cleaned_data["snapshot"], form.cleaned_data["agent"]) == (4, None)
@@ -87,11 +87,15 @@ def test_deploy_takes_the_snapshot_its_button_names_and_one_agent():
 
 
 @pytest.mark.parametrize(("data", "active", "lines"), [
-    ({}, None, ["snapshot: nothing to deploy yet: publish a snapshot first."]),
-    ({"snapshot": ""}, None, ["snapshot: nothing to deploy yet: publish a snapshot first."]),
-    ({"snapshot": "x"}, Active(), ["snapshot: not a snapshot number."]),
-    # An agent left out is every agent; an empty one is a mistake, not "all".
-    ({"agent": ""}, Active(), ["agent: not an agent id."]),
+    ({"agent": "all"}, None, ["snapshot: nothing to deploy yet: publish a snapshot first."]),
+    ({"snapshot": "", "agent": "3"}, None,
+     ["snapshot: nothing to deploy yet: publish a snapshot first."]),
+    ({"snapshot": "x", "agent": "all"}, Active(), ["snapshot: not a snapshot number."]),
+    # Every agent is asked for by name: left out or empty is a mistake, not "all".
+    ({}, Active(), ["agent: choose an agent, or all agents."]),
+    ({"agent": ""}, Active(), ["agent: choose an agent, or all agents."]),
+    ({"agent": "ALL"}, Active(), ["agent: not an agent id."]),
+    ({"agent": " all"}, Active(), ["agent: not an agent id."]),
     ({"agent": "web-1"}, Active(), ["agent: not an agent id."]),
     ({"snapshot": "0", "agent": "-3"}, Active(),
      ["snapshot: not a snapshot number.", "agent: not an agent id."]),
