@@ -29,7 +29,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 
 @pytest.fixture
-def world(superuser, environment):
+def world(superuser, environment, empty_cache):
     return factories.api_client_for(superuser)
 
 
