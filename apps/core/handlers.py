@@ -6,6 +6,7 @@ from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.views import defaults
@@ -151,6 +152,17 @@ def not_found_api(request, *args, **kwargs):
         {"error": {"code": "not_found", "message": f"No route for {request.path}."}},
         status=404,
     )
+
+
+def bad_request(request, exception):
+    """handler400 (a SuspiciousOperation, e.g. DisallowedHost for a Host header not
+    in ALLOWED_HOSTS): the error envelope on API paths, Django's page elsewhere."""
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, DisallowedHost):
+        return _bad_request(request, "Host", "not a host this server answers for")
+    return JsonResponse({"error": {"code": "invalid", "message": "Bad request."}},
+                        status=400)
 
 
 def not_found(request, exception):

@@ -80,3 +80,46 @@ def test_under_asgi_the_raw_path_is_checked(raw_path, shown):
     response = UnstorableTextMiddleware(lambda r: HttpResponse("reached"))(request)
     assert response.status_code == 400
     assert json.loads(response.content)["error"]["details"][0]["field"] == "path"
+
+
+# --- a Host header not allowed, on an API path ----------------------------------------
+
+
+@pytest.mark.parametrize("host", ["evil.example", "a b", "evil.example\x00", "[::1"])
+def test_a_disallowed_host_on_an_api_path_is_the_json_envelope_naming_host(db, host):
+    from django.test import Client
+    response = Client().get("/api/v1/environments", HTTP_HOST=host)
+    error = _assert_names(response, "Host")
+    assert "host" in error["message"]
+
+
+def test_a_disallowed_host_off_the_api_is_djangos_page(db):
+    from django.test import Client
+    response = Client().get("/login/", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+
+
+# --- labels name the key at fault -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("labels", "field"), [
+    ({"": "x"}, 'labels.""'),
+    ({"k" * 10000: "v"}, "labels." + "k" * 40 + "…"),
+    ({"role": "v" * 256}, "labels.role"),
+    ({f"k{i}": "v" for i in range(33)}, "labels"),
+    (["role"], "labels"),
+])
+def test_bad_labels_name_the_key(hostile_world, labels, field):
+    url = f"/api/v1/agents/{hostile_world['values']['agent_id']}"
+    before = fingerprint()
+    response = hostile_world["user"].patch(url, {"labels": labels}, format="json")
+    error = assert_error(response, 400, "invalid")
+    assert error["details"][0]["field"] == field, error
+    assert fingerprint() == before
+
+
+def test_a_deploy_with_null_agents_names_agents(hostile_world):
+    response = hostile_world["user"].post(
+        "/api/v1/environments/shop/prod/snapshots/2/deploy", {"agents": None}, format="json")
+    _assert_names(response, "agents")
