@@ -131,10 +131,17 @@ def load_yaml(
                 file=file,
             )
         ]
-    loader = _BoundedLoader(text)
-    loader.max_depth = limits["max_config_depth"]
+    loader = None
     try:
+        # The reader checks every character when it is built: inside the try.
+        loader = _BoundedLoader(text)
+        loader.max_depth = limits["max_config_depth"]
         value = loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        message = f"unacceptable character #x{exc.character:04x}: {exc.reason}" if isinstance(
+            exc.character, int) else str(exc.reason)
+        return None, [Problem("yaml_syntax", message, file=file, line=line)]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(p for p in (exc.context, exc.problem) if p) or str(exc)
@@ -145,8 +152,11 @@ def load_yaml(
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         # An explicit tag whose value does not convert, e.g. `!!int abc`.
         return None, [Problem("yaml_syntax", f"a value cannot be converted: {exc}", file=file)]
+    except RecursionError:
+        return None, [Problem("yaml_too_deep", "nesting too deep to read", file=file)]
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     problems = value_problems(
         value,
         max_depth=limits["max_config_depth"],

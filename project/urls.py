@@ -27,5 +27,6 @@ urlpatterns = [
     path("", include("apps.dashboard.urls")),
 ]
 
+handler400 = "apps.core.handlers.bad_request"
 handler404 = "apps.core.handlers.not_found"
 handler500 = "apps.core.handlers.server_error"

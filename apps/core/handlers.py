@@ -2,15 +2,17 @@
 
 import logging
 import sys
+from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.core.text import text_problem
+from apps.core.text import text_problem, url_text_problem
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +100,27 @@ def _bad_request(request, field: str, problem: str):
     return HttpResponse(f"Bad request: {message}\n", content_type="text/plain", status=400)
 
 
+def _query_problem(query: str) -> tuple[str, str] | None:
+    """(parameter, problem) for the first query parameter whose name or value is not
+    UTF-8 once percent-decoded (QueryDict would replace the bytes silently)."""
+    try:
+        raw = query.encode("latin-1")  # WSGI: the bytes as sent
+    except UnicodeEncodeError:
+        raw = query.encode("utf-8")
+    for part in raw.split(b"&"):
+        key, _, value = part.partition(b"=")
+        key, value = key.replace(b"+", b" "), value.replace(b"+", b" ")
+        problem = url_text_problem(key, path=False) or url_text_problem(value, path=False)
+        if problem:
+            name = unquote_to_bytes(key).decode("utf-8", "backslashreplace")
+            return name.replace("\x00", "\\x00") or "query", problem
+    return None
+
+
 class UnstorableTextMiddleware:
-    """A URL path or a query parameter holding a NUL (or a lone surrogate) is answered
-    400 naming it before any view runs: no view ever looks up or stores such text
+    """A URL path or a query parameter holding a NUL (or a lone surrogate), or bytes
+    that are not UTF-8 once percent-decoded (or, in a path, U+FFFD), is answered 400
+    naming it before any view runs: no view ever looks up or stores such text
     (PostgreSQL cannot hold NUL; SQLite would store it). Control and bidirectional
     characters in paths are the routes' own check (file paths: `invalid_path`)."""
 
@@ -108,9 +128,16 @@ class UnstorableTextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        problem = text_problem(request.path)
+        # Django re-percent-encodes bytes that are not UTF-8 (WSGI); an ASGI server
+        # replaces them with U+FFFD and keeps the bytes in raw_path.
+        raw_path = getattr(request, "scope", {}).get("raw_path") or b""
+        problem = (text_problem(request.path) or url_text_problem(request.path)
+                   or url_text_problem(raw_path))
         if problem:
             return _bad_request(request, "path", problem)
+        refused = _query_problem(request.META.get("QUERY_STRING", ""))
+        if refused:
+            return _bad_request(request, *refused)
         for key, values in request.GET.lists():
             for value in (key, *values):
                 problem = text_problem(value)
@@ -125,6 +152,17 @@ def not_found_api(request, *args, **kwargs):
         {"error": {"code": "not_found", "message": f"No route for {request.path}."}},
         status=404,
     )
+
+
+def bad_request(request, exception):
+    """handler400 (a SuspiciousOperation, e.g. DisallowedHost for a Host header not
+    in ALLOWED_HOSTS): the error envelope on API paths, Django's page elsewhere."""
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, DisallowedHost):
+        return _bad_request(request, "Host", "not a host this server answers for")
+    return JsonResponse({"error": {"code": "invalid", "message": "Bad request."}},
+                        status=400)
 
 
 def not_found(request, exception):

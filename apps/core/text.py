@@ -4,6 +4,7 @@ format (bidirectional overrides, zero-width) or separator characters either, so
 what a person reads is what is stored. Pure rules, no Django."""
 
 import unicodedata
+from urllib.parse import unquote_to_bytes
 
 NAME_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
@@ -14,6 +15,20 @@ def text_problem(value: str) -> str | None:
         return "contains a NUL character"
     if any("\ud800" <= char <= "\udfff" for char in value):
         return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
+def url_text_problem(value: str | bytes, *, path: bool = True) -> str | None:
+    """Why a URL path (or, path=False, a query part) is not text, or None:
+    percent-decoded it must be UTF-8; a path holds no U+FFFD either (the mark of a
+    byte a server could not decode, so `a%FFb` and `a%EF%BF%BDb` never name the
+    same file)."""
+    try:
+        decoded = unquote_to_bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return "is not valid UTF-8 once percent-decoded"
+    if path and "\ufffd" in decoded:
+        return "contains U+FFFD (a byte that is not valid UTF-8)"
     return None
 
 

@@ -230,13 +230,31 @@ class RolloutForm(DashboardForm):
         return cleaned
 
 
+ALL_AGENTS = "all"
+
+
+class AgentChoiceField(NumberField):
+    """One agent id, or ALL_AGENTS (cleaned to None: every enabled agent). Nothing
+    chosen is an error: a push to every agent is always asked for by name."""
+
+    def __init__(self, message: str, *, required_message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.error_messages["required"] = required_message
+
+    def clean(self, value):
+        if value == ALL_AGENTS:
+            return None
+        return super().clean(value)
+
+
 class DeployForm(DashboardForm):
     """Deploy now: a snapshot (left out: the active one) to one agent, or to every
-    enabled agent when `agent` is left out (present but empty is an error)."""
+    enabled agent when `agent` is "all" (the "to all" button). Left out or empty is
+    an error, as the API's `agents` is required."""
 
     snapshot = NumberField("not a snapshot number.", required=False, widget=forms.HiddenInput)
-    agent = NumberField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
-                        widget=forms.HiddenInput)
+    agent = AgentChoiceField("not an agent id.", maximum=AGENT_ID_MAX, widget=forms.HiddenInput,
+                             required_message="choose an agent, or all agents.")
 
     def __init__(self, *args, active=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -247,11 +265,6 @@ class DeployForm(DashboardForm):
         if number is None and self.active is None:
             raise ValidationError("nothing to deploy yet: publish a snapshot first.")
         return self.active.number if number is None else number
-
-    def clean_agent(self) -> int | None:
-        if self.cleaned_data["agent"] is None and self.data.get("agent") is not None:
-            raise ValidationError(self.fields["agent"].error_messages["invalid"])
-        return self.cleaned_data["agent"]
 
 
 class ReleasePolicyForm(DashboardForm):

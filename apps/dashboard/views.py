@@ -115,15 +115,16 @@ def _render_environment(request, env, status: int = 200) -> HttpResponse:
     return render(request, "dashboard/environment.html", context, status=status)
 
 
-def _act(request, env, panel: str, action, form: forms.DashboardForm | None = None
-         ) -> HttpResponse:
-    """Run `action` (a service call) for a deployer once `form` is valid;
+def _act(request, env, panel: str, action, form: forms.DashboardForm | None = None,
+         *, required: Role = Role.DEPLOYER) -> HttpResponse:
+    """Run `action` (a service call) for a user with the `required` role (whose
+    refusal names it) once `form` is valid;
     answer with the changed panel (htmx), or the page: redirected to after a success,
     with the refusal and its status after a refusal (plain form). The form's fields
     are hidden inputs of the buttons: its errors go to the flash (a 400)."""
     status = 200
     try:
-        require_role(user=request.user, environment=env, required=Role.DEPLOYER)
+        require_role(user=request.user, environment=env, required=required)
         if form is not None and not form.is_valid():
             for line in form.error_lines():
                 messages.error(request, line)
@@ -346,13 +347,12 @@ def release_policy(request, application, environment):
     form = forms.ReleasePolicyForm(request.POST)
 
     def change():
-        require_role(user=request.user, environment=env, required=Role.OWNER)
         changed = environment_update(
             environment=env, actor=request.user, release_policy=form.cleaned_data[
                 "release_policy"], expected_version=form.cleaned_data["expected_version"])
         return f"Release policy: {changed.get_release_policy_display()}."
 
-    return _act(request, env, "summary", change, form)
+    return _act(request, env, "summary", change, form, required=Role.OWNER)
 
 
 @_signed_in_action
@@ -362,11 +362,10 @@ def reset_inputs(request, application, environment):
     env = _environment(request, application, environment)
 
     def reset():
-        require_role(user=request.user, environment=env, required=Role.OWNER)
         environment_inputs_reset(environment=env, actor=request.user)
         return f"Inputs reset to #{env.active_snapshot.number}'s source."
 
-    return _act(request, env, "pending", reset)
+    return _act(request, env, "pending", reset, required=Role.OWNER)
 
 
 def csrf_failure(request, reason=""):

@@ -1,7 +1,7 @@
 """The fleet's rules, pure: no database, no I/O. They read agents' attributes (an
 Agent row or anything shaped like one) and say what follows.
 
-- `labels_problem`: what is wrong with an agent's labels.
+- `labels_problem`: what is wrong with an agent's labels; `labels_field`: where.
 - `is_held`: an agent held by a pin follows it, whatever is activated or pushed;
   `held_by` says by whom, `holder_text` and `held_refusal` name the holder and
   the action that frees the agent.
@@ -42,6 +42,21 @@ def labels_problem(labels) -> str | None:
         return (f"labels must be an object of at most {MAX_LABELS} string keys (1-63 "
                 "characters) to string values (at most 255).")
     return None
+
+
+def labels_field(labels) -> str:
+    """The field a labels problem names: `labels.<key>` (long keys cut to 40
+    characters, an empty one as `labels.""`) for the first entry at fault, or
+    `labels` when the whole is (not an object, too many keys)."""
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
+        return "labels"
+    for key, value in labels.items():
+        if not (isinstance(key, str) and isinstance(value, str) and 0 < len(key) <= 63
+                and len(value) <= 255):
+            shown = str(key)
+            shown = '""' if not shown else shown if len(shown) <= 40 else shown[:40] + "…"
+            return f"labels.{shown}"
+    return "labels"
 
 
 def is_held(agent) -> bool:

@@ -76,7 +76,8 @@ def environment_polls_changed(environment: Environment) -> None:
 def check_labels(labels) -> dict:
     problem = rules.labels_problem(labels)
     if problem:
-        raise ValidationFailed(problem)
+        raise ValidationFailed(problem, details=[
+            {"field": rules.labels_field(labels), "message": problem}])
     return labels
 
 

@@ -318,3 +318,21 @@ def test_saving_a_page_loaded_before_another_change_is_refused(owner_client, env
         response.context["adminform"].form.errors["expected_version"])
     environment.refresh_from_db()
     assert (environment.release_policy, environment.poll_interval_s) == ("direct", 60)
+
+
+@pytest.mark.parametrize(("bad", "word"), [("a\x07b", "#x0007"), ("a\x1bb", "#x001b"),
+                                           ("a\ufffeb", "#xfffe"), ("[" * 200, "deep")])
+def test_a_config_with_characters_yaml_refuses_is_a_form_error_naming_the_line(
+        owner_client, environment, bad, word):
+    config_before = environment.config
+    since = last_event_id()
+
+    response = post_change(owner_client, environment,
+                           environment_form(environment, config=f"listen: 80\nk: {bad}"))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors["config"]
+    assert "config:2:" in errors[0] and word in errors[0], errors
+    environment.refresh_from_db()
+    assert environment.config == config_before
+    assert new_events(since) == []

@@ -79,7 +79,7 @@ def fingerprint() -> str:
 
 
 @pytest.fixture
-def hostile_world(snapshots, superuser, environment):
+def hostile_world(snapshots, superuser, environment, empty_cache):
     """shop/prod with snapshots, an agent, a running rollout; the URL of every path
     parameter; a superuser's client and an agent's client."""
     first, second = snapshots

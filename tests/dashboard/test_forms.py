@@ -72,8 +72,8 @@ class Active:
     number = 4
 
 
-def test_deploy_defaults_to_the_active_snapshot_and_every_agent():
-    form = DeployForm(query(), active=Active())
+def test_deploy_to_all_defaults_to_the_active_snapshot():
+    form = DeployForm(query(agent="all"), active=Active())
 
     assert form.is_valid(), form.errors
     assert (form.cleaned_data["snapshot"], form.cleaned_data["agent"]) == (4, None)
@@ -87,11 +87,15 @@ def test_deploy_takes_the_snapshot_its_button_names_and_one_agent():
 
 
 @pytest.mark.parametrize(("data", "active", "lines"), [
-    ({}, None, ["snapshot: nothing to deploy yet: publish a snapshot first."]),
-    ({"snapshot": ""}, None, ["snapshot: nothing to deploy yet: publish a snapshot first."]),
-    ({"snapshot": "x"}, Active(), ["snapshot: not a snapshot number."]),
-    # An agent left out is every agent; an empty one is a mistake, not "all".
-    ({"agent": ""}, Active(), ["agent: not an agent id."]),
+    ({"agent": "all"}, None, ["snapshot: nothing to deploy yet: publish a snapshot first."]),
+    ({"snapshot": "", "agent": "3"}, None,
+     ["snapshot: nothing to deploy yet: publish a snapshot first."]),
+    ({"snapshot": "x", "agent": "all"}, Active(), ["snapshot: not a snapshot number."]),
+    # Every agent is asked for by name: left out or empty is a mistake, not "all".
+    ({}, Active(), ["agent: choose an agent, or all agents."]),
+    ({"agent": ""}, Active(), ["agent: choose an agent, or all agents."]),
+    ({"agent": "ALL"}, Active(), ["agent: not an agent id."]),
+    ({"agent": " all"}, Active(), ["agent: not an agent id."]),
     ({"agent": "web-1"}, Active(), ["agent: not an agent id."]),
     ({"snapshot": "0", "agent": "-3"}, Active(),
      ["snapshot: not a snapshot number.", "agent: not an agent id."]),
@@ -328,3 +332,29 @@ def test_a_refused_descriptor_shape_goes_to_where_it_came_from():
                  {"key": "notes", "message": "must be a string"}]))
     assert not form.add_refusal(ValidationFailed("does not merge", code="merge_conflict"))
     assert form.errors == {"file": ["descriptor id: required", "notes: must be a string"]}
+
+
+@pytest.mark.parametrize(("content", "error"), [
+    (b"id: a\x07b\n", "rel.yaml:1: unacceptable character #x0007"),
+    (b"id: x\nnotes: a\x1bb\n", "rel.yaml:2: unacceptable character #x001b"),
+    (b"id: a\x7f\n", "rel.yaml:1: unacceptable character #x007f"),
+    ("id: a\ufffe\n".encode(), "rel.yaml:1: unacceptable character #xfffe"),
+    (b"id: \xc0\xae\n", "rel.yaml: not UTF-8 text."),
+    (b"id: \xed\xa0\x80\n", "rel.yaml: not UTF-8 text."),
+    (b"\tid: x\n", "rel.yaml:1: while scanning"),
+    (b"a: " + b"[" * 300, "rel.yaml:1: nesting deeper"),
+])
+def test_an_upload_yaml_refuses_is_an_error_of_the_file_field(content, error):
+    form = DescriptorForm(query(descriptor="kept"),
+                          {"file": SimpleUploadedFile("rel.yaml", content)})
+
+    assert not form.is_valid()
+    assert list(form.errors) == ["file"]
+    assert form.errors["file"][0].startswith(error), form.errors
+
+
+def test_a_pasted_descriptor_with_a_control_character_names_its_line():
+    form = DescriptorForm(query(descriptor="id: x\nnotes: a\x07b\n"))
+
+    assert not form.is_valid()
+    assert form.errors["descriptor"][0].startswith("descriptor:2: unacceptable"), form.errors

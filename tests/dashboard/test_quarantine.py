@@ -47,3 +47,21 @@ def test_an_owner_resets_the_inputs_from_the_dashboard(rolled_back, member, envi
     assert AuditEvent.objects.filter(action=Action.ENVIRONMENT_RESET).count() == 1
     html = owner.get(PAGE).content.decode()
     assert "These changes were rolled back" not in html
+
+
+@pytest.mark.parametrize("role", ["viewer", "deployer"])
+@pytest.mark.parametrize(("action", "data"), [
+    ("reset-inputs/", {}), ("release-policy/", {"release_policy": "direct",
+                                                "expected_version": "1"})])
+def test_owner_actions_refused_below_owner_name_the_owner_role(
+        rolled_back, member, environment, role, action, data):
+    environment.refresh_from_db()
+    version = environment.version
+    refused = session_client(member(role)).post(f"{PAGE}{action}", data)
+
+    assert refused.status_code == 403
+    html = refused.content.decode()
+    assert "This needs the owner role on shop/prod." in html
+    assert "deployer role on" not in html
+    environment.refresh_from_db()
+    assert environment.version == version and "workers: 8" in environment.config

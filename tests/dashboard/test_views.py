@@ -575,7 +575,7 @@ def _minimal_descriptor() -> str:
 
 
 ACTIONS = {
-    "deploy to all": lambda w: (url("deploy"), {}),
+    "deploy to all": lambda w: (url("deploy"), {"agent": "all"}),
     "deploy to one": lambda w: (url("deploy"), {"agent": w["nodes"][1].pk}),
     "descriptor preview": lambda w: (url("descriptor"), {"descriptor": _minimal_descriptor(),
                                                         "step": "preview"}),
@@ -664,7 +664,8 @@ def test_an_htmx_post_with_the_token_from_hx_headers_succeeds(second, nodes, dep
     page = text(client.get(url("environment")))
     token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'""", page).group(1)
 
-    response = client.post(url("deploy"), headers={**HTMX, "X-CSRFToken": token})
+    response = client.post(url("deploy"), {"agent": "all"},
+                           headers={**HTMX, "X-CSRFToken": token})
 
     assert response.status_code == 200, response.content[:500]
     assert Deployment.objects.count() == 3
@@ -676,8 +677,10 @@ def test_an_htmx_post_with_the_token_from_hx_headers_succeeds(second, nodes, dep
 def test_deploy_now_pushes_the_active_snapshot_to_every_enabled_agent(second, nodes,
                                                                       as_deployer, deployer):
     fleet_services.agent_update(agent=nodes[2].agent, actor=None, enabled=False)
+    page = text(as_deployer.get(url("environment")))
+    assert '<input type="hidden" name="agent" value="all">' in page  # the "to all" button
 
-    response = as_deployer.post(url("deploy"))
+    response = as_deployer.post(url("deploy"), {"agent": "all"})
 
     page = follow_page(as_deployer, response)
     pushes = Deployment.objects.order_by("agent__name")
@@ -707,7 +710,7 @@ def test_deploy_now_to_one_agent_answers_the_agents_panel_and_an_oob_flash(secon
 @pytest.mark.parametrize(("agent", "status", "message"), [
     ("abc", 400, "agent: not an agent id."),
     ("-1", 400, "agent: not an agent id."),
-    ("", 400, "agent: not an agent id."),
+    ("", 400, "agent: choose an agent, or all agents."),
     ("999999", 404, "No agents [999999] in shop/prod."),
 ])
 def test_deploy_now_to_a_bad_agent_id_is_refused_with_a_message_and_creates_nothing(
@@ -773,10 +776,25 @@ def test_the_page_head_refetches_the_active_snapshot_on_its_own(second, as_viewe
 
 
 def test_deploy_now_before_any_snapshot_says_to_publish_first(environment, nodes, as_deployer):
-    response = as_deployer.post(url("deploy"), headers=HTMX)
+    response = as_deployer.post(url("deploy"), {"agent": "all"}, headers=HTMX)
 
     assert response.status_code == 400
     assert "snapshot: nothing to deploy yet: publish a snapshot first." in flash(text(response))
+
+
+@pytest.mark.parametrize("headers", [HTMX, {}])
+def test_deploy_now_with_nothing_chosen_pushes_nothing(second, nodes, deployer, headers):
+    """An empty body (as a script might send, token and all) is not "every agent"."""
+    client = session_client(deployer, enforce_csrf_checks=True)
+    page = text(client.get(url("environment")))
+    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'""", page).group(1)
+    before = stored()
+
+    response = client.post(url("deploy"), headers={**headers, "X-CSRFToken": token})
+
+    assert response.status_code == 400
+    assert "agent: choose an agent, or all agents." in flash(text(response))
+    assert stored() == before and not Deployment.objects.exists()
 
 
 def test_deploy_is_post_only(second, as_deployer):
