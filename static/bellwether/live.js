@@ -38,6 +38,9 @@
     pending[key] = window.setTimeout(function () {
       delete pending[key];
       fire("bw-" + event.kind, event);
+      // and by environment, for panels of one environment (an htmx trigger filter
+      // would need eval, which the Content-Security-Policy forbids)
+      fire("bw-" + event.kind + "-" + event.environment, event);
     }, COALESCE_MS);
   }
   function startPolling() {

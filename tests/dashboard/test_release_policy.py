@@ -153,7 +153,7 @@ def test_while_rendering_the_publication_page_says_so_then_offers_the_rollout(
     page = text(as_deployer.get(response["Location"]))
     assert "Rendering…" in section(page, "publication")
     assert 'hx-get="' + url("publication", publication.pk) + '?panel=publication"' in page
-    assert "bw-snapshot[detail.environment==" in page  # refetched on live events
+    assert f"bw-snapshot-{publication.environment_id} from:body" in page  # refetched on live events
 
     render(publication)
     partial = text(as_deployer.get(url("publication", publication.pk) + "?panel=publication",

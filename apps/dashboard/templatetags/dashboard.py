@@ -9,11 +9,12 @@ register = template.Library()
 @register.simple_tag
 def live_panel(panel: str, url: str, kinds: str, environment=None, every: str = ""):
     """The attributes of a panel's stable wrapper: it listens for the live events
-    `kinds` (of `environment` only, when given; its partial is then
+    `kinds` (of `environment` only, when given: live.js also fires each event as
+    `bw-<kind>-<environment id>`, as a trigger filter would need eval; its partial is then
     `url?panel=<panel>`), for resyncs and every `every`; refetches, one request
     queued behind one in flight; and is the target, so the section inside is
     replaced and the listener stays."""
-    only = "" if environment is None else f"[detail.environment=={environment.pk}]"
+    only = "" if environment is None else f"-{int(environment.pk)}"
     triggers = [f"bw-{kind}{only} from:body" for kind in kinds.split()]
     triggers.append("bw-resync from:body")
     if every:
