@@ -51,8 +51,11 @@ def _test_settings(settings):
     """A fast password hasher (fixtures make many users), and static files served
     unhashed: settings pick WhiteNoise's manifest storage, whose {% static %} needs
     the manifest `collectstatic` writes (a deploy step) once DEBUG is off, as it is
-    in tests."""
+    in tests. No API throttling unless a test sets rates (tests/api/test_throttling.py):
+    on SQLite, ids are reused from test to test, so one user's counts would carry
+    over within the minute."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.BELLWETHER_THROTTLE_RATES = dict.fromkeys(settings.BELLWETHER_THROTTLE_RATES)
     settings.STORAGES = {
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
