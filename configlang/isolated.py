@@ -95,4 +95,8 @@ def render_isolated(source: dict, *, seconds: float, memory_bytes: int,
         return _limited(f"the render took longer than {seconds:g} seconds and was stopped")
     if not data:
         return _limited("the render went over its memory or CPU limit and was stopped")
-    return pickle.loads(data)  # noqa: S301 - our own child's answer
+    result = pickle.loads(data)  # noqa: S301 - our own child's answer
+    if not isinstance(result, Rendered):
+        return Rendered(effective_config={}, problems=[Problem(
+            "render_failed", "internal error while rendering (no result)")])
+    return result

@@ -61,3 +61,9 @@ def test_where_no_child_can_be_started_the_render_runs_here():
     with mock.patch.object(isolated.os, "fork", side_effect=OSError("no")):
         rendered = render_isolated(_source("{{ name }}"), seconds=5, memory_bytes=128 << 20)
     assert rendered.files == [{"path": "a.conf", "content": "shop"}]
+
+
+def test_a_child_answering_something_else_than_a_render_is_a_failed_render():
+    with mock.patch.object(isolated, "render_source", lambda *a, **k: None):
+        rendered = render_isolated(make_source(), seconds=2, memory_bytes=256 << 20)
+    assert [p.code for p in rendered.problems] == ["render_failed"]
