@@ -413,11 +413,7 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"},
-                # Tasks run inline (embedded mode): the periodic sweeps would log a
-                # "succeeded" line every few seconds; failures still show.
-                **({"celery.app.trace": {"level": "WARNING"}}
-                   if CELERY_TASK_ALWAYS_EAGER else {})},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
 # API request rates, per user (tokens and sessions), per agent and per client
