@@ -193,11 +193,12 @@ def _concat(context, parts):
 
 
 @pass_context
-def _data(context, text):
-    """Literal template text: counted like any output (loops and macros repeat it)."""
+def _produced(context, value):
+    """Literal template text, and list, tuple or dict literals: counted and bounded
+    like any value built (loops and macros repeat them)."""
     budget = context.environment.budget
     budget.charge()
-    return budget.produced(text)
+    return budget.produced(value)
 
 
 @pass_context
@@ -214,22 +215,14 @@ def _include(context, name):
 
 
 @pass_context
-def _build(context, value):
-    """A list, tuple or dict literal: bounded like any value built."""
-    budget = context.environment.budget
-    budget.charge()
-    return budget.produced(value)
-
-
-@pass_context
 def _tick(context, value):
     """After a comparison (comparing large structures takes time)."""
     context.environment.budget.charge()
     return value
 
 
-_INTERNAL_FILTERS = {"bw_iterate": _iterate, "bw_concat": _concat, "bw_data": _data,
-                     "bw_include": _include, "bw_build": _build, "bw_tick": _tick}
+_INTERNAL_FILTERS = {"bw_iterate": _iterate, "bw_concat": _concat, "bw_data": _produced,
+                     "bw_include": _include, "bw_build": _produced, "bw_tick": _tick}
 
 
 class _Charged(NodeTransformer):
