@@ -113,7 +113,8 @@ def test_periodic_loop_thread_renders_stuck_publication(environment):
         schedule={"reconcile": {**RECONCILE["reconcile"], "schedule": 0.1}}, tick=0.05
     )
     try:
-        deadline = time.monotonic() + 30  # a cold first render (compiling, forking) can take seconds
+        # A cold first render (compiling, forking) can take seconds.
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             publication.refresh_from_db()
             if publication.state != "rendering":
