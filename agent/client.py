@@ -5,13 +5,18 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 
 from agent import __version__
 
 USER_AGENT = f"bellwether-agent/{__version__}"
+# A server that timed out is not asked first again for this long: a silent server
+# then costs one timeout per this period instead of one per poll.
+TIMED_OUT_REST_S = 60.0
 logger = logging.getLogger("agent.client")
 
 
@@ -31,14 +36,25 @@ class Unauthorized(ProtocolError):
 class Unreachable(Exception):
     """No answer: connection refused, timeout, DNS, TLS."""
 
+    def __init__(self, message: str, *, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+def _timed_out(exc: BaseException) -> bool:
+    reason = getattr(exc, "reason", exc)
+    return isinstance(reason, (socket.timeout, TimeoutError))
+
 
 class Client:
     """Speaks to the first of `servers` that answers. A request fails over to the
     next server on no answer or a 5xx; each poll (`desired`) starts again from the
-    first, so the agent goes back to it as soon as it answers."""
+    first, so the agent goes back to it as soon as it answers; a server that timed
+    out is asked last for TIMED_OUT_REST_S, so a silent first server costs one
+    timeout per rest period, not one per poll."""
 
     def __init__(self, servers, *, token: str | None = None,
-                 ca_bundle: str | None = None, timeout: float = 30.0):
+                 ca_bundle: str | None = None, timeout: float = 30.0, clock=time.monotonic):
         if isinstance(servers, str):
             servers = [servers]
         self.servers = [s.rstrip("/") for s in servers]
@@ -46,6 +62,8 @@ class Client:
         self.token = token
         self.timeout = timeout
         self.context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
+        self.clock = clock
+        self.resting_until: dict[int, float] = {}  # server index -> clock time
 
     @property
     def server(self) -> str:
@@ -53,26 +71,36 @@ class Client:
 
     def _request(self, method: str, path: str, body: dict | None = None,
                  headers: dict | None = None, *, from_first: bool = False):
-        start = 0 if from_first else self.current
-        order = list(range(start, len(self.servers))) + list(range(start))
         error = None
-        for index in order:
+        for index in self._order(from_first):
             try:
                 answer = self._request_one(self.servers[index], method, path, body, headers)
             except (Unreachable, ProtocolError) as exc:
                 if isinstance(exc, ProtocolError) and exc.status < 500:
                     raise
+                if isinstance(exc, Unreachable) and exc.timed_out:
+                    self.resting_until[index] = self.clock() + TIMED_OUT_REST_S
                 error = exc
                 if len(self.servers) > 1:
                     logger.warning("%s failed (%s); trying the next server",
                                    self.servers[index], exc)
                 continue
+            self.resting_until.pop(index, None)
             if index != self.current:
                 logger.info("now using %s%s", self.servers[index],
                             " (the first server answers again)" if index == 0 else "")
                 self.current = index
             return answer
         raise error
+
+    def _order(self, from_first: bool) -> list:
+        """The servers to try, in order: from the first (a poll) or the current one,
+        those resting after a timeout last."""
+        start = 0 if from_first else self.current
+        order = list(range(start, len(self.servers))) + list(range(start))
+        now = self.clock()
+        resting = [i for i in order if self.resting_until.get(i, 0.0) > now]
+        return [i for i in order if i not in resting] + resting
 
     def _request_one(self, server: str, method: str, path: str, body: dict | None,
                      headers: dict | None):
@@ -102,7 +130,8 @@ class Client:
             cls = Unauthorized if exc.code == 401 else ProtocolError
             raise cls(exc.code, code, message) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise Unreachable(f"{server}: {getattr(exc, 'reason', exc)!r}") from None
+            raise Unreachable(f"{server}: {getattr(exc, 'reason', exc)!r}",
+                              timed_out=_timed_out(exc)) from None
 
     @staticmethod
     def _json(status: int, body: bytes) -> dict:

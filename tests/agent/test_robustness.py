@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
+from agent import client as client_module
 from agent.apply import FAILED, SUCCEEDED
 from agent.client import Client, Unreachable
 from agent.runner import EXIT_ERROR, Agent
-from tests.agent.support import make_bundle
+from tests.agent.support import closed_port, make_bundle
 
 
 def test_the_result_and_its_report_are_saved_in_one_write(host):
@@ -101,3 +102,53 @@ def test_an_unexpected_error_in_once_mode_has_its_own_exit_code(host):
                   save=host.save)
 
     assert agent.run_once() == EXIT_ERROR
+
+
+@pytest.fixture
+def silent_server():
+    """Accepts connections and never answers; counts them."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted = []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(connection)  # held open, never answered
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    listener.close()
+    for connection in accepted:
+        connection.close()
+
+
+def test_a_first_server_that_times_out_is_asked_last_until_its_rest_is_over(
+        silent_server, server):
+    silent_url, accepted = silent_server
+    now = [1000.0]
+    client = Client([silent_url, server.url], token=server.token, timeout=0.3,
+                    clock=lambda: now[0])
+
+    first = client.desired(None)
+    second = client.desired(None)
+    asked_while_resting = len(accepted)
+    now[0] += client_module.TIMED_OUT_REST_S + 1
+    third = client.desired(None)
+
+    assert [answer[0] for answer in (first, second, third)] == [200, 200, 200]
+    assert asked_while_resting == 1  # the second poll went straight to the answering one
+    assert len(accepted) == 2  # after its rest, the first server is asked first again
+
+
+def test_a_refusing_first_server_is_asked_first_on_every_poll(server):
+    client = Client([f"http://127.0.0.1:{closed_port()}", server.url], token=server.token,
+                    timeout=5)
+
+    client.desired(None)
+
+    assert client.resting_until == {}  # refused is an answer in no time: no rest
