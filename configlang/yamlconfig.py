@@ -1,7 +1,12 @@
-"""YAML through safe_load only, bounded in size, nesting and alias expansion.
+"""YAML through the safe constructor only, bounded in size, nesting and alias expansion.
 
 Values are limited to what JSON can hold, so a config renders the same in a
 template, in the API and in a stored snapshot. Timestamps stay strings.
+
+With libyaml, its C parser reads the text (scanning and parsing are most of the
+time a large config takes) and the nodes are composed here in Python, so the
+nesting bound holds before anything recurses: libyaml's own C composer recurses
+once per level and crashes the process on deep enough input (100,000 `[`).
 """
 
 import math
@@ -10,6 +15,11 @@ import yaml
 
 from configlang.problems import Problem
 
+try:  # libyaml's parser; PyYAML's wheels ship it
+    from yaml._yaml import CParser
+except ImportError:  # pragma: no cover - a PyYAML built without libyaml
+    CParser = None
+
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -17,7 +27,12 @@ class ConfigTooDeep(yaml.MarkedYAMLError):
     pass
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _Bounded(yaml.composer.Composer, yaml.constructor.SafeConstructor,
+               yaml.resolver.Resolver):
+    """The composer with a nesting bound, the safe constructor refusing duplicate
+    keys, and the resolver without timestamps. A loader puts it before its parser,
+    so composing is always this one's (libyaml's CParser has a C composer too)."""
+
     max_depth = 32
 
     yaml_implicit_resolvers = {
@@ -26,7 +41,10 @@ class _BoundedLoader(yaml.SafeLoader):
     }
 
     def __init__(self, stream):
-        super().__init__(stream)
+        self.init_parser(stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._depth = 0
 
     def compose_node(self, parent, index):
@@ -54,6 +72,31 @@ class _BoundedLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+class _PythonLoader(_Bounded, yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
+    def init_parser(self, stream):
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+
+    @staticmethod
+    def line_of(text: str, position: int) -> int:
+        return text.count("\n", 0, position) + 1
+
+
+if CParser is not None:
+    class _LibyamlLoader(_Bounded, CParser):
+        def init_parser(self, stream):
+            CParser.__init__(self, stream)
+
+        @staticmethod
+        def line_of(text: str, position: int) -> int:
+            # libyaml counts UTF-8 bytes.
+            return text.encode("utf-8", "surrogatepass").count(b"\n", 0, position) + 1
+
+# The loader load_yaml uses: libyaml's parser when PyYAML has it.
+LOADER = _LibyamlLoader if CParser is not None else _PythonLoader
 
 
 def value_problems(value, *, max_depth: int, max_nodes: int, file: str | None) -> list[Problem]:
@@ -134,11 +177,11 @@ def load_yaml(
     loader = None
     try:
         # The reader checks every character when it is built: inside the try.
-        loader = _BoundedLoader(text)
+        loader = LOADER(text)
         loader.max_depth = limits["max_config_depth"]
         value = loader.get_single_data()
     except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
+        line = LOADER.line_of(text, exc.position)
         message = f"unacceptable character #x{exc.character:04x}: {exc.reason}" if isinstance(
             exc.character, int) else str(exc.reason)
         return None, [Problem("yaml_syntax", message, file=file, line=line)]

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from configlang import yamlconfig
 from configlang.rendering import content_checksum, render_source
 from configlang.yamlconfig import load_config, load_yaml
 
@@ -39,6 +40,23 @@ def only_problem(rendered):
 
 
 # --- the YAML loader ---------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True, params=["libyaml", "python"])
+def loader(request, monkeypatch):
+    """Every test here runs with both parsers: libyaml's (what load_yaml uses when
+    PyYAML has it) and PyYAML's own; the bounds are the same."""
+    if request.param == "python":
+        monkeypatch.setattr(yamlconfig, "LOADER", yamlconfig._PythonLoader)
+    else:
+        assert yamlconfig.LOADER is yamlconfig._LibyamlLoader  # the wheel ships libyaml
+    return request.param
+
+
+def test_the_line_of_a_refused_character_counts_lines_not_bytes():
+    text = "naïve: é\ncafé: x\nbad: \x07\n"
+    _, [problem] = load_config(text, limits=LIMITS)
+    assert (problem.code, problem.line) == ("yaml_syntax", 3)
 
 
 def test_valid_config_loads_as_a_mapping():

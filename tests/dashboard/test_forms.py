@@ -285,8 +285,8 @@ def test_anything_but_publish_is_a_preview(step):
 @pytest.mark.parametrize(("text", "error"), [
     ("", "Paste a descriptor or choose a file."),
     (" \n\t", "Paste a descriptor or choose a file."),
-    ("a: [1\n", "descriptor:2: while parsing a flow sequence expected ',' or ']', but got "
-                "'<stream end>'"),
+    ("a: [1\n", "descriptor:2: while parsing a flow sequence did not find expected ',' or "
+                "']'"),
     ("a: !!int abc\n", "descriptor: a value cannot be converted: invalid literal for int() "
                        "with base 10: 'abc'"),
     ("x" * (256 * 1024 + 1), "descriptor: larger than 262144 bytes."),
