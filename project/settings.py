@@ -262,6 +262,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# Reports prompt their rollout's reconcile at most once per this many seconds (one
+# run after the window covers every report in it); 0 prompts once per report.
+BELLWETHER_RECONCILE_COALESCE_S = env_int("BELLWETHER_RECONCILE_COALESCE_S", 1, minimum=0,
+                                          maximum=60)
+
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out sign-in
     "django.contrib.auth.backends.ModelBackend",

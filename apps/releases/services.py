@@ -12,6 +12,7 @@ the APIs and the management commands call these; no domain app imports them.
 import hashlib
 import json
 
+from django.conf import settings
 from django.db import transaction
 
 from apps.audit.models import Action
@@ -310,5 +311,7 @@ def report_intake(*, agent: Agent, deployment_id, number: int, checksum: str, st
         rollout_id = (Rollout.objects.active_in(agent.environment_id)
                       .values_list("pk", flat=True).first())
         if created and rollout_id is not None:
-            queue_on_commit(rollout_reconcile_task, rollout_id)
+            # One run per rollout per window, however many reports a wave brings.
+            queue_on_commit(rollout_reconcile_task, rollout_id,
+                            coalesce_s=settings.BELLWETHER_RECONCILE_COALESCE_S)
     return deployment, created

@@ -3,11 +3,15 @@ refuses the connection is logged, and the periodic sweep queues the work again."
 
 import logging
 import socket
+import time
 
 import pytest
 from celery import Celery
+from django.core.cache import cache
 
-from apps.core.dispatch import queue_on_commit, wait_until_sent
+from apps.core import dispatch
+from apps.core.breaker import best_effort_redis
+from apps.core.dispatch import COALESCE_MARGIN_S, queue_on_commit, wait_until_sent
 
 
 def _closed_port() -> int:
@@ -106,3 +110,96 @@ def test_inline_tasks_still_run_in_the_request(db, django_capture_on_commit_call
         queue_on_commit(inline, "now")
 
     assert ran == ["now"]
+
+
+class RecordingTask:
+    """A task whose sends are recorded (what the broker would get), not delivered."""
+
+    name = "tests.recording"
+
+    class app:  # noqa: N801 - shaped like a Celery app's conf
+        class conf:  # noqa: N801
+            task_always_eager = False
+
+    def __init__(self):
+        self.sent = []
+
+    def delay(self, *args):
+        self.sent.append((args, None))
+
+    def apply_async(self, args, countdown=None):
+        self.sent.append((tuple(args), countdown))
+
+
+def _commit_prompts(callbacks_fixture, task, prompts, **options):
+    for args in prompts:
+        with callbacks_fixture(execute=True):
+            queue_on_commit(task, *args, **options)
+    wait_until_sent()
+
+
+def test_coalesced_prompts_in_one_window_are_one_run_after_the_window(
+        db, django_capture_on_commit_callbacks):
+    cache.clear()
+    task = RecordingTask()
+
+    _commit_prompts(django_capture_on_commit_callbacks, task,
+                    [(7,), (7,), (8,), (7,)], coalesce_s=5)
+
+    # One run per argument list, started after the window closes (every commit seen).
+    assert task.sent == [((7,), 5 + COALESCE_MARGIN_S), ((8,), 5 + COALESCE_MARGIN_S)]
+
+
+def test_a_prompt_after_the_window_is_a_new_run(db, django_capture_on_commit_callbacks):
+    cache.clear()
+    task = RecordingTask()
+
+    _commit_prompts(django_capture_on_commit_callbacks, task, [(7,)], coalesce_s=1)
+    time.sleep(1.2)  # the window (a cache entry with a 1 s timeout) has closed
+    _commit_prompts(django_capture_on_commit_callbacks, task, [(7,)], coalesce_s=1)
+
+    assert [args for args, _ in task.sent] == [(7,), (7,)]
+
+
+def test_uncoalesced_prompts_are_each_sent(db, django_capture_on_commit_callbacks):
+    task = RecordingTask()
+
+    _commit_prompts(django_capture_on_commit_callbacks, task, [(7,), (7,)])
+
+    assert task.sent == [((7,), None), ((7,), None)]
+
+
+def test_without_the_cache_every_coalesced_prompt_is_sent(
+        db, django_capture_on_commit_callbacks, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    # On the class: the sender thread has its own cache object.
+    monkeypatch.setattr(type(dispatch.cache._connections[dispatch.cache._alias]), "add", refuse)
+    task = RecordingTask()
+    try:
+        _commit_prompts(django_capture_on_commit_callbacks, task, [(7,), (7,)], coalesce_s=5)
+    finally:
+        best_effort_redis.reset()
+
+    assert task.sent == [((7,), 5 + COALESCE_MARGIN_S)] * 2
+
+
+def test_reports_prompt_their_rollout_coalesced(db, django_capture_on_commit_callbacks):
+    from apps.rollouts.tasks import rollout_reconcile_task
+    from tests import factories
+
+    owner = factories.superuser()
+    tenant = factories.tenant(actor=owner)
+    env, first, second = factories.staged_environment(
+        factories.application(tenant, actor=owner), "prod", owner)
+    agents = factories.enrolled_agents(env, 3, actor=owner)
+    rollout = factories.start_rollout(env, second, agents[:2], actor=owner)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        for agent in agents[:2]:
+            factories.ack(agent, second)
+
+    prompts = [(c.args, c.coalesce_s) for c in callbacks
+               if getattr(c, "task", None) is rollout_reconcile_task]
+    assert prompts == [((rollout.pk,), 1)] * 2  # one run after the window, for both
