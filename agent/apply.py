@@ -2,13 +2,15 @@
 
 verify checksum -> refuse a lower number -> resolve secrets -> back up -> stage
 the files in the target's filesystem -> validate the staged tree -> swap each file
-into place (rename) and remove stale files -> reload (start if not running).
+into place (rename) and remove stale files -> reload (start if not running) ->
+probe the service's health (agent/health.py), when a probe is configured.
 A validate command that does not name the staged tree ({staged}) checks files in
 place: then the files are written in place first and validated there.
-On failure: restore the backup and reload (warning); with nothing to restore,
-write the safe fallback (warning), else failed. Any OSError (read-only target,
-full state directory) ends in an outcome too, never in an exception. The server
-never sends commands: validate, reload and start are configured on this host.
+On failure (an unhealthy service included): restore the backup and reload
+(warning); with nothing to restore, write the safe fallback (warning), else
+failed. Any OSError (read-only target, full state directory) ends in an outcome
+too, never in an exception. The server never sends commands: validate, reload,
+start and the health command are configured on this host.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import os
 import shlex
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 
 from agent import files as fs
-from agent import references
+from agent import health, references
 from agent.references import SecretError
 from agent.state import State
 
@@ -38,6 +41,8 @@ STAGED_PLACEHOLDER = "{staged}"
 class Outcome:
     status: str
     message: str
+    # The health probe's result (Health.report()) when one ran.
+    health: dict | None = None
 
 
 @dataclass
@@ -101,7 +106,8 @@ def command_environment(environ, *, target_dir: str, number, passthrough=(),
 
 class Applier:
     def __init__(self, *, target_dir: str, state_dir: str, commands: Commands, save,
-                 environ=None, secret_allow=None):
+                 environ=None, secret_allow=None, probe: health.Probe | None = None,
+                 sleep=time.sleep):
         self.target_dir = target_dir
         self.backup_dir = os.path.join(state_dir, "backup")
         # Commands run here: an empty directory of the agent's, never the target's.
@@ -111,10 +117,16 @@ class Applier:
         self.environ = os.environ if environ is None else environ
         self.secret_allow = secret_allow
         self.temp_key = fs.temp_key(state_dir)
+        self.probe = probe if probe is not None and probe.is_configured else None
+        self.sleep = sleep  # between health attempts
 
     # --- commands ---------------------------------------------------------------
 
-    def _run(self, name: str, command: str | None, number, staged: str | None = None) -> tuple:
+    def _run(self, name: str, command: str | None, number, staged: str | None = None, *,
+             timeout_s: float | None = None, keep_output: bool = False) -> tuple:
+        """(ok, why) of running `command`; with `keep_output`, (ok, the end of what
+        it printed), a failure's exit status first."""
+        timeout_s = self.commands.timeout_s if timeout_s is None else timeout_s
         if not command:
             return True, ""
         env = command_environment(self.environ, target_dir=self.target_dir, number=number,
@@ -130,11 +142,17 @@ class Applier:
         except OSError as exc:
             return False, f"{name} could not start: {exc}"
         try:
-            stdout, stderr = process.communicate(timeout=self.commands.timeout_s)
+            stdout, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-            return False, f"{name} timed out after {self.commands.timeout_s:g}s"
+            return False, f"{name} timed out after {timeout_s:g}s"
+        if keep_output:
+            printed = health.tail("\n".join(p.strip() for p in (stdout, stderr) if p.strip()))
+            if process.returncode != 0:
+                return False, f"exited {process.returncode}" + (f": {printed}" if printed
+                                                                else "")
+            return True, printed
         if process.returncode != 0:
             output = (stderr or stdout).strip().splitlines()
             detail = f": {output[-1]}" if output else ""
@@ -157,6 +175,19 @@ class Applier:
             if not ok:
                 return ok, why
         return self._reload(number)
+
+    def _healthy(self, number) -> health.Health | None:
+        """The health probe's result after a reload; None when none is configured."""
+        if self.probe is None:
+            return None
+
+        def run_command(command, timeout_s):
+            return self._run("probe", command, number, timeout_s=timeout_s,
+                             keep_output=True)
+
+        result = health.check(self.probe, run_command, self.sleep)
+        (logger.info if result.ok else logger.warning)("#%s: %s", number, result.describe())
+        return result
 
     # --- apply ------------------------------------------------------------------
 
@@ -248,14 +279,23 @@ class Applier:
             if staged:
                 self._drop_staging()
         ok, why = self._activate(number, validated=staged is not None)
+        probed = self._healthy(number) if ok else None
+        if probed is not None and not probed.ok:
+            ok, why = False, probed.describe()
+        reported = None if probed is None else probed.report()
         if ok:
             state.active_number, state.active_checksum = number, checksum
             state.active_label = bundle.get("label")
             state.managed_files = sorted(new_paths)
             state.in_progress = None  # saved by apply(), with what record() adds
-            return Outcome(SUCCEEDED, f"applied #{number} ({len(entries)} file(s))")
+            healthy = ("" if probed is None else
+                       f"; health {probed.probe} passed after {probed.attempts} attempt(s)")
+            return Outcome(SUCCEEDED, f"applied #{number} ({len(entries)} file(s)){healthy}",
+                           health=reported)
         logger.warning("#%s failed: %s; restoring", number, why)
-        return self._recover(bundle, state, why)
+        outcome = self._recover(bundle, state, why)
+        outcome.health = reported
+        return outcome
 
     # --- staging ------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import sys
 from agent import config as agent_config
 from agent.apply import Applier, Commands
 from agent.client import Client, ProtocolError, Unauthorized, Unreachable
+from agent.health import Probe
 from agent.runner import (
     EXIT_CONFIG,
     EXIT_UNAUTHORIZED,
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
         config = agent_config.load(argv)
         agent_config.check_directories(config)
     except agent_config.ConfigError as exc:
-        print(f"python -m agent: {exc}", file=sys.stderr)
+        print(f"{agent_config.program_name()}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     named = _logging(config)
     if config.legacy_state_dir:
@@ -92,6 +93,9 @@ def main(argv=None) -> int:
                           start=config.start_command, timeout_s=config.command_timeout,
                           passthrough_env=config.command_env),
         secret_allow=config.secret_allow,
+        probe=Probe(command=config.health_command, url=config.health_url,
+                    timeout_s=config.health_timeout, attempts=config.health_retries,
+                    interval_s=config.health_interval),
     )
     recovered = applier.recover_interrupted(state)
     if recovered:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import math
 import os
 import socket
+import sys
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -43,6 +45,11 @@ class Config:
     token_file: str | None = None
     secret_allow: list | None = None
     command_env: tuple = ()
+    health_command: str | None = None
+    health_url: str | None = None
+    health_timeout: float = 10.0
+    health_retries: int = 3
+    health_interval: float = 2.0
 
 
 # name, help; each is a flag (--target-dir), a variable (BELLWETHER_TARGET_DIR)
@@ -75,6 +82,17 @@ OPTIONS = [
                         "(default 120)."),
     ("command_env", "Names of further environment variables commands get, separated by "
                     "commas."),
+    ("health_command", "Probes the service after each reload; non-zero exit means "
+                       "unhealthy (e.g. 'curl -fsS http://127.0.0.1/healthz'). It runs like "
+                       "the other commands. An unhealthy service gets the previous files "
+                       "back (reloaded) and the snapshot is reported failed for its "
+                       "rollout wave."),
+    ("health_url", "An http(s) URL probed after each reload: it must answer 2xx (no "
+                   "redirect followed, no proxy). With --health-command too, both must "
+                   "pass."),
+    ("health_timeout", "Seconds before one health attempt is abandoned (default 10)."),
+    ("health_retries", "Attempts before the service counts as unhealthy (default 3)."),
+    ("health_interval", "Seconds between health attempts (default 2)."),
     ("secret_allow", "The secret references this host resolves, as prefixes ending in "
                      "'/' or globs, separated by commas, e.g. 'env:SHOP_*,file:/etc/shop/' "
                      "(default: every env: and file: reference)."),
@@ -127,9 +145,56 @@ def _token_from(values: dict):
     return token
 
 
+def program_name() -> str:
+    """How the agent was invoked: `bellwether-agent` (the installed command) or
+    `python -m agent`."""
+    invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if not invoked or invoked in ("__main__.py", "-c", "-m"):
+        return "python -m agent"
+    return invoked
+
+
+def _health(values: dict) -> None:
+    """Check and convert the --health-* options in `values` (in place)."""
+    for name in ("health_command", "health_url"):
+        values[name] = (values.get(name) or "").strip() or None
+    url = values["health_url"]
+    if url is not None:
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            host = parsed.hostname
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            parsed, host = None, None
+        if host is None or parsed.scheme not in ("http", "https") or any(
+                ord(c) < 33 or ord(c) == 127 for c in url):
+            raise ConfigError(f"--health-url {url!r} is not a URL: give http:// or https:// "
+                              "and a host, e.g. http://127.0.0.1:8080/healthz")
+    for name, default in (("health_timeout", 10.0), ("health_interval", 2.0)):
+        raw = values.get(name)
+        try:
+            value = default if raw in (None, "") else float(raw)
+        except ValueError:
+            value = None
+        low_ok = value is not None and (value > 0 if name == "health_timeout" else value >= 0)
+        if not (low_ok and math.isfinite(value)):
+            least = "positive" if name == "health_timeout" else "non-negative"
+            raise ConfigError(f"--{name.replace('_', '-')} must be a {least} number of "
+                              f"seconds, not {raw!r}")
+        values[name] = value
+    raw = values.get("health_retries")
+    try:
+        retries = 3 if raw in (None, "") else int(str(raw).strip())
+    except ValueError:
+        retries = 0
+    if not 1 <= retries <= 100:
+        raise ConfigError(f"--health-retries must be a whole number of attempts from 1 to "
+                          f"100, not {raw!r}")
+    values["health_retries"] = retries
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m agent",
+        prog=program_name(),
         description=(
             "Bellwether agent: polls the server for this host's desired snapshot "
             "(conditional GET with ETags), applies it safely (atomic writes, validate, "
@@ -199,6 +264,7 @@ def load(argv=None, environ=None) -> Config:
     values["token"] = _token_from(values)
     values["secret_allow"] = _list(values.get("secret_allow")) or None
     values["command_env"] = tuple(_list(values.get("command_env")))
+    _health(values)
     for number in ("command_timeout", "poll_interval"):
         if values.get(number) in (None, ""):
             values.pop(number, None)

@@ -113,6 +113,8 @@ class Agent:
                 current.blocked = {"number": number, "checksum": checksum}
             report = {"deployment_id": deployment_id, "snapshot": number, "checksum": checksum,
                       "status": outcome.status, "message": outcome.message[:4000]}
+            if outcome.health is not None:  # a probe ran (docs/api.md)
+                report["health"] = outcome.health
             if deployment_id:
                 current.processed_deployments[deployment_id] = report
             current.unsent_report = report

@@ -6,6 +6,7 @@ from collections import Counter
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_role
 from apps.fleet.models import Agent
+from apps.fleet.rules import health_text
 from apps.fleet.selectors import (
     agent_status,
     agents_with_desired,
@@ -115,7 +116,8 @@ def agents_panel(environment: Environment) -> dict:
     rows = _statuses(agents)
     return {"rows": [{"agent": agent, "status": status,
                       "bucket": fleet_bucket(status["online"], status["sync"]),
-                      "sync": status["sync"].replace("_", " ")}
+                      "sync": status["sync"].replace("_", " "),
+                      "health": health_text(status["last_health"])}
                      for agent, status in rows],
             "total": in_service.count(),
             "shown": len(rows),

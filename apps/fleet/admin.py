@@ -12,7 +12,7 @@ from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, EnrollmentToken
-from apps.fleet.rules import enroll_command
+from apps.fleet.rules import enroll_command, health_text
 from apps.releases import services as releases
 
 
@@ -101,7 +101,8 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["name", "environment__name", "environment__application__name"]
     fields = ["name", "environment", "labels", "mode", "enabled", "generation", "online",
               "desired", "applied", "last_status", "last_message", "last_report_at",
-              "blocked", "token_key", "token_revoked_at", "created_at", "decommissioned_at"]
+              "health", "blocked", "token_key", "token_revoked_at", "created_at",
+              "decommissioned_at"]
     readonly_fields = fields
     actions = ["deploy_now", "switch_to_manual", "switch_to_auto_pull", "rotate_token",
                "revoke_token", "release_pin", "decommission"]
@@ -135,6 +136,10 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def applied(self, obj):
         applied = self._status(obj)["applied"]
         return f"#{applied['number']}" if applied else "-"
+
+    @admin.display(description="health (last report)")
+    def health(self, obj):
+        return health_text(obj.last_health) or "-"
 
     @admin.display(description="blocked")
     def blocked(self, obj):

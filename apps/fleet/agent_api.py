@@ -163,6 +163,28 @@ class BundleApi(AgentAPIView):
         return response
 
 
+class HealthSerializer(serializers.Serializer):
+    """The agent's health probe after its reload (docs/agents.md), exactly typed: the
+    agent sends JSON booleans, integers and strings, never "true" or "3"."""
+
+    TYPES = {"ok": (bool, "a boolean"), "attempts": (int, "an integer"),
+             "output": (str, "a string"), "probe": (str, "a string")}
+
+    ok = serializers.BooleanField()
+    attempts = serializers.IntegerField(min_value=1, max_value=1000)
+    output = serializers.CharField(max_length=2000, allow_blank=True, trim_whitespace=False)
+    probe = serializers.ChoiceField(["command", "url"])
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            wrong = {name: [f"Must be {what}."] for name, (kind, what) in self.TYPES.items()
+                     if name in data and (not isinstance(data[name], kind)
+                                          or (kind is int and isinstance(data[name], bool)))}
+            if wrong:
+                raise serializers.ValidationError(wrong)
+        return super().to_internal_value(data)
+
+
 class ReportApi(AgentAPIView):
     class ReportRequestSerializer(serializers.Serializer):
         deployment_id = serializers.UUIDField(allow_null=True, required=False, default=None)
@@ -171,6 +193,7 @@ class ReportApi(AgentAPIView):
         status = serializers.ChoiceField(["succeeded", "warning", "failed"])
         message = serializers.CharField(max_length=4000, allow_blank=True, required=False,
                                         default="", trim_whitespace=False)
+        health = HealthSerializer(required=False, allow_null=True, default=None)
 
     class ReportResponseSerializer(serializers.Serializer):
         deployment_id = serializers.UUIDField()
@@ -186,7 +209,8 @@ class ReportApi(AgentAPIView):
         v = data.validated_data
         deployment, created = releases.report_intake(
             agent=self.agent, deployment_id=v["deployment_id"], number=v["snapshot"],
-            checksum=v["checksum"], status=v["status"], message=v["message"])
+            checksum=v["checksum"], status=v["status"], message=v["message"],
+            health=None if v["health"] is None else dict(v["health"]))
         return Response(
             {"deployment_id": str(deployment.pk), "state": deployment.state,
              "duplicate": not created},

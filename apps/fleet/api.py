@@ -19,6 +19,7 @@ from apps.environments.views import (
     quarantine_override,
 )
 from apps.fleet import enrollment, selectors, services
+from apps.fleet.agent_api import HealthSerializer
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.rules import enroll_command
 from apps.releases import services as releases
@@ -47,11 +48,12 @@ def _agent_body(agent: Agent) -> dict:
 class DeploymentSerializer(serializers.ModelSerializer):
     agent = serializers.IntegerField(source="agent_id")
     snapshot = serializers.IntegerField(source="snapshot.number")
+    health = HealthSerializer(read_only=True, allow_null=True)
 
     class Meta:
         model = Deployment
-        fields = ["id", "agent", "snapshot", "kind", "state", "message", "created_at",
-                  "reported_at"]
+        fields = ["id", "agent", "snapshot", "kind", "state", "message", "health",
+                  "created_at", "reported_at"]
 
 
 DECOMMISSIONED_FILTER = OpenApiParameter(

@@ -107,6 +107,8 @@ class Agent(models.Model):
     last_status = models.CharField(max_length=16, blank=True)
     last_message = models.TextField(blank=True)
     last_report_at = models.DateTimeField(null=True, blank=True)
+    # The health probe's result in the last report, when the agent probes (see Deployment).
+    last_health = models.JSONField(null=True, blank=True)
     blocked_number = models.PositiveIntegerField(null=True, blank=True)
     blocked_checksum = models.CharField(max_length=71, blank=True)
     # Flushed from the cache in batches; polls do not write the database.
@@ -164,6 +166,9 @@ class Deployment(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     message = models.TextField(blank=True)
     reported_checksum = models.CharField(max_length=71, blank=True)
+    # {ok, attempts, output, probe}: the agent's health probe after its reload, when it
+    # runs one (docs/agents.md); null when no probe ran.
+    health = models.JSONField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",

@@ -9,7 +9,8 @@ Agent row or anything shaped like one) and say what follows.
 - `check_generation`, `pin_target_refusal`, `going_back_refusal`: the checks of
   an operator's change to one agent.
 - `push_refusal`: why a push of a snapshot to some agents cannot happen.
-- `report_changes`: what an agent's report changes on the agent.
+- `report_changes`: what an agent's report changes on the agent; `health_text`
+  says what its health probe found, in words.
 - `poll_debt_sweepable`, `poll_debts_need_sweep`: when a committed change's poll
   invalidation may be settled (its cache keys dropped for good, its row removed).
 - `decommissioned_refusal`: a decommissioned agent takes no further change.
@@ -206,7 +207,7 @@ def push_refusal(agents: list, snapshot, active) -> Conflict | None:
 
 
 def report_changes(agent, *, number: int, checksum: str, status: str, message: str,
-                   now) -> dict:
+                   now, health: dict | None = None) -> dict:
     """The agent's fields a report sets. A report about an older snapshot than the
     one the agent applied arrives late: it is history (its deployment row), and
     changes nothing on the agent. Otherwise a success moves the applied snapshot
@@ -214,7 +215,8 @@ def report_changes(agent, *, number: int, checksum: str, status: str, message: s
     blocks its snapshot."""
     if agent.applied_number is not None and number < agent.applied_number:
         return {}
-    changes = {"last_status": status, "last_message": message, "last_report_at": now}
+    changes = {"last_status": status, "last_message": message, "last_report_at": now,
+               "last_health": health}
     if status != SUCCEEDED:
         changes.update(blocked_number=number, blocked_checksum=checksum)
         return changes
@@ -222,6 +224,19 @@ def report_changes(agent, *, number: int, checksum: str, status: str, message: s
     if agent.blocked_number is not None and number >= agent.blocked_number:
         changes.update(blocked_number=None, blocked_checksum="")
     return changes
+
+
+def health_text(health: dict | None) -> str | None:
+    """A report's health probe in words, "failed after 3 attempts (url) — HTTP 502",
+    or None when no probe ran."""
+    if not health:
+        return None
+    attempts = health.get("attempts", 0)
+    tried = f"after {attempts} attempt{'' if attempts == 1 else 's'} ({health.get('probe')})"
+    if health.get("ok"):
+        return f"healthy {tried}"
+    output = health.get("output") or ""
+    return f"failed {tried}" + (f" — {output}" if output else "")
 
 
 def poll_debt_sweepable(seen_at, now) -> bool:

@@ -150,6 +150,7 @@ def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
         "last_status": agent.last_status or None,
         "last_message": agent.last_message,
         "last_report_at": agent.last_report_at,
+        "last_health": agent.last_health,
         "blocked": None if agent.blocked_number is None else {
             "number": agent.blocked_number, "checksum": agent.blocked_checksum},
         "pinned": None if agent.pinned_snapshot_id is None else {

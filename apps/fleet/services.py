@@ -285,23 +285,24 @@ def _reported_snapshot(agent: Agent, number: int, checksum: str) -> Snapshot:
 
 
 def _deployment_reported(agent: Agent, deployment: Deployment, *, status: str, message: str,
-                         checksum: str, now) -> bool:
+                         checksum: str, health: dict | None, now) -> bool:
     """Record the result of an announced push; False for a duplicate."""
     if deployment.state in Deployment.REPORTED_STATES:
         if (deployment.state, deployment.message) == (status, message):
             return False
         raise Conflict(f"Deployment {deployment.pk} was already reported "
                        f"{deployment.state} with another message.", code="report_conflict")
-    deployment.state, deployment.message = status, message
+    deployment.state, deployment.message, deployment.health = status, message, health
     deployment.reported_checksum, deployment.reported_at = checksum, now
-    deployment.save(update_fields=["state", "message", "reported_checksum", "reported_at"])
+    deployment.save(update_fields=["state", "message", "health", "reported_checksum",
+                                   "reported_at"])
     # The announced deployment is done: the poll answer changes.
     forget_polls_on_commit([agent])
     return True
 
 
 def _pull_reported(agent: Agent, snapshot: Snapshot, *, status: str, message: str,
-                   checksum: str, now) -> tuple[Deployment, bool]:
+                   checksum: str, health: dict | None, now) -> tuple[Deployment, bool]:
     """Record a pulled apply as a deployment of its own. A replay of any earlier
     pulled report (the same snapshot, status and message) is a duplicate: an agent
     re-sends a report it is not sure arrived, possibly after newer ones."""
@@ -312,14 +313,16 @@ def _pull_reported(agent: Agent, snapshot: Snapshot, *, status: str, message: st
         return earlier, False
     return Deployment.objects.create(
         agent=agent, snapshot=snapshot, kind=Deployment.Kind.PULL, state=status,
-        message=message, reported_checksum=checksum, reported_at=now), True
+        message=message, health=health, reported_checksum=checksum, reported_at=now), True
 
 
 def report_record(
-    *, agent: Agent, deployment_id, number: int, checksum: str, status: str, message: str
+    *, agent: Agent, deployment_id, number: int, checksum: str, status: str, message: str,
+    health: dict | None = None,
 ) -> tuple[Deployment, bool]:
-    """Record an agent's report (inside the caller's transaction). Returns
-    (deployment, created); a duplicate changes nothing and returns created=False."""
+    """Record an agent's report (inside the caller's transaction), with its health
+    probe's result when it ran one. Returns (deployment, created); a duplicate
+    changes nothing and returns created=False."""
     if status not in Deployment.REPORTED_STATES:
         raise ValidationFailed("status must be succeeded, warning or failed.")
     locked = Agent.objects.lock(agent.pk)
@@ -328,14 +331,14 @@ def report_record(
     now = timezone.now()
     if deployment is not None:
         created = _deployment_reported(locked, deployment, status=status, message=message,
-                                       checksum=checksum, now=now)
+                                       checksum=checksum, health=health, now=now)
     else:
         deployment, created = _pull_reported(locked, snapshot, status=status, message=message,
-                                             checksum=checksum, now=now)
+                                             checksum=checksum, health=health, now=now)
     if not created:
         return deployment, False
     changes = rules.report_changes(locked, number=number, checksum=checksum, status=status,
-                                   message=message, now=now)
+                                   message=message, now=now, health=health)
     for field, value in changes.items():
         setattr(locked, field, value)
     if changes:  # none for a late report of an older snapshot: history only

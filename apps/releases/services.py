@@ -301,13 +301,13 @@ def agent_decommission(*, agent: Agent, expected_generation: int, actor) -> Agen
 
 
 def report_intake(*, agent: Agent, deployment_id, number: int, checksum: str, status: str,
-                  message: str) -> tuple[Deployment, bool]:
+                  message: str, health: dict | None = None) -> tuple[Deployment, bool]:
     """Record an agent's report; a new one drives the environment's active rollout
     (its reconcile runs on a worker once the report is committed)."""
     with transaction.atomic():
         deployment, created = fleet.report_record(
             agent=agent, deployment_id=deployment_id, number=number, checksum=checksum,
-            status=status, message=message)
+            status=status, message=message, health=health)
         rollout_id = (Rollout.objects.active_in(agent.environment_id)
                       .values_list("pk", flat=True).first())
         if created and rollout_id is not None:

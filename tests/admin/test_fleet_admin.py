@@ -156,3 +156,12 @@ def test_decommissioning_from_the_admin_goes_through_the_service(login, tenant_o
         "action": "rotate_token", "_selected_action": [agent.pk]}, follow=True)
     assert any("web-1 is decommissioned" in m for m in messages_of(rotated))
     assert Agent.objects.get(pk=agent.pk).token_revoked_at is not None
+
+
+def test_an_agents_page_shows_its_last_health_probe(login, tenant_owner, agent):
+    agent.last_health = {"ok": False, "attempts": 2, "probe": "url", "output": "HTTP 503"}
+    agent.save(update_fields=["last_health"])
+
+    page = login(tenant_owner).get(f"{AGENTS}{agent.pk}/change/").content.decode()
+
+    assert "failed after 2 attempts (url) — HTTP 503" in page

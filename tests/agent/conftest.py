@@ -41,13 +41,17 @@ class Host:
         return self.state_dir / "backup"
 
     def applier(self, *, validate=None, reload=None, start=None, timeout_s=30.0,
-                environ=None, secret_allow=None, passthrough_env=()) -> Applier:
+                environ=None, secret_allow=None, passthrough_env=(), probe=None,
+                sleep=None) -> Applier:
+        """An Applier; with a health `probe`, `sleep` gets the waits between attempts
+        (default: none happen)."""
         return Applier(
             target_dir=str(self.target), state_dir=str(self.state_dir), save=self.save,
             commands=Commands(validate=validate, reload=reload, start=start,
                               timeout_s=timeout_s, passthrough_env=passthrough_env),
             environ=dict(os.environ) if environ is None else environ,
-            secret_allow=secret_allow,
+            secret_allow=secret_allow, probe=probe,
+            sleep=sleep or (lambda seconds: None),
         )
 
     def agent(self, server_url: str, *, token: str = ProtocolServer.TOKEN, sleep=None,

@@ -20,6 +20,7 @@ from pathlib import Path
 import agent
 from agent.apply import content_checksum
 from agent.files import TEMP_MARKER
+from tests import ports
 
 REPO_ROOT = str(Path(agent.__file__).resolve().parent.parent)
 
@@ -116,9 +117,7 @@ def runs(log: Path) -> list:
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return ports.free_port()  # nothing listens there
 
 
 def agent_env(**extra) -> dict:
@@ -197,7 +196,8 @@ class ProtocolServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ProtocolServer:
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.port or 0), _handler_for(self))
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.port or ports.free_port()),
+                                    _handler_for(self))
         httpd.daemon_threads = True
         self.port = httpd.server_address[1]
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},

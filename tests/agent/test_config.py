@@ -43,7 +43,8 @@ def test_every_option_can_come_from_its_environment_variable():
     environ = {f"BELLWETHER_{name.upper()}": "7" for name, _ in OPTIONS if name != "log_level"}
     environ["BELLWETHER_LOG_LEVEL"] = "debug"
     environ.update(BELLWETHER_SERVER="https://env.example", BELLWETHER_TARGET_DIR="/srv/x",
-                   BELLWETHER_STATE_DIR="/var/lib/bw", BELLWETHER_LABELS="a=b")
+                   BELLWETHER_STATE_DIR="/var/lib/bw", BELLWETHER_LABELS="a=b",
+                   BELLWETHER_HEALTH_URL="http://127.0.0.1:7/")
 
     config = load([], environ)
 
@@ -51,6 +52,9 @@ def test_every_option_can_come_from_its_environment_variable():
         "https://env.example", "/srv/x", "/var/lib/bw")
     assert (config.token, config.enrollment_token, config.name) == ("7", "7", "7")
     assert (config.command_timeout, config.poll_interval) == (7.0, 7.0)
+    assert (config.health_command, config.health_url) == ("7", "http://127.0.0.1:7/")
+    assert (config.health_timeout, config.health_retries, config.health_interval) == (
+        7.0, 7, 7.0)
     assert config.labels == {"a": "b"}
 
 

@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
+from tests import ports
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 20.0
 SERVER_READY_S = 30.0
@@ -33,9 +34,7 @@ TEMP_MARKER = ".bellwether-tmp-"  # agent/files.py: what an interrupted write le
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return ports.free_port()  # within BELLWETHER_TEST_PORTS when set
 
 
 def shared_database_url() -> str:

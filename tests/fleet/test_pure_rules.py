@@ -82,7 +82,7 @@ def test_a_success_moves_the_applied_snapshot_forward_and_lifts_older_blocks():
     changes = report_changes(agent(applied=2, blocked=3), number=3, checksum="x",
                              status="succeeded", message="", now=NOW)
     assert changes == {"last_status": "succeeded", "last_message": "", "last_report_at": NOW,
-                       "applied_number": 3, "applied_checksum": "x",
+                       "last_health": None, "applied_number": 3, "applied_checksum": "x",
                        "blocked_number": None, "blocked_checksum": ""}
 
 
@@ -96,14 +96,15 @@ def test_a_failure_of_the_applied_snapshot_itself_is_current():
     changes = report_changes(agent(applied=5), number=5, checksum="c", status="failed",
                              message="reload failed", now=NOW)
     assert changes == {"last_status": "failed", "last_message": "reload failed",
-                       "last_report_at": NOW, "blocked_number": 5, "blocked_checksum": "c"}
+                       "last_report_at": NOW, "last_health": None, "blocked_number": 5,
+                       "blocked_checksum": "c"}
 
 
 def test_a_first_report_of_an_agent_that_applied_nothing_is_current():
     changes = report_changes(agent(), number=1, checksum="x", status="succeeded",
                              message="", now=NOW)
     assert changes == {"last_status": "succeeded", "last_message": "", "last_report_at": NOW,
-                       "applied_number": 1, "applied_checksum": "x"}
+                       "last_health": None, "applied_number": 1, "applied_checksum": "x"}
 
 
 @pytest.mark.parametrize("status", ["failed", "warning"])
@@ -111,7 +112,19 @@ def test_a_failure_or_warning_blocks_its_snapshot_and_keeps_what_is_applied(stat
     changes = report_changes(agent(applied=2), number=3, checksum="x", status=status,
                              message="boom", now=NOW)
     assert changes == {"last_status": status, "last_message": "boom", "last_report_at": NOW,
-                       "blocked_number": 3, "blocked_checksum": "x"}
+                       "last_health": None, "blocked_number": 3, "blocked_checksum": "x"}
+
+
+def test_a_report_keeps_its_health_probe_on_the_agent_and_a_late_one_does_not():
+    unhealthy = {"ok": False, "attempts": 3, "output": "HTTP 502", "probe": "url"}
+
+    changes = report_changes(agent(applied=2), number=3, checksum="x", status="warning",
+                             message="restored #2", now=NOW, health=unhealthy)
+    late = report_changes(agent(applied=5), number=3, checksum="x", status="warning",
+                          message="restored #2", now=NOW, health=unhealthy)
+
+    assert changes["last_health"] == unhealthy and changes["blocked_number"] == 3
+    assert late == {}
 
 
 @pytest.mark.parametrize("labels", [

@@ -96,8 +96,13 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_nothing_else(python
     assert _installed(bin_dir) - before == {"bellwether-agent"}
     assert helped.returncode == 0, helped.stderr
     for option in ("--server", "--enrollment-token", "--name", "--target-dir",
-                   "--state-dir", "--token-file", "--config"):
+                   "--state-dir", "--token-file", "--config", "--health-url"):
         assert option in helped.stdout
+    # The usage and configuration errors name the command as invoked.
+    assert helped.stdout.startswith("usage: bellwether-agent "), helped.stdout[:80]
+    refused = _run(bin_dir / "bellwether-agent", cwd=tmp_path)
+    assert (refused.returncode, refused.stderr.strip()) == (
+        2, "bellwether-agent: --server is required")
     # Nothing was written into the source tree.
     assert not list(AGENT.glob("*.egg-info")) and not (AGENT / "build").exists()
 
