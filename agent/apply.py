@@ -22,8 +22,8 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+from agent import drift, references
 from agent import files as fs
-from agent import references
 from agent.references import SecretError
 from agent.state import State
 
@@ -103,6 +103,7 @@ class Applier:
     def __init__(self, *, target_dir: str, state_dir: str, commands: Commands, save,
                  environ=None, secret_allow=None):
         self.target_dir = target_dir
+        self.state_dir = state_dir
         self.backup_dir = os.path.join(state_dir, "backup")
         # Commands run here: an empty directory of the agent's, never the target's.
         self.run_dir = os.path.join(state_dir, "run")
@@ -111,6 +112,8 @@ class Applier:
         self.environ = os.environ if environ is None else environ
         self.secret_allow = secret_allow
         self.temp_key = fs.temp_key(state_dir)
+        # While restoring drifted files: the modes they were written with.
+        self.modes: dict = {}
 
     # --- commands ---------------------------------------------------------------
 
@@ -177,6 +180,27 @@ class Applier:
         except OSError as exc:
             logger.error("cannot save the state (%s); the outcome is kept in memory", exc)
         return outcome
+
+    def restore(self, bundle: dict, state: State, *, modes: dict) -> Outcome:
+        """Apply the active snapshot's `bundle` again over hand-edited files (the
+        restore drift policy), each file with the mode it was written with."""
+        self.modes = modes
+        try:
+            return self.apply(bundle, state)
+        finally:
+            self.modes = {}
+
+    def _written(self, bundle: dict, state: State, paths, receiving) -> None:
+        """Record what a successful apply wrote, for drift checks: hashes and modes,
+        the files that received a secret, and the bundle as sent (no secret in it)."""
+        state.written = drift.written(self.target_dir, paths)
+        state.secret_files = sorted(receiving)
+        state.drift = []
+        try:
+            drift.keep_bundle(self.state_dir, bundle)
+        except OSError as exc:
+            logger.warning("cannot keep the applied bundle (%s): drift is reported "
+                           "without line counts", exc)
 
     @staticmethod
     def _malformed(bundle) -> bool:
@@ -252,6 +276,7 @@ class Applier:
             state.active_number, state.active_checksum = number, checksum
             state.active_label = bundle.get("label")
             state.managed_files = sorted(new_paths)
+            self._written(bundle, state, new_paths, receiving)
             state.in_progress = None  # saved by apply(), with what record() adds
             return Outcome(SUCCEEDED, f"applied #{number} ({len(entries)} file(s))")
         logger.warning("#%s failed: %s; restoring", number, why)
@@ -284,6 +309,7 @@ class Applier:
             mode = os.stat(path).st_mode & 0o7777
         except (FileNotFoundError, NotADirectoryError):
             mode = 0o644
+        mode = self.modes.get(entry["path"], mode)
         if secret:
             mode = SECRET_FILE_MODE
         if root is not None:
