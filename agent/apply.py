@@ -25,8 +25,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from agent import drift, health, references
 from agent import files as fs
-from agent import health, references
 from agent.references import SecretError
 from agent.state import State
 
@@ -109,6 +109,7 @@ class Applier:
                  environ=None, secret_allow=None, probe: health.Probe | None = None,
                  sleep=time.sleep):
         self.target_dir = target_dir
+        self.state_dir = state_dir
         self.backup_dir = os.path.join(state_dir, "backup")
         # Commands run here: an empty directory of the agent's, never the target's.
         self.run_dir = os.path.join(state_dir, "run")
@@ -119,6 +120,8 @@ class Applier:
         self.temp_key = fs.temp_key(state_dir)
         self.probe = probe if probe is not None and probe.is_configured else None
         self.sleep = sleep  # between health attempts
+        # While restoring drifted files: the modes they were written with.
+        self.modes: dict = {}
 
     # --- commands ---------------------------------------------------------------
 
@@ -209,6 +212,27 @@ class Applier:
             logger.error("cannot save the state (%s); the outcome is kept in memory", exc)
         return outcome
 
+    def restore(self, bundle: dict, state: State, *, modes: dict) -> Outcome:
+        """Apply the active snapshot's `bundle` again over hand-edited files (the
+        restore drift policy), each file with the mode it was written with."""
+        self.modes = modes
+        try:
+            return self.apply(bundle, state)
+        finally:
+            self.modes = {}
+
+    def _written(self, bundle: dict, state: State, paths, receiving) -> None:
+        """Record what a successful apply wrote, for drift checks: hashes and modes,
+        the files that received a secret, and the bundle as sent (no secret in it)."""
+        state.written = drift.written(self.target_dir, paths)
+        state.secret_files = sorted(receiving)
+        state.drift = []
+        try:
+            drift.keep_bundle(self.state_dir, bundle)
+        except OSError as exc:
+            logger.warning("cannot keep the applied bundle (%s): drift is reported "
+                           "without line counts", exc)
+
     @staticmethod
     def _malformed(bundle) -> bool:
         def files_ok(entries):
@@ -287,6 +311,7 @@ class Applier:
             state.active_number, state.active_checksum = number, checksum
             state.active_label = bundle.get("label")
             state.managed_files = sorted(new_paths)
+            self._written(bundle, state, new_paths, receiving)
             state.in_progress = None  # saved by apply(), with what record() adds
             healthy = ("" if probed is None else
                        f"; health {probed.probe} passed after {probed.attempts} attempt(s)")
@@ -324,6 +349,7 @@ class Applier:
             mode = os.stat(path).st_mode & 0o7777
         except (FileNotFoundError, NotADirectoryError):
             mode = 0o644
+        mode = self.modes.get(entry["path"], mode)
         if secret:
             mode = SECRET_FILE_MODE
         if root is not None:

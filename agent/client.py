@@ -163,3 +163,7 @@ class Client:
     def report(self, report: dict) -> dict:
         status, _, body = self._request("POST", "/api/v1/agent/reports", report)
         return self._json(status, body)
+
+    def drift(self, report: dict) -> dict:
+        status, _, body = self._request("POST", "/api/v1/agent/drift", report)
+        return self._json(status, body)

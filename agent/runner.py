@@ -8,6 +8,7 @@ import time
 
 from agent.apply import FAILED, SUCCEEDED, Applier, Outcome
 from agent.client import Client, ProtocolError, Unauthorized, Unreachable
+from agent.drift import Watch
 from agent.state import State
 
 logger = logging.getLogger("agent")
@@ -30,6 +31,7 @@ class Agent:
         self.rng = rng
         # What the last cycle did, in a few words (--once prints it).
         self.summary = ""
+        self.watch = Watch(client=client, applier=applier, persist=self._persist)
 
     def _persist(self) -> None:
         """Save the state; a state directory that cannot be written (full, read-only)
@@ -72,11 +74,15 @@ class Agent:
         if status == 304:
             logger.debug("desired state unchanged")
             self.summary = self._in_sync_summary()
+            self.watch.check(self.state)
             return None
         self.state.poll_interval_s = float(desired.get("poll_interval_s") or DEFAULT_INTERVAL)
+        self.state.drift_policy = desired.get("drift_policy") or "report"
         outcome = self._handle(desired)
         self.state.etag = etag  # only once handled: a crash before this polls afresh
         self._persist()
+        if outcome is None:  # nothing applied: are the files still what was applied?
+            self.watch.check(self.state)
         return outcome
 
     def _handle(self, desired: dict) -> Outcome | None:

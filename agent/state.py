@@ -91,6 +91,13 @@ class State:
     in_progress: dict | None = None
     # The server's poll interval, kept so a restart answered 304 keeps its pace.
     poll_interval_s: float | None = None
+    # The environment's drift policy (report | restore), kept like the interval.
+    drift_policy: str = "report"
+    # What the last successful apply wrote (agent/drift.py): path -> {sha256, mode},
+    # the paths that received a secret, and the drifted files last reported.
+    written: dict = field(default_factory=dict)
+    secret_files: list = field(default_factory=list)
+    drift: list = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict) -> State:
@@ -109,6 +116,15 @@ class State:
             return "managed_files is not a list of paths"
         if not isinstance(self.processed_deployments, dict):
             return "processed_deployments is not an object"
+        if not (isinstance(self.written, dict) and all(
+                isinstance(r, dict) and isinstance(r.get("sha256"), str)
+                and isinstance(r.get("mode"), int) for r in self.written.values())):
+            return "written is not a record of files"
+        if not strings(self.secret_files):
+            return "secret_files is not a list of paths"
+        if not (isinstance(self.drift, list) and all(
+                isinstance(f, dict) and isinstance(f.get("path"), str) for f in self.drift)):
+            return "drift is not a list of files"
         for name in ("blocked", "unsent_report", "in_progress"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 return f"{name} is not an object"

@@ -18,7 +18,7 @@ class Action(models.TextChoices):
     POLICY_PUBLISH = "policy.publish"
     ENVIRONMENT_CREATE = "environment.create"
     ENVIRONMENT_UPDATE = "environment.update"  # its config or schema
-    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, release policy, keeping pins
+    ENVIRONMENT_SETTINGS = "environment.settings"  # poll interval, policies, keeping pins
     ENVIRONMENT_OWNERS = "environment.owners"
     TEMPLATE_CREATE = "template.create"
     TEMPLATE_UPDATE = "template.update"
@@ -41,6 +41,7 @@ class Action(models.TextChoices):
     AGENT_PIN = "agent.pin"
     AGENT_PIN_RELEASE = "agent.pin_release"
     AGENT_DECOMMISSION = "agent.decommission"
+    AGENT_DRIFT = "agent.drift"  # hand edits of managed files found, changed or cleared
     ROLLOUT_CREATE = "rollout.create"
     ROLLOUT_ADVANCE = "rollout.advance"
     ROLLOUT_PAUSE = "rollout.pause"

@@ -277,6 +277,17 @@ class ReleasePolicyForm(DashboardForm):
                                    widget=forms.HiddenInput)
 
 
+class DriftPolicyForm(DashboardForm):
+    """An owner's change of the drift policy, at the version the page showed."""
+
+    drift_policy = forms.ChoiceField(
+        choices=Environment.DriftPolicy.choices, widget=forms.RadioSelect,
+        error_messages={"invalid_choice": "report or restore.",
+                        "required": "report or restore."})
+    expected_version = NumberField("reload the page and try again.",
+                                   widget=forms.HiddenInput)
+
+
 class RolloutActionForm(DashboardForm):
     """Confirm or roll back a rollout: the version the page showed it at."""
 

@@ -3,9 +3,11 @@ scoped with Environment.objects.visible_to like every other surface."""
 
 from collections import Counter
 
+from django.db.models import Count
+
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_role
-from apps.fleet.models import Agent
+from apps.fleet.models import DRIFTED, Agent
 from apps.fleet.rules import health_text
 from apps.fleet.selectors import (
     agent_status,
@@ -67,18 +69,23 @@ def overview_for(user) -> list[dict]:
     # no snapshot is loaded, whatever the size of the fleet.
     intervals = {environment.pk: environment.poll_interval_s for environment in environments}
     agents = list(with_sync(Agent.objects.in_service().filter(environment__in=environments))
-                  .only("pk", "environment_id", "last_seen_at"))
+                  .only("pk", "environment_id", "last_seen_at", "drift_seen_at",
+                        "drift_restored"))
     seen = last_seen(agents)
     fleets = {environment.pk: Counter() for environment in environments}
+    drifted = Counter()  # not a bucket: a drifted agent is also in sync, behind...
     for agent in agents:
         online = is_online(seen.get(agent.pk), intervals[agent.environment_id])
         fleets[agent.environment_id][fleet_bucket(online, agent.sync)] += 1
+        if agent.drift_seen_at is not None and not agent.drift_restored:
+            drifted[agent.environment_id] += 1
     rollouts = {r.environment_id: r for r in Rollout.objects.filter(
         environment__in=environments, state__in=ACTIVE_STATES).select_related("snapshot")}
     return [{
         "environment": environment,
         "fleet": {bucket: fleets[environment.pk][bucket] for bucket in FLEET_BUCKETS},
         "agents": sum(fleets[environment.pk].values()),
+        "drifted": drifted[environment.pk],
         "pending": environment.pending_count,
         "rollout": rollouts.get(environment.pk),
     } for environment in environments]
@@ -114,12 +121,14 @@ def agents_panel(environment: Environment) -> dict:
     in_service = Agent.objects.in_service().filter(environment=environment)
     agents = list(_agents(in_service).order_by("name")[:AGENTS_SHOWN])
     rows = _statuses(agents)
+    counts = in_service.aggregate(total=Count("pk"), drifted=Count("pk", filter=DRIFTED))
     return {"rows": [{"agent": agent, "status": status,
                       "bucket": fleet_bucket(status["online"], status["sync"]),
                       "sync": status["sync"].replace("_", " "),
                       "health": health_text(status["last_health"])}
                      for agent, status in rows],
-            "total": in_service.count(),
+            "total": counts["total"],
+            "drifted": counts["drifted"],
             "shown": len(rows),
             # Pins win (an operator's or a rollout's): a push to all would be refused.
             "any_pinned": in_service.held().exists()}

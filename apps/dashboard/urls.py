@@ -19,6 +19,7 @@ urlpatterns = [
     path(f"{ENV}deploy/", views.deploy, name="deploy"),
     path(f"{ENV}reset-inputs/", views.reset_inputs, name="reset-inputs"),
     path(f"{ENV}release-policy/", views.release_policy, name="release-policy"),
+    path(f"{ENV}drift-policy/", views.drift_policy, name="drift-policy"),
     path(f"{ENV}publications/<uuid:publication_id>/", views.publication_page,
          name="publication"),
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,

@@ -357,6 +357,22 @@ def release_policy(request, application, environment):
 
 @_signed_in_action
 @require_POST
+def drift_policy(request, application, environment):
+    """Change the drift policy (owners), at the version the page showed."""
+    env = _environment(request, application, environment)
+    form = forms.DriftPolicyForm(request.POST)
+
+    def change():
+        changed = environment_update(
+            environment=env, actor=request.user, drift_policy=form.cleaned_data[
+                "drift_policy"], expected_version=form.cleaned_data["expected_version"])
+        return f"Drift policy: {changed.get_drift_policy_display()}."
+
+    return _act(request, env, "summary", change, form, required=Role.OWNER)
+
+
+@_signed_in_action
+@require_POST
 def reset_inputs(request, application, environment):
     """Reset the environment's inputs to the active snapshot's source (owners)."""
     env = _environment(request, application, environment)

@@ -40,11 +40,11 @@ class EnvironmentForm(forms.ModelForm):
     class Meta:
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s",
-                  "release_policy", "keep_rollout_pins", "owners"]
+                  "release_policy", "drift_policy", "keep_rollout_pins", "owners"]
         field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
                                                    "class": "bw-code"}),
-                   "release_policy": forms.RadioSelect}
+                   "release_policy": forms.RadioSelect, "drift_policy": forms.RadioSelect}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -149,9 +149,10 @@ class FallbackFileInline(OwnedInlineMixin, admin.StackedInline):
 class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     form = EnvironmentForm
     inlines = [TemplateInline, FallbackFileInline]
-    list_display = ["full_name", "tenant", "release_policy", "poll_interval_s",
+    list_display = ["full_name", "tenant", "release_policy", "drift_policy", "poll_interval_s",
                     "snapshot_counter", "updated_at"]
-    list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter), "release_policy"]
+    list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter), "release_policy",
+                   "drift_policy"]
     search_fields = ["name", "application__name"]
     readonly_fields = ["snapshot_counter", "pending"]
     filter_horizontal = ["owners"]
@@ -219,6 +220,7 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                 config_schema=form.cleaned_data["config_schema"],
                 poll_interval_s=form.cleaned_data["poll_interval_s"],
                 release_policy=form.cleaned_data["release_policy"],
+                drift_policy=form.cleaned_data["drift_policy"],
                 actor=request.user,
             )
             obj.pk = created.pk

@@ -52,7 +52,8 @@ class EnvironmentListSerializer(serializers.ModelSerializer):
     class Meta:
         model = Environment
         fields = ["application", "name", "full_name", "tenant", "release_policy", "version",
-                  "active_snapshot", "active_rollout", "poll_interval_s", "keep_rollout_pins",
+                  "active_snapshot", "active_rollout", "poll_interval_s", "drift_policy",
+                  "keep_rollout_pins",
                   "snapshot_counter", "updated_at", "url"]
 
     @extend_schema_field(ActiveSnapshotSerializer(allow_null=True))
@@ -120,6 +121,7 @@ class EnvironmentDetailApi(EnvironmentAPIView):
         config_schema = serializers.JSONField(required=False, allow_null=True)
         poll_interval_s = serializers.IntegerField(required=False, min_value=5, max_value=3600)
         keep_rollout_pins = serializers.BooleanField(required=False)
+        drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices, required=False)
         release_policy = serializers.ChoiceField(Environment.ReleasePolicy.choices,
                                                  required=False)
         expected_version = serializers.IntegerField(

@@ -41,6 +41,10 @@ class Environment(models.Model):
         DIRECT = "direct", "Direct: publishing activates the new snapshot"
         STAGED = "staged", "Staged: a rollout or an explicit activation releases it"
 
+    class DriftPolicy(models.TextChoices):
+        REPORT = "report", "Report: agents report hand edits of managed files"
+        RESTORE = "restore", "Restore: agents report hand edits and re-apply the snapshot"
+
     application = models.ForeignKey(
         Application, on_delete=models.PROTECT, related_name="environments"
     )
@@ -62,6 +66,11 @@ class Environment(models.Model):
         max_length=16, choices=ReleasePolicy.choices, default=ReleasePolicy.DIRECT,
         help_text="direct: publishing activates the new snapshot; staged: publishing stores "
                   "it, and a rollout or an explicit activation releases it.",
+    )
+    drift_policy = models.CharField(
+        max_length=16, choices=DriftPolicy.choices, default=DriftPolicy.REPORT,
+        help_text="What agents do when a managed file no longer matches the applied snapshot "
+                  "(a hand edit): report it, or report it and restore the snapshot's files.",
     )
     keep_rollout_pins = models.BooleanField(
         default=False,
@@ -94,6 +103,8 @@ class Environment(models.Model):
             ),
             models.CheckConstraint(condition=Q(release_policy__in=["direct", "staged"]),
                                    name="environment_release_policy_valid"),
+            models.CheckConstraint(condition=Q(drift_policy__in=["report", "restore"]),
+                                   name="environment_drift_policy_valid"),
         ]
 
     def __str__(self) -> str:

@@ -30,7 +30,7 @@ from configlang.rendering import (
 from configlang.yamlconfig import load_config, value_problems
 
 EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "release_policy",
-                   "keep_rollout_pins")
+                   "drift_policy", "keep_rollout_pins")
 # What a snapshot is rendered from; the other fields are settings.
 RENDERED_FIELDS = ("config", "config_schema")
 
@@ -82,6 +82,14 @@ def _check_release_policy(value) -> None:
                                       "message": f"{value!r} is not a release policy"}])
 
 
+def _check_drift_policy(value) -> None:
+    if value not in Environment.DriftPolicy.values:
+        raise ValidationFailed(
+            f"drift_policy must be one of {', '.join(Environment.DriftPolicy.values)}.",
+            code="invalid", details=[{"field": "drift_policy",
+                                      "message": f"{value!r} is not a drift policy"}])
+
+
 def environment_create(
     *,
     application: Application,
@@ -90,9 +98,11 @@ def environment_create(
     config_schema: dict | None = None,
     poll_interval_s: int = 30,
     release_policy: str = Environment.ReleasePolicy.DIRECT,
+    drift_policy: str = Environment.DriftPolicy.REPORT,
     actor,
 ) -> Environment:
     _check_release_policy(release_policy)
+    _check_drift_policy(drift_policy)
     environment = Environment(
         application=application,
         name=name,
@@ -100,6 +110,7 @@ def environment_create(
         config_schema=config_schema,
         poll_interval_s=poll_interval_s,
         release_policy=release_policy,
+        drift_policy=drift_policy,
     )
     environment.full_clean(exclude=["owners"], validate_unique=False)
     check_config(config, environment_limits(environment))
@@ -133,6 +144,8 @@ def check_changes(environment: Environment, changes: dict) -> None:
         _check_poll_interval(changes["poll_interval_s"])
     if "release_policy" in changes:
         _check_release_policy(changes["release_policy"])
+    if "drift_policy" in changes:
+        _check_drift_policy(changes["drift_policy"])
 
 
 def check_version(environment: Environment, expected_version: int | None) -> None:

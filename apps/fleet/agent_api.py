@@ -1,4 +1,5 @@
-"""The agent protocol (docs/design.md): enroll, desired (ETag polling), bundle, reports.
+"""The agent protocol (docs/design.md): enroll, desired (ETag polling), bundle, reports,
+drift.
 
 GET desired is the hot path: `desired_etag` answers 304 from the cache before any
 view machinery or SQL runs; on a miss, or for an agent a recent change made the
@@ -21,7 +22,8 @@ from rest_framework.views import APIView
 from apps.core import tokens
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField
-from apps.fleet import cache, enrollment, polldebt, selectors
+from apps.environments.models import Environment
+from apps.fleet import cache, drift, enrollment, polldebt, selectors
 from apps.fleet import services as fleet
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
@@ -108,6 +110,7 @@ class DesiredSerializer(serializers.Serializer):
     deployment_id = serializers.UUIDField(allow_null=True)
     mode = serializers.ChoiceField(Agent.Mode.choices)
     poll_interval_s = serializers.IntegerField()
+    drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices)
 
 
 class DesiredApi(AgentAPIView):
@@ -216,3 +219,52 @@ class ReportApi(AgentAPIView):
              "duplicate": not created},
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
+
+
+class _StrictNameField(NameField):
+    """A name that was sent as a string (a number is not a path)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class DriftFileSerializer(serializers.Serializer):
+    """One drifted file: never its content, only a short summary of the change."""
+
+    path = _StrictNameField(max_length=1024, trim_whitespace=False)
+    change = serializers.ChoiceField(drift.DRIFT_CHANGES)
+    summary = _StrictNameField(max_length=drift.MAX_SUMMARY, allow_blank=True, required=False,
+                               default="", trim_whitespace=False)
+
+
+class DriftApi(AgentAPIView):
+    class DriftRequestSerializer(serializers.Serializer):
+        snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+        checksum = serializers.CharField(max_length=71)
+        files = serializers.ListField(child=DriftFileSerializer(), allow_empty=True,
+                                      max_length=drift.MAX_DRIFT_FILES)
+        restored = serializers.BooleanField(required=False, default=False)
+
+        def validate_files(self, value):
+            paths = [f["path"] for f in value]
+            if len(set(paths)) != len(paths):
+                raise serializers.ValidationError("Each path at most once.")
+            return [dict(f) for f in value]
+
+    class DriftResponseSerializer(serializers.Serializer):
+        recorded = serializers.BooleanField(help_text="False for an identical repeat.")
+        drifted = serializers.IntegerField(help_text="How many files are drifted now.")
+
+    @extend_schema(request=DriftRequestSerializer, responses={200: DriftResponseSerializer},
+                   summary="Report managed files that no longer match the applied snapshot "
+                           "(an empty list: no longer drifted)")
+    def post(self, request):
+        data = self.DriftRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        recorded = drift.agent_drift_record(
+            agent=self.agent, number=v["snapshot"], checksum=v["checksum"], files=v["files"],
+            restored=v["restored"])
+        return Response({"recorded": recorded, "drifted": len(v["files"])})

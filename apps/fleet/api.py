@@ -20,7 +20,7 @@ from apps.environments.views import (
 )
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.agent_api import HealthSerializer
-from apps.fleet.models import Agent, Deployment
+from apps.fleet.models import DRIFTED, Agent, Deployment
 from apps.fleet.rules import enroll_command
 from apps.releases import services as releases
 from apps.snapshots.selectors import snapshot_get
@@ -62,10 +62,16 @@ DECOMMISSIONED_FILTER = OpenApiParameter(
                 "any: both.")
 
 
+DRIFTED_FILTER = OpenApiParameter(
+    "drifted", str, enum=["1", "0"], required=False,
+    description="1: only agents with hand-edited managed files not restored (status.drift, "
+                "restored false); 0: only the others. Left out: all.")
+
+
 class AgentListApi(EnvironmentAPIView, ListAPIView):
     serializer_class = AgentSerializer
 
-    @extend_schema(parameters=[DECOMMISSIONED_FILTER])
+    @extend_schema(parameters=[DECOMMISSIONED_FILTER, DRIFTED_FILTER])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
@@ -78,6 +84,12 @@ class AgentListApi(EnvironmentAPIView, ListAPIView):
             agents = agents.in_service()
         elif shown == "true":
             agents = agents.decommissioned()
+        drifted = self.request.query_params.get("drifted")
+        if drifted not in (None, "0", "1"):
+            raise ValidationFailed("drifted: use 1 or 0.",
+                                   details=[{"field": "drifted", "message": "use 1 or 0"}])
+        if drifted is not None:
+            agents = agents.filter(DRIFTED) if drifted == "1" else agents.exclude(DRIFTED)
         return selectors.agents_with_desired(agents).order_by("name", "pk")
 
     def get_serializer_context(self):

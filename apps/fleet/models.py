@@ -13,6 +13,8 @@ from apps.snapshots.models import Snapshot
 
 # The rule of apps.fleet.rules.is_held, for the database.
 HELD = Q(pinned_snapshot__isnull=False) | Q(pin_rollout__isnull=False)
+# Hand-edited managed files, not restored by the agent (apps.fleet.drift).
+DRIFTED = Q(drift_seen_at__isnull=False, drift_restored=False)
 
 
 class EnrollmentToken(models.Model):
@@ -58,6 +60,10 @@ class AgentQuerySet(models.QuerySet):
     def in_service(self) -> "AgentQuerySet":
         """Agents not decommissioned: what targets, counts and lists take by default."""
         return self.filter(decommissioned_at__isnull=True)
+
+    def drifted(self) -> "AgentQuerySet":
+        """Agents whose managed files were hand-edited and are not restored."""
+        return self.filter(DRIFTED)
 
     def decommissioned(self) -> "AgentQuerySet":
         return self.filter(decommissioned_at__isnull=False)
@@ -111,6 +117,12 @@ class Agent(models.Model):
     last_health = models.JSONField(null=True, blank=True)
     blocked_number = models.PositiveIntegerField(null=True, blank=True)
     blocked_checksum = models.CharField(max_length=71, blank=True)
+    # Managed files that no longer match the applied snapshot, as the agent last
+    # reported them ([{path, change, summary}]; empty when not drifted), since when,
+    # and whether the agent restored the snapshot's files (the restore drift policy).
+    drift = models.JSONField(default=list, blank=True)
+    drift_seen_at = models.DateTimeField(null=True, blank=True)
+    drift_restored = models.BooleanField(default=False)
     # Flushed from the cache in batches; polls do not write the database.
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -11,6 +11,8 @@ Agent row or anything shaped like one) and say what follows.
 - `push_refusal`: why a push of a snapshot to some agents cannot happen.
 - `report_changes`: what an agent's report changes on the agent; `health_text`
   says what its health probe found, in words.
+- `drift_refusal`, `drift_changes`: whether a drift report is about what the agent
+  applied, and what it changes on the agent (nothing for an identical repeat).
 - `poll_debt_sweepable`, `poll_debts_need_sweep`: when a committed change's poll
   invalidation may be settled (its cache keys dropped for good, its row removed).
 - `decommissioned_refusal`: a decommissioned agent takes no further change.
@@ -221,6 +223,9 @@ def report_changes(agent, *, number: int, checksum: str, status: str, message: s
         changes.update(blocked_number=number, blocked_checksum=checksum)
         return changes
     changes.update(applied_number=number, applied_checksum=checksum)
+    if getattr(agent, "drift_seen_at", None) is not None:
+        # The apply wrote the snapshot's files again: nothing is hand-edited any more.
+        changes.update(drift=[], drift_seen_at=None, drift_restored=False)
     if agent.blocked_number is not None and number >= agent.blocked_number:
         changes.update(blocked_number=None, blocked_checksum="")
     return changes
@@ -237,6 +242,30 @@ def health_text(health: dict | None) -> str | None:
         return f"healthy {tried}"
     output = health.get("output") or ""
     return f"failed {tried}" + (f" — {output}" if output else "")
+def drift_refusal(agent, *, number: int, checksum: str) -> Conflict | None:
+    """The refusal (409 not_applied) of a drift report about another snapshot than
+    the one the agent last reported applied: drift is only ever against that one."""
+    if (agent.applied_number, agent.applied_checksum) == (number, checksum):
+        return None
+    applied = ("nothing" if agent.applied_number is None
+               else f"#{agent.applied_number} ({agent.applied_checksum})")
+    return Conflict(f"Drift of #{number} ({checksum}) is not recorded: {agent.name} last "
+                    f"reported {applied} applied.", code="not_applied",
+                    details=[{"field": "snapshot", "applied": agent.applied_number}])
+
+
+def drift_changes(agent, *, files: list, restored: bool, now) -> dict:
+    """The agent's fields a drift report sets: its drifted files and whether it
+    restored them, since `now` when the drift starts or changes; an empty list
+    clears it. An identical repeat changes nothing ({})."""
+    if not files:
+        if agent.drift_seen_at is None:
+            return {}
+        return {"drift": [], "drift_seen_at": None, "drift_restored": False}
+    if agent.drift_seen_at is not None and (agent.drift, agent.drift_restored) == (
+            files, restored):
+        return {}
+    return {"drift": files, "drift_seen_at": now, "drift_restored": restored}
 
 
 def poll_debt_sweepable(seen_at, now) -> bool:

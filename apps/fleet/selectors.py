@@ -54,6 +54,7 @@ def desired_state_for(agent: Agent) -> tuple[dict, str]:
         "deployment_id": str(deployment.pk) if deployment else None,
         "mode": agent.mode,
         "poll_interval_s": agent.environment.poll_interval_s,
+        "drift_policy": agent.environment.drift_policy,
     }
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
     return body, f'"{digest[:40]}"'
@@ -156,4 +157,13 @@ def agent_status(agent: Agent, seen_at: datetime | None) -> dict:
         "pinned": None if agent.pinned_snapshot_id is None else {
             "number": agent.pinned_snapshot.number, "at": agent.pinned_at},
         "held_by": rules.held_by(agent),
+        "drift": agent_drift(agent),
     }
+
+
+def agent_drift(agent: Agent) -> dict | None:
+    """The agent's hand-edited files as it last reported them, or None."""
+    if agent.drift_seen_at is None:
+        return None
+    return {"files": agent.drift, "seen_at": agent.drift_seen_at,
+            "restored": agent.drift_restored}

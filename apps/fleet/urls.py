@@ -29,4 +29,5 @@ urlpatterns = [
     path("agent/snapshots/<int:number>/bundle", agent_api.BundleApi.as_view(),
          name="agent-bundle"),
     path("agent/reports", agent_api.ReportApi.as_view(), name="agent-reports"),
+    path("agent/drift", agent_api.DriftApi.as_view(), name="agent-drift"),
 ]

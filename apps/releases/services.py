@@ -132,17 +132,17 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
 def environment_update(*, environment: Environment, actor,
                        expected_version: int | None = None, **changes) -> Environment:
     """Change an environment's config, schema or settings (release policy, poll
-    interval, keeping rollout pins), at `expected_version` when given (409 stale
-    otherwise); when its poll interval changes, every agent's poll answer changes
-    with it. The changes are checked before the lock: parsing a config never holds
-    up other writers."""
+    interval, drift policy, keeping rollout pins), at `expected_version` when given
+    (409 stale otherwise); when its poll interval or drift policy changes, every
+    agent's poll answer changes with it. The changes are checked before the lock:
+    parsing a config never holds up other writers."""
     environments.check_changes(environment, changes)
     with transaction.atomic():
         locked = Environment.objects.lock(environment.pk)
         environments.check_version(locked, expected_version)
-        before = locked.poll_interval_s
+        before = (locked.poll_interval_s, locked.drift_policy)
         locked = environments.environment_change(environment=locked, actor=actor, **changes)
-        if locked.poll_interval_s != before:
+        if (locked.poll_interval_s, locked.drift_policy) != before:
             fleet.environment_polls_changed(locked)
     return locked
 

@@ -69,6 +69,7 @@ def environment_form(environment: Environment, *, templates: list[dict] | None =
                           if environment.config_schema is not None else ""),
         "poll_interval_s": str(environment.poll_interval_s),
         "release_policy": environment.release_policy,
+        "drift_policy": environment.drift_policy,
         "expected_version": str(environment.version),
         "owners": [str(pk) for pk in environment.owners.values_list("pk", flat=True)],
         "_save": "Save",

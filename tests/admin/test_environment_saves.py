@@ -5,6 +5,7 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import FallbackFile, Template
+from apps.fleet.models import PollInvalidation
 from apps.releases import services as releases
 from tests import factories
 from tests.admin.support import ENVIRONMENTS, change_url, environment_form, template_rows
@@ -304,6 +305,35 @@ def test_an_unknown_release_policy_is_a_form_error(owner_client, environment):
     assert "release_policy" in response.context["adminform"].form.errors
     environment.refresh_from_db()
     assert environment.release_policy == "direct"
+
+
+def test_the_drift_policy_is_set_in_the_admin_as_an_audited_setting_agents_see(
+        owner_client, environment, superuser):
+    agent = factories.enrolled_agent(environment, "web-1", actor=superuser)
+    page = owner_client.get(change_url(ENVIRONMENTS, environment.pk)).content.decode()
+    assert 'name="drift_policy" value="restore"' in page
+    since = last_event_id()
+
+    response = post_change(owner_client, environment,
+                           environment_form(environment, drift_policy="restore"))
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    environment.refresh_from_db()
+    assert (environment.drift_policy, environment.version) == ("restore", 2)
+    assert [(e.action, e.data) for e in new_events(since)
+            if e.action.startswith("environment.")] == [
+        ("environment.settings", {"fields": ["drift_policy"]})]
+    assert agent.agent.token_key in PollInvalidation.objects.latest("pk").token_keys
+
+
+def test_an_unknown_drift_policy_is_a_form_error(owner_client, environment):
+    response = post_change(owner_client, environment,
+                           environment_form(environment, drift_policy="ignore"))
+
+    assert response.status_code == 200
+    assert "drift_policy" in response.context["adminform"].form.errors
+    environment.refresh_from_db()
+    assert (environment.drift_policy, environment.version) == ("report", 1)
 
 
 def test_saving_a_page_loaded_before_another_change_is_refused(owner_client, environment,

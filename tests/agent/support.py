@@ -177,6 +177,7 @@ class ProtocolServer:
                         "poll_interval_s": 10}
         self.bundles: dict[int, dict] = {}
         self.reports: list[dict] = []  # every report POSTed, answered or not
+        self.drift_reports: list[dict] = []  # every drift report POSTed, answered or not
         self.accepted: list[dict] = []  # reports answered 201 (new) or 200 (duplicate)
         self.requests: list[tuple] = []
         self.enrolled: list[dict] = []
@@ -282,6 +283,8 @@ def _handler_for(server: ProtocolServer):
                 return "desired"
             if path == "/api/v1/agent/reports":
                 return "reports"
+            if path == "/api/v1/agent/drift":
+                return "drift"
             if path.startswith("/api/v1/agent/snapshots/") and path.endswith("/bundle"):
                 return "bundle"
             return "unknown"
@@ -296,6 +299,8 @@ def _handler_for(server: ProtocolServer):
                 injected = server.failures[route].pop(0) if server.failures[route] else None
             if route == "reports" and body is not None:
                 server.reports.append(body)
+            if route == "drift" and body is not None:
+                server.drift_reports.append(body)
             if injected == "drop":
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -325,6 +330,8 @@ def _handler_for(server: ProtocolServer):
                 if bundle is None:
                     return self._answer(404, _error("not_found", f"no snapshot {number}"))
                 return self._answer(200, bundle, [("ETag", f'"{bundle["checksum"]}"')])
+            if route == "drift":
+                return self._answer(200, {"recorded": True, "drifted": len(body["files"])})
             with server.lock:
                 status, answer = server._report(body)
                 if status in (200, 201):

@@ -35,6 +35,7 @@ FLEET_DOCUMENTED = {
     "/api/v1/agent/desired": {"get"},
     "/api/v1/agent/snapshots/{number}/bundle": {"get"},
     "/api/v1/agent/reports": {"post"},
+    "/api/v1/agent/drift": {"post"},
     "/api/v1/agents/{agent_id}/pin": {"post"},
     "/api/v1/agents/{agent_id}/pin/release": {"post"},
     "/api/v1/agents/{agent_id}/decommission": {"post"},

@@ -13,12 +13,12 @@ from django.utils import timezone
 
 from apps.fleet import cache as fleet_cache
 from apps.fleet import enrollment, polldebt, services
-from apps.fleet.models import Agent
+from apps.fleet.models import Agent, PollInvalidation
 from apps.releases import services as releases
 from apps.releases.services import environment_update
 from tests.api_helpers import assert_error
 from tests.factories import bearer_client, poll, publish_variant
-from tests.fleet.support import AGENTS, agent_url, deploy_url
+from tests.fleet.support import AGENTS, ENV, agent_url, deploy_url
 
 CACHE_DOWN = {"default": {
     "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -45,7 +45,7 @@ def test_desired_without_any_snapshot_is_null(enroll, environment):
 
     assert response.status_code == 200
     assert response.json() == {"snapshot": None, "deployment_id": None, "mode": "auto_pull",
-                               "poll_interval_s": 30}
+                               "poll_interval_s": 30, "drift_policy": "report"}
 
 
 def test_desired_names_the_active_snapshot_with_a_strong_etag(enroll, first):
@@ -58,6 +58,7 @@ def test_desired_names_the_active_snapshot_with_a_strong_etag(enroll, first):
         "deployment_id": None,
         "mode": "auto_pull",
         "poll_interval_s": 30,
+        "drift_policy": "report",
     }
     assert re.fullmatch(r'"[^"]+"', response["ETag"]), response["ETag"]
     assert response["Cache-Control"] == "no-cache"
@@ -272,6 +273,43 @@ def test_poll_interval_change_changes_the_etag(enroll, first, environment, super
 
     assert response.status_code == 200
     assert response.json()["poll_interval_s"] == 60
+
+
+def test_drift_policy_change_changes_the_etag_even_from_a_warm_cache(
+        enroll, first, environment, client_for, django_capture_on_commit_callbacks):
+    agent = enroll()
+    etag = _warm(agent.client)
+    assert poll(agent.client, etag).status_code == 304  # answered from the cache
+
+    with django_capture_on_commit_callbacks(execute=True):
+        patched = client_for("owner").patch(ENV, {"drift_policy": "restore"}, format="json")
+    response = poll(agent.client, etag)
+
+    assert patched.status_code == 200, patched.content
+    assert response.status_code == 200
+    assert response["ETag"] != etag
+    assert response.json()["drift_policy"] == "restore"
+
+
+def test_drift_policy_change_records_a_poll_invalidation_in_its_transaction(
+        enroll, first, environment, superuser):
+    agent = enroll()
+    before = set(PollInvalidation.objects.values_list("pk", flat=True))
+
+    environment_update(environment=environment, drift_policy="restore", actor=superuser)
+
+    [keys] = PollInvalidation.objects.exclude(pk__in=before).values_list("token_keys",
+                                                                         flat=True)
+    assert keys == [agent.agent.token_key]
+
+
+def test_an_unchanged_drift_policy_invalidates_nothing(enroll, first, environment, superuser):
+    enroll()
+    before = PollInvalidation.objects.count()
+
+    environment_update(environment=environment, drift_policy="report", actor=superuser)
+
+    assert PollInvalidation.objects.count() == before
 
 
 def test_rotated_token_is_refused_and_the_new_one_polls(

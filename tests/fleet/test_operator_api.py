@@ -136,7 +136,8 @@ def test_agent_list_of_another_tenants_environment_is_404(client_for, fleet, out
 
 
 STATUS_FIELDS = {"last_seen_at", "online", "desired", "applied", "sync", "last_status",
-                 "last_message", "last_report_at", "last_health", "blocked", "pinned", "held_by"}
+                 "last_message", "last_report_at", "last_health", "blocked", "pinned", "held_by",
+                 "drift"}
 
 
 def test_agents_list_shows_each_agents_status(client_for, enroll, first):

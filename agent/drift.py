@@ -1,0 +1,245 @@
+"""Drift: managed files changed on this host since the agent wrote them (a hand edit).
+
+After each successful apply the applier records in the state the sha256 and mode
+of every file it wrote (`written`: hashes only, of files holding a resolved secret
+too) and which files received a secret (`secret_files`), and keeps the bundle as
+the server sent it in the state directory (`applied-bundle.json`: sealed
+placeholders, never a resolved secret). Each cycle `Watch.check` compares the
+files on disk with that record: changed content is `modified` (summarised as
+"+3 -1 lines" against the snapshot's content; a file that received a secret only
+as "content changed"), a file gone is `missing`, another mode is `mode`. It reports
+the drifted set to the server when the set changes, and once after a start.
+
+Under the environment's `restore` drift policy it applies the snapshot's files
+again through the applier (backup, validate, swap, reload) and reports the drift
+as restored; a restore that fails is reported (restored false), logged, and not
+tried again for the same drifted set until the agent restarts. Nothing is checked
+while an apply is in progress or a snapshot is blocked.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import os
+import stat
+
+from agent import files as fs
+from agent.client import ProtocolError, Unauthorized
+
+logger = logging.getLogger("agent.drift")
+
+MODIFIED, MISSING, MODE = "modified", "missing", "mode"
+REPORT, RESTORE = "report", "restore"
+BUNDLE_FILE = "applied-bundle.json"
+# Larger files are not diffed line by line: their summary says so.
+MAX_DIFF_BYTES = 1 << 20
+MAX_DIFF_LINES = 20_000
+MAX_SUMMARY = 200
+SECRET_SUMMARY = "content changed"
+
+
+def _place(target_dir: str, relative: str) -> str:
+    """Where the managed file `relative` is: its directory resolved and inside the
+    target directory (ValueError otherwise), its last component not resolved, so a
+    file replaced by a symlink is seen as such and never followed."""
+    root = os.path.realpath(target_dir)
+    path = os.path.normpath(os.path.join(root, relative))
+    parent = os.path.realpath(os.path.dirname(path))
+    if os.path.commonpath([root, parent]) != root or os.path.commonpath([root, path]) != root \
+            or path == root:
+        raise ValueError(f"path {relative!r} leaves the target directory")
+    return os.path.join(parent, os.path.basename(path))
+
+
+def _read(path: str) -> tuple[bytes, int] | None:
+    """(content, mode) of the regular file at `path`, never following a symlink;
+    None when there is no such file."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return b"", -1  # a directory, a symlink...: not the file written
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(), stat.S_IMODE(info.st_mode)
+
+
+def written(target_dir: str, paths) -> dict:
+    """{path: {"sha256", "mode"}} of the files as they are now (just written). A
+    file that cannot be read is left out: it is not checked."""
+    record = {}
+    for relative in sorted(paths):
+        try:
+            found = _read(_place(target_dir, relative))
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot record %s for drift checks: %s", relative, exc)
+            continue
+        if found is not None and found[1] >= 0:
+            record[relative] = {"sha256": hashlib.sha256(found[0]).hexdigest(),
+                                "mode": found[1]}
+    return record
+
+
+def diff_summary(expected: str | None, actual: bytes) -> str:
+    """"+3 -1 lines": how `actual` differs from the snapshot's `expected` content,
+    in line counts only (never the lines themselves)."""
+    if expected is None:
+        return "content changed"
+    if max(len(actual), len(expected)) > MAX_DIFF_BYTES:
+        return "content changed (too large to compare)"
+    try:
+        text = actual.decode("utf-8")
+    except UnicodeDecodeError:
+        return "content changed (not UTF-8 text)"
+    old, new = expected.splitlines(keepends=True), text.splitlines(keepends=True)
+    if max(len(old), len(new)) > MAX_DIFF_LINES:
+        return "content changed (too large to compare)"
+    added = removed = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new).get_opcodes():
+        removed += i2 - i1 if tag in ("replace", "delete") else 0
+        added += j2 - j1 if tag in ("replace", "insert") else 0
+    return f"+{added} -{removed} lines"
+
+
+def _file_drift(path: str, relative: str, record: dict, *, secret: bool,
+                expected: str | None) -> dict | None:
+    try:
+        found = _read(path)
+    except OSError as exc:
+        return {"path": relative, "change": MODIFIED, "summary": f"cannot be read ({exc.strerror})"}
+    if found is None:
+        return {"path": relative, "change": MISSING, "summary": "file removed"}
+    content, mode = found
+    if mode < 0:
+        return {"path": relative, "change": MODIFIED, "summary": "no longer a regular file"}
+    if hashlib.sha256(content).hexdigest() != record["sha256"]:
+        summary = SECRET_SUMMARY if secret else diff_summary(expected, content)
+        if mode != record["mode"]:
+            summary += f", mode {record['mode']:04o} -> {mode:04o}"
+        return {"path": relative, "change": MODIFIED, "summary": summary[:MAX_SUMMARY]}
+    if mode != record["mode"]:
+        return {"path": relative, "change": MODE,
+                "summary": f"mode {record['mode']:04o} -> {mode:04o}"}
+    return None
+
+
+def drifted(target_dir: str, record: dict, *, secret_files=(), expected=None) -> list:
+    """[{path, change, summary}] of the recorded files that are no longer as written,
+    by path. `expected` {path: content} is the applied snapshot's files (for diffs)."""
+    secret_files, expected = set(secret_files), expected or {}
+    found = []
+    for relative in sorted(record):
+        try:
+            path = _place(target_dir, relative)
+        except ValueError:
+            continue  # recorded by an older agent? never read outside the target
+        change = _file_drift(path, relative, record[relative],
+                             secret=relative in secret_files,
+                             expected=None if relative in secret_files
+                             else expected.get(relative))
+        if change is not None:
+            found.append(change)
+    return found
+
+
+def bundle_path(state_dir: str) -> str:
+    return os.path.join(state_dir, BUNDLE_FILE)
+
+
+def keep_bundle(state_dir: str, bundle: dict) -> None:
+    """Keep the applied bundle as the server sent it (sealed placeholders only)."""
+    fs.write_atomic(bundle_path(state_dir), json.dumps(bundle).encode("utf-8"), mode=0o600)
+
+
+def kept_bundle(state_dir: str, number: int, checksum: str) -> dict | None:
+    """The kept bundle when it is the one of (number, checksum), else None."""
+    try:
+        with open(bundle_path(state_dir), "rb") as handle:
+            bundle = json.loads(handle.read().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(bundle, dict) or (bundle.get("number"), bundle.get("checksum")) != (
+            number, checksum):
+        return None
+    return bundle
+
+
+def _keys(files: list) -> list:
+    return [(f["path"], f["change"]) for f in files]
+
+
+class Watch:
+    """Checks the managed files each cycle, reports drift, restores under `restore`."""
+
+    def __init__(self, *, client, applier, persist):
+        self.client = client
+        self.applier = applier
+        self.persist = persist
+        self.reported_since_start = False
+        self.restore_failed_for: list | None = None
+        self.pending: tuple | None = None  # a report the server did not get yet
+
+    def check(self, state) -> None:
+        if self.pending is not None:
+            self._send(state, *self.pending)
+        if (state.active_number is None or not state.written or state.blocked
+                or state.in_progress is not None):
+            return
+        bundle = kept_bundle(self.applier.state_dir, state.active_number,
+                             state.active_checksum)
+        expected = {f["path"]: f["content"] for f in (bundle or {}).get("files", [])
+                    if isinstance(f, dict) and isinstance(f.get("content"), str)}
+        files = drifted(self.applier.target_dir, state.written,
+                        secret_files=state.secret_files, expected=expected)
+        if files:
+            logger.warning("%d managed file(s) drifted from #%s: %s", len(files),
+                           state.active_number, ", ".join(f["path"] for f in files[:10]))
+        if (files and state.drift_policy == RESTORE
+                and _keys(files) != self.restore_failed_for):
+            restored, why = self._restore(state, bundle)
+            if not restored:
+                logger.error("restoring #%s's files failed: %s; not trying again for "
+                             "these files", state.active_number, why)
+                self.restore_failed_for = _keys(files)
+            self._send(state, files, restored)
+        elif _keys(files) != _keys(state.drift) or (files and not self.reported_since_start):
+            self._send(state, files, False)
+
+    def _restore(self, state, bundle: dict | None) -> tuple[bool, str]:
+        if bundle is None:  # not kept (an older agent, a lost file): ask the server
+            try:
+                bundle = self.client.bundle(
+                    f"/api/v1/agent/snapshots/{state.active_number}/bundle")
+            except ProtocolError as exc:
+                return False, f"the snapshot's bundle is not available ({exc})"
+            if not isinstance(bundle, dict) or (bundle.get("number"), bundle.get(
+                    "checksum")) != (state.active_number, state.active_checksum):
+                return False, "the server's bundle is not the applied snapshot"
+        modes = {path: record["mode"] for path, record in state.written.items()}
+        outcome = self.applier.restore(bundle, state, modes=modes)
+        logger.info("restoring #%s: %s: %s", state.active_number, outcome.status,
+                    outcome.message)
+        return outcome.status == "succeeded", outcome.message
+
+    def _send(self, state, files: list, restored: bool) -> None:
+        """Report the drifted set; kept (in memory) until the server has it."""
+        self.pending = (files, restored)
+        body = {"snapshot": state.active_number, "checksum": state.active_checksum,
+                "files": files, "restored": restored}
+        try:
+            self.client.drift(body)
+        except ProtocolError as exc:
+            if exc.status >= 500 or exc.status == 429 or isinstance(exc, Unauthorized):
+                raise
+            logger.error("drift report refused: %s", exc)  # e.g. 409: not sent again
+        else:
+            logger.info("reported %d drifted file(s)%s", len(files),
+                        " (restored)" if restored else "")
+        self.pending = None
+        self.reported_since_start = True
+        state.drift = [] if restored else files
+        self.persist()

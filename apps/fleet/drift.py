@@ -1,0 +1,66 @@
+"""Drift: managed files on an agent's host that no longer match the snapshot it
+applied (a hand edit), as the agent reports them (POST /api/v1/agent/drift).
+
+The agent compares the files on disk with what it wrote and reports the drifted
+set only when it changes; a successful apply report clears it
+(apps.fleet.rules.report_changes). What a report changes is
+apps.fleet.rules.drift_changes; it never reaches the agent's desired state, so
+it makes no poll answer stale.
+"""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.models import Action
+from apps.audit.services import audit_record
+from apps.core.events import emit
+from apps.fleet import rules
+from apps.fleet.models import Agent
+
+logger = logging.getLogger(__name__)
+
+MAX_DRIFT_FILES = 1000
+DRIFT_CHANGES = ("modified", "missing", "mode")
+MAX_SUMMARY = 200
+# The audit event names at most this many paths (the agent row keeps them all).
+AUDITED_PATHS = 100
+
+
+def _summary(agent: Agent, files: list, restored: bool) -> str:
+    if not files:
+        return f"{agent} no longer drifted from #{agent.applied_number}"
+    paths = ", ".join(f["path"] for f in files[:5]) + (
+        f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return (f"{agent}: {len(files)} managed file(s) drifted from #{agent.applied_number}"
+            f"{' (restored)' if restored else ''}: {paths}")
+
+
+def agent_drift_record(*, agent: Agent, number: int, checksum: str, files: list,
+                       restored: bool) -> bool:
+    """Record the agent's report of drifted files (`files` checked by the caller:
+    [{path, change, summary}], empty when no longer drifted) against the snapshot it
+    applied (409 not_applied otherwise). Returns whether anything changed: an
+    identical repeat is not recorded, audited or announced again."""
+    with transaction.atomic():
+        locked = Agent.objects.lock(agent.pk)
+        refused = rules.drift_refusal(locked, number=number, checksum=checksum)
+        if refused is not None:
+            raise refused
+        changes = rules.drift_changes(locked, files=files, restored=restored,
+                                      now=timezone.now())
+        if not changes:
+            return False
+        for field, value in changes.items():
+            setattr(locked, field, value)
+        locked.save(update_fields=list(changes))
+        audit_record(actor=None, action=Action.AGENT_DRIFT, obj=locked,
+                     environment=locked.environment, summary=_summary(locked, files, restored),
+                     data={"snapshot": number, "restored": restored,
+                           "paths": [f["path"] for f in files[:AUDITED_PATHS]],
+                           "files": len(files)})
+        emit("agent", environment_id=locked.environment_id, id=locked.pk)
+    logger.info("agent %s: %d drifted file(s)%s", locked.name, len(files),
+                " (restored)" if restored else "")
+    return True
