@@ -17,7 +17,7 @@ upstreams:
 log_level: debug
 workers: 6"""
 
-# Line 3 indents a key under a scalar: "mapping values are not allowed here".
+# Line 3 indents a key under a scalar: "mapping values are not allowed in this context".
 INVALID_CONFIG = """listen: 80
 server_name: shop.example.com
   workers: 4
@@ -97,7 +97,7 @@ def test_invalid_yaml_rerenders_the_form_with_an_error_naming_the_line(
     errors = response.context["adminform"].form.errors["config"]
     assert len(errors) == 1
     assert "config:3:" in errors[0], errors
-    assert "mapping values are not allowed here" in errors[0]
+    assert "mapping values are not allowed in this context" in errors[0]
     environment.refresh_from_db()
     assert environment.config == config_before
     assert new_events(since) == []

@@ -400,7 +400,7 @@ def test_refused_forms_show_each_error_under_its_field_and_keep_what_was_entered
         textarea.fill(bad)
         page.get_by_role("button", name="Preview").click()
         error = page.locator("#id_descriptor_error")
-        expect(error).to_have_text("descriptor:4: mapping values are not allowed here")
+        expect(error).to_have_text("descriptor:4: mapping values are not allowed in this context")
         expect(textarea).to_have_value(bad)
         expect(textarea).to_have_attribute("aria-invalid", "true")
         expect(page.locator("#preview h2")).to_have_count(0)

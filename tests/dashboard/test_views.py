@@ -932,7 +932,8 @@ def test_publishing_the_same_descriptor_again_says_it_was_already_published(rele
 # the layers (a merge conflict) shows in the preview with its details, as a whole.
 BAD_DESCRIPTORS = {
     "invalid yaml": ("apiVersion: bellwether/v1\napplication: shop\nid: rel: 1\n",
-                     "descriptor", ["descriptor:3:", "mapping values are not allowed here"]),
+                     "descriptor",
+                     ["descriptor:3:", "mapping values are not allowed in this context"]),
     "another environment": (as_yaml(release(environment="staging")), "descriptor",
                             ["The descriptor is for shop/staging, not shop/prod."]),
     "another tenant's application": (as_yaml(release(application="blog")), "descriptor",
@@ -990,7 +991,7 @@ def test_a_bad_descriptor_posted_as_a_plain_form_gets_the_page_with_the_error_by
     assert "<html" in html and "hx-swap-oob" not in html
     assert textarea(html) == body
     assert field_errors(html, "descriptor") == [
-        "descriptor:3: mapping values are not allowed here"]
+        "descriptor:3: mapping values are not allowed in this context"]
     # The error list sits right after the field it describes.
     assert re.search(r'<textarea name="descriptor"[^>]*aria-describedby="id_descriptor_error"'
                      r'[^>]*>.*?</textarea></label><ul class="errorlist" '
