@@ -15,6 +15,7 @@ start and the health command are configured on this host.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -23,7 +24,6 @@ import shlex
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 
 from agent import drift, health, references
 from agent import files as fs
@@ -37,7 +37,7 @@ SECRET_FILE_MODE = 0o600
 STAGED_PLACEHOLDER = "{staged}"
 
 
-@dataclass
+@dataclasses.dataclass
 class Outcome:
     status: str
     message: str
@@ -45,7 +45,7 @@ class Outcome:
     health: dict | None = None
 
 
-@dataclass
+@dataclasses.dataclass
 class Commands:
     validate: str | None = None
     reload: str | None = None
@@ -122,6 +122,8 @@ class Applier:
         self.sleep = sleep  # between health attempts
         # While restoring drifted files: the modes they were written with.
         self.modes: dict = {}
+        # The secrets the apply under way resolved: never in what it reports or logs.
+        self.secret_values: set = set()
 
     # --- commands ---------------------------------------------------------------
 
@@ -145,7 +147,8 @@ class Applier:
         except OSError as exc:
             return False, f"{name} could not start: {exc}"
         try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
+            stdout, stderr = (references.redact(out, self.secret_values)
+                              for out in process.communicate(timeout=timeout_s))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
@@ -189,6 +192,8 @@ class Applier:
                              keep_output=True)
 
         result = health.check(self.probe, run_command, self.sleep)
+        result = dataclasses.replace(
+            result, output=references.redact(result.output, self.secret_values))
         (logger.info if result.ok else logger.warning)("#%s: %s", number, result.describe())
         return result
 
@@ -204,6 +209,8 @@ class Applier:
         except OSError as exc:  # a host fault no step expected: still an outcome
             logger.exception("applying #%s failed", bundle.get("number"))
             outcome = Outcome(FAILED, f"#{bundle.get('number')}: {exc}")
+        finally:
+            self.secret_values = set()
         if record is not None:
             record(state, outcome)
         try:
@@ -253,7 +260,8 @@ class Applier:
             return Outcome(FAILED, f"refusing #{number}: lower than the active "
                                    f"#{state.active_number}")
         try:
-            entries, receiving = references.resolve(bundle, self.environ, self.secret_allow)
+            entries, receiving, self.secret_values = references.resolve(
+                bundle, self.environ, self.secret_allow)
             for entry in entries + bundle.get("fallback_files", []):
                 fs.inside(self.target_dir, entry["path"])
         except (SecretError, ValueError) as exc:

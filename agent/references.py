@@ -16,6 +16,10 @@ import re
 import stat
 
 MAX_SECRET_FILE_BYTES = 1024 * 1024
+# Resolved values at least this long are written as REDACTED in whatever the agent
+# reports or logs of its commands' and probes' output (shorter ones would mangle it).
+MIN_REDACTED_LENGTH = 4
+REDACTED = "[secret]"
 SECRET_TEXT = "${secret:"
 # configlang/secrets.py's PLACEHOLDER, exactly: the checksum depends on it.
 PLACEHOLDER = re.compile(
@@ -114,10 +118,20 @@ def _manifest(bundle: dict) -> list | None:
     return listed
 
 
+def redact(text: str, values) -> str:
+    """`text` with each of the secret `values` (longest first, and each line of a
+    multi-line value) written as REDACTED."""
+    pieces = {piece for value in values for piece in [value, *value.splitlines()]
+              if len(piece.strip()) >= MIN_REDACTED_LENGTH}
+    for piece in sorted(pieces, key=len, reverse=True):
+        text = text.replace(piece, REDACTED)
+    return text
+
+
 def resolve(bundle: dict, environ, patterns=None) -> tuple:
     """(files with the manifest's placeholders substituted, the set of paths that
-    received a secret). Every reference that cannot be resolved is reported
-    together, before anything is written."""
+    received a secret, the resolved values). Every reference that cannot be
+    resolved is reported together, before anything is written."""
     entries = bundle["files"]
     listed = _manifest(bundle)
     if listed is None:
@@ -125,7 +139,7 @@ def resolve(bundle: dict, environ, patterns=None) -> tuple:
             raise SecretError("this snapshot has no secrets manifest (it was published "
                               "before manifests existed) and holds ${secret:...} text, "
                               "which is not resolved: publish it again")
-        return entries, set()
+        return entries, set(), set()
     values, problems = {}, []
     for item in listed:
         placeholder, reference = item["placeholder"], item["reference"]
@@ -156,4 +170,4 @@ def resolve(bundle: dict, environ, patterns=None) -> tuple:
             if count:
                 receiving.add(entry["path"])
         resolved.append({"path": entry["path"], "content": content})
-    return resolved, receiving
+    return resolved, receiving, set(values.values())

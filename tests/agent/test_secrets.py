@@ -9,7 +9,14 @@ import threading
 import pytest
 
 from agent.apply import FAILED, SUCCEEDED
-from agent.references import MAX_SECRET_FILE_BYTES, SecretError, allowed, read_secret_file
+from agent.health import Probe
+from agent.references import (
+    MAX_SECRET_FILE_BYTES,
+    SecretError,
+    allowed,
+    read_secret_file,
+    redact,
+)
 from tests.agent.support import LEGACY, make_bundle, manifest_of, sealed, tree
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SHOP_DB": "db-pass",
@@ -228,3 +235,37 @@ def test_manifest_of_lists_each_placeholder_once_with_its_files():
     p = sealed("env:A")
     assert manifest_of({"x": p + p, "y": p}) == [
         {"placeholder": p, "reference": "env:A", "files": ["x", "y"]}]
+
+
+# --- resolved values never leave the host in reports or logs ---------------------------
+
+
+def test_a_validate_command_echoing_a_secret_reports_it_redacted(host, caplog):
+    validate = "cat {staged}/app.conf; exit 1"
+
+    with caplog.at_level("DEBUG", logger="agent"):
+        outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"}, validate=validate)
+
+    assert outcome.status == FAILED
+    assert "db=[secret]" in outcome.message
+    assert "db-pass" not in outcome.message
+    assert "db-pass" not in caplog.text
+
+
+def test_a_health_probe_printing_a_secret_reports_it_redacted(host, tmp_path):
+    secret_file = tmp_path / "key"
+    secret_file.write_text("line-one-of-the-key\nline-two-of-the-key\n")
+    probe = Probe(command=f"cat {host.target}/app.conf; exit 1", attempts=1)
+
+    outcome = apply(host, {"app.conf": f"k={sealed('file:' + str(secret_file))}\n"},
+                    probe=probe)
+
+    assert outcome.health["ok"] is False
+    for reported in (outcome.message, outcome.health["output"]):
+        assert "line-one" not in reported and "line-two" not in reported
+        assert "k=[secret]" in reported
+
+
+def test_redact_takes_the_longest_value_first_and_leaves_short_ones():
+    assert redact("a=abcdef b=abcd c=ab", {"abcd", "abcdef", "ab"}) == \
+        "a=[secret] b=[secret] c=ab"
