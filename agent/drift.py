@@ -195,9 +195,11 @@ class Watch:
                     if isinstance(f, dict) and isinstance(f.get("content"), str)}
         files = drifted(self.applier.target_dir, state.written,
                         secret_files=state.secret_files, expected=expected)
-        if files:
-            logger.warning("%d managed file(s) drifted from #%s: %s", len(files),
-                           state.active_number, ", ".join(f["path"] for f in files[:10]))
+        if files:  # a warning when the drifted set is new, not on every cycle
+            new = _keys(files) != _keys(state.drift) or not self.reported_since_start
+            (logger.warning if new else logger.debug)(
+                "%d managed file(s) drifted from #%s: %s", len(files), state.active_number,
+                ", ".join(f["path"] for f in files[:10]))
         if (files and state.drift_policy == RESTORE
                 and _keys(files) != self.restore_failed_for):
             restored, why = self._restore(state, bundle)

@@ -49,12 +49,18 @@ def test_nothing_is_reported_while_the_files_are_as_applied(host, server):
     assert server.drift_reports == []
 
 
-def test_a_hand_edit_is_reported_with_line_counts_once(host, server):
+def test_a_hand_edit_is_reported_with_line_counts_once(host, server, caplog):
     agent, bundle = applied(host, server)
     (host.target / "nginx.conf").write_text("worker_processes 8;\nevents {}\nerror_log off;\n")
 
-    agent.run_once()  # 304: the files are checked all the same
-    agent.run_once()
+    with caplog.at_level("INFO", logger="agent.drift"):
+        agent.run_once()  # 304: the files are checked all the same
+        agent.run_once()
+        agent.run_once()
+
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warnings] == [
+        "1 managed file(s) drifted from #1: nginx.conf"]  # once, not every cycle
 
     assert server.drift_reports == [drift_report(bundle, [
         {"path": "nginx.conf", "change": "modified", "summary": "+2 -1 lines"}])]
