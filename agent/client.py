@@ -10,10 +10,13 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 from agent import __version__
 
 USER_AGENT = f"bellwether-agent/{__version__}"
+# A gzip answer is never inflated beyond this (a bundle is at most a few MiB).
+MAX_INFLATED_BYTES = 256 * 1024 * 1024
 # A server that timed out is not asked first again for this long: a silent server
 # then costs one timeout per this period instead of one per poll.
 TIMED_OUT_REST_S = 60.0
@@ -44,6 +47,20 @@ class Unreachable(Exception):
 def _timed_out(exc: BaseException) -> bool:
     reason = getattr(exc, "reason", exc)
     return isinstance(reason, (socket.timeout, TimeoutError))
+
+
+def _inflated(server: str, body: bytes) -> bytes:
+    """A gzip body inflated, at most MAX_INFLATED_BYTES; anything else is a
+    server that did not answer as the protocol says."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, MAX_INFLATED_BYTES)
+    except zlib.error as exc:
+        raise ProtocolError(200, "bad_response", f"{server}: gzip body: {exc}") from None
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise ProtocolError(200, "bad_response", f"{server}: gzip body truncated or over "
+                                                 f"{MAX_INFLATED_BYTES} bytes inflated")
+    return data
 
 
 class Client:
@@ -117,7 +134,10 @@ class Client:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout,
                                         context=self.context) as response:
-                return response.status, response.headers, response.read()
+                body = response.read()
+                if response.headers.get("Content-Encoding", "").lower() == "gzip":
+                    body = _inflated(server, body)
+                return response.status, response.headers, body
         except urllib.error.HTTPError as exc:
             if exc.code == 304:
                 return 304, exc.headers, b""
@@ -157,7 +177,8 @@ class Client:
         return status, response_headers.get("ETag"), self._json(status, body)
 
     def bundle(self, url: str) -> dict:
-        status, _, body = self._request("GET", url)
+        # Bundles are stored gzip-compressed on the server: several times smaller.
+        status, _, body = self._request("GET", url, headers={"Accept-Encoding": "gzip"})
         return self._json(status, body)
 
     def report(self, report: dict) -> dict:

@@ -11,7 +11,7 @@ import logging
 
 from django.db import DatabaseError
 from django.http import HttpResponse
-from django.utils.cache import get_conditional_response
+from django.utils.cache import get_conditional_response, patch_vary_headers
 from django.views.decorators.http import condition
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import tokens
+from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField
 from apps.environments.models import Environment
@@ -144,24 +145,35 @@ class BundleApi(AgentAPIView):
     @extend_schema(responses={200: OpenApiResponse(description=(
         "{number, label, checksum, files: [{path, content}], fallback_files: [...], "
         "secrets: [{placeholder, reference, files}]} (the secrets manifest: the only "
-        "placeholders an agent resolves); ETag is the checksum"))},
-        summary="A snapshot's files (immutable)")
+        "placeholders an agent resolves); ETag is the checksum in quotes, with "
+        "+gzip for the gzip representation"))},
+        summary="A snapshot's files (immutable); gzip-compressed (stored so) when "
+                "Accept-Encoding allows it")
     def get(self, request, number):
+        # Only the stored form this client gets is read: the identity or the gzip bytes.
+        gzip = accepts_gzip(request.headers.get("Accept-Encoding"))
+        column = "bundle_gzip" if gzip else "bundle"
         snapshot = (
             Snapshot.objects.filter(environment_id=self.agent.environment_id, number=number,
                                     state=Snapshot.State.READY)
-            .only("checksum", "bundle")
+            .only("checksum", column)
             .first()
         )
         if snapshot is None:
             raise NotFound(f"No snapshot {number} for this agent.")
-        etag = f'"{snapshot.checksum}"'
+        body = bytes(getattr(snapshot, column))
+        # Each representation has its own strong ETag (RFC 9110 8.8.3).
+        etag = f'"{snapshot.checksum}{"+gzip" if gzip else ""}"'
         not_modified = get_conditional_response(request, etag=etag)
         if not_modified is not None:
             not_modified["ETag"] = etag
+            patch_vary_headers(not_modified, ["Accept-Encoding"])
             return not_modified
-        response = HttpResponse(bytes(snapshot.bundle), content_type="application/json")
+        response = HttpResponse(body, content_type="application/json")
+        if gzip:
+            response["Content-Encoding"] = "gzip"
         response["ETag"] = etag
+        patch_vary_headers(response, ["Accept-Encoding"])
         response["Cache-Control"] = "private, max-age=31536000, immutable"
         return response
 

@@ -42,8 +42,10 @@ class Snapshot(models.Model):
     files = models.JSONField(default=list)
     fallback_files = models.JSONField(default=list)
     checksum = models.CharField(max_length=71)
-    # What agents download: serialised once, served as stored, ETag = checksum.
+    # What agents download: serialised once, served as stored, ETag = checksum;
+    # and the same bytes gzip-compressed once, for clients that accept gzip.
     bundle = models.BinaryField(default=b"", editable=False)
+    bundle_gzip = models.BinaryField(default=b"", editable=False)
     report = models.JSONField(default=dict)
     # The environment's newest audit event when the inputs were captured: the
     # changes after it are what this snapshot does not contain (pending changes).

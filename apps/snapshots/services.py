@@ -17,6 +17,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
+from apps.core.compression import compressed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.snapshots.models import Publication, Snapshot
@@ -128,6 +129,7 @@ def _snapshot_create(environment: Environment, publication: Publication,
     environment.save(update_fields=["snapshot_counter"])
     number, label = environment.snapshot_counter, _label(environment, timezone.now().date())
     valid = rendered.is_valid
+    bundle = _bundle(number, label, rendered) if valid else b""
     return Snapshot.objects.create(
         environment=environment, number=number, label=label,
         state=Snapshot.State.READY if valid else Snapshot.State.INVALID,
@@ -136,7 +138,7 @@ def _snapshot_create(environment: Environment, publication: Publication,
         files=rendered.files if valid else [],
         fallback_files=rendered.fallback_files if valid else [],
         checksum=rendered.checksum if valid else "",
-        bundle=_bundle(number, label, rendered) if valid else b"",
+        bundle=bundle, bundle_gzip=compressed(bundle) if bundle else b"",
         report=rendered.report(), inputs_audit_id=publication.inputs_audit_id,
         author=publication.author, parent=parent,
         rolled_back_from=publication.rolled_back_from)

@@ -5,6 +5,7 @@ process, and a local HTTP server that speaks the agent protocol."""
 from __future__ import annotations
 
 import collections
+import gzip
 import hashlib
 import json
 import os
@@ -189,6 +190,8 @@ class ProtocolServer:
         self._httpd = None
         self.port = None
         self.lock = threading.Lock()
+        # What a gzip bundle answer holds (tests replace it with broken bodies).
+        self.gzip_body = lambda bundle: gzip.compress(json.dumps(bundle).encode())
 
     # test-facing ------------------------------------------------------------------
 
@@ -329,6 +332,9 @@ def _handler_for(server: ProtocolServer):
                 bundle = server.bundles.get(number)
                 if bundle is None:
                     return self._answer(404, _error("not_found", f"no snapshot {number}"))
+                if "gzip" in (self.headers.get("Accept-Encoding") or ""):  # as the server
+                    return self._answer(200, server.gzip_body(bundle), [
+                        ("ETag", f'"{bundle["checksum"]}+gzip"'), ("Content-Encoding", "gzip")])
                 return self._answer(200, bundle, [("ETag", f'"{bundle["checksum"]}"')])
             if route == "drift":
                 return self._answer(200, {"recorded": True, "drifted": len(body["files"])})

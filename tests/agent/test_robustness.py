@@ -1,6 +1,7 @@
 """The agent stays up and consistent when things go wrong in unexpected ways."""
 
 import contextlib
+import gzip
 import socket
 import threading
 
@@ -8,7 +9,7 @@ import pytest
 
 from agent import client as client_module
 from agent.apply import FAILED, SUCCEEDED
-from agent.client import Client, Unreachable
+from agent.client import Client, ProtocolError, Unreachable
 from agent.runner import EXIT_ERROR, Agent
 from tests.agent.support import closed_port, make_bundle
 
@@ -152,3 +153,36 @@ def test_a_refusing_first_server_is_asked_first_on_every_poll(server):
     client.desired(None)
 
     assert client.resting_until == {}  # refused is an answer in no time: no rest
+
+
+# --- gzip bundles --------------------------------------------------------------------
+
+
+def test_the_agent_asks_for_gzip_bundles_and_applies_them(host, server):
+    server.publish(make_bundle(1, {"a.conf": "a\n" * 1000}))
+
+    outcome = host.agent(server.url).cycle()
+
+    assert outcome.status == SUCCEEDED
+    [headers] = [h for _, _, route, h, _ in server.requests if route == "bundle"]
+    assert headers["Accept-Encoding"] == "gzip"
+    assert (host.target / "a.conf").read_text() == "a\n" * 1000
+
+
+@pytest.mark.parametrize("body", [
+    b"not gzip at all",
+    gzip.compress(b'{"number": 1}')[:-6],  # truncated
+    gzip.compress(b" " * 5000),  # inflates past the limit (set to 4096 here): a bomb
+])
+def test_a_gzip_bundle_that_does_not_inflate_is_a_bad_answer_not_a_crash(
+        host, server, body, monkeypatch):
+    monkeypatch.setattr(client_module, "MAX_INFLATED_BYTES", 4096)
+    server.publish(make_bundle(1, {"a.conf": "a\n"}))
+    server.gzip_body = lambda bundle: body
+
+    with pytest.raises(ProtocolError) as raised:
+        host.agent(server.url).cycle()
+
+    assert raised.value.code == "bad_response"
+    assert "gzip body" in str(raised.value)
+    assert list(host.target.iterdir()) == []

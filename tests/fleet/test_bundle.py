@@ -1,5 +1,6 @@
 """GET /api/v1/agent/snapshots/<n>/bundle: a snapshot's stored bytes, ETag = checksum."""
 
+import gzip
 import json
 
 import pytest
@@ -127,3 +128,63 @@ def test_bundle_needs_an_agent_token(first, api_client, superuser):
 
     assert_error(anonymous, 401)
     assert_error(user, 401)
+
+
+# --- gzip, stored once ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("accept", ["gzip", "gzip, deflate, br", "x-gzip", "*",
+                                    "br;q=1.0, gzip;q=0.5", "GZIP"])
+def test_a_client_accepting_gzip_gets_the_stored_compressed_bytes(enroll, first, accept):
+    response = enroll().client.get(bundle_url(1), HTTP_ACCEPT_ENCODING=accept)
+
+    assert response.status_code == 200
+    assert response["Content-Encoding"] == "gzip"
+    assert "Accept-Encoding" in response["Vary"]
+    assert response["ETag"] == f'"{first.checksum}+gzip"'
+    assert response.content == bytes(Snapshot.objects.get(pk=first.pk).bundle_gzip)
+    assert gzip.decompress(response.content) == bytes(first.bundle)
+
+
+@pytest.mark.parametrize("accept", [None, "", "identity", "br", "gzip;q=0", "*;q=0",
+                                    "*, gzip;q=0", "gzip;q=abc"])
+def test_a_client_not_accepting_gzip_gets_the_identity_bytes(enroll, first, accept):
+    headers = {} if accept is None else {"HTTP_ACCEPT_ENCODING": accept}
+
+    response = enroll().client.get(bundle_url(1), **headers)
+
+    assert response.status_code == 200
+    assert not response.has_header("Content-Encoding")
+    assert response["ETag"] == f'"{first.checksum}"'
+    assert response.content == bytes(first.bundle)
+
+
+def test_the_gzip_representation_has_its_own_conditional_answer(enroll, first):
+    agent = enroll()
+    gzip_etag = f'"{first.checksum}+gzip"'
+
+    same = agent.client.get(bundle_url(1), HTTP_ACCEPT_ENCODING="gzip",
+                            HTTP_IF_NONE_MATCH=gzip_etag)
+    other = agent.client.get(bundle_url(1), HTTP_IF_NONE_MATCH=gzip_etag)
+
+    assert (same.status_code, same["ETag"]) == (304, gzip_etag)
+    assert other.status_code == 200  # the identity representation is another one
+
+
+def test_the_compressed_bundle_is_made_once_and_deterministically(first):
+    stored = bytes(Snapshot.objects.get(pk=first.pk).bundle_gzip)
+
+    assert stored == gzip.compress(bytes(first.bundle), compresslevel=6, mtime=0)
+    assert len(stored) < len(bytes(first.bundle))
+
+
+def test_the_bundle_answer_reads_one_stored_form(enroll, first, django_assert_num_queries):
+    agent = enroll()
+
+    with django_assert_num_queries(2) as captured:  # the agent's token, the snapshot
+        agent.client.get(bundle_url(1), HTTP_ACCEPT_ENCODING="gzip")
+
+    [query] = [q["sql"] for q in captured.captured_queries
+               if q["sql"].startswith('SELECT "snapshots_snapshot"')]
+    assert '"bundle_gzip"' in query
+    assert '"bundle",' not in query and '"bundle" FROM' not in query

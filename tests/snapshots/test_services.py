@@ -5,6 +5,8 @@ transaction; each test renders itself, as the Celery task does (with
 `publication_complete`, or through tests/factories.py).
 """
 
+import gzip
+
 import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -212,6 +214,8 @@ def test_identical_content_after_an_invalid_snapshot_is_deduplicated(environment
         {"report": {}},
         {"source": {}},
         {"effective_config": {"tampered": True}},
+        {"bundle": b"{}"},
+        {"bundle_gzip": b"tampered"},
     ],
     ids=lambda change: next(iter(change)),
 )
@@ -563,3 +567,24 @@ def test_every_publish_request_is_audited_even_when_deduplicated(environment, su
 
 def config_with(workers: int) -> str:
     return factories.CONFIG.replace("workers: 4", f"workers: {workers}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_gzip_migration_compresses_existing_bundles_and_keeps_them_immutable(superuser):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    tenant = factories.tenant(actor=superuser)
+    environment = factories.environment(factories.application(tenant, actor=superuser),
+                                        actor=superuser)
+    snapshot = factories.publish(environment, superuser)
+    executor = MigrationExecutor(connection)
+    executor.migrate([("snapshots", "0006_publication_activation")])
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    stored = Snapshot.objects.get(pk=snapshot.pk)
+    assert gzip.decompress(bytes(stored.bundle_gzip)) == bytes(stored.bundle)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Snapshot.objects.filter(pk=snapshot.pk).update(bundle_gzip=b"tampered")
