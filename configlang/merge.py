@@ -7,7 +7,7 @@ allows), and an app team's descriptor. Rules:
 
 - The environment is authoritative: a descriptor may add what is missing or
   repeat an identical value; a different value is an error, never an override.
-- `agents` and `fallback` belong to the environment alone; `rollout` may only be
+- `agents`, `fallback` and `secret_file_mode` belong to the environment alone; `rollout` may only be
   repeated identically.
 - `descriptor_policy.params` lists the params keys a descriptor may add;
   `descriptor_policy.secret_refs` the reference patterns ({application} and
@@ -32,7 +32,7 @@ from typing import Any
 API_VERSION = "bellwether/v1"
 DESCRIPTOR_FIELDS = ("apiVersion", "application", "environment", "id", "version", "params",
                      "secrets", "rollout", "rollback", "notes")
-ENVIRONMENT_ONLY = ("agents", "fallback")
+ENVIRONMENT_ONLY = ("agents", "fallback", "secret_file_mode")
 SECRET_REFERENCE = re.compile(
     r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+)$"
 )

@@ -143,8 +143,9 @@ desired_view = condition(etag_func=desired_etag)(DesiredApi.as_view())
 class BundleApi(AgentAPIView):
     @extend_schema(responses={200: OpenApiResponse(description=(
         "{number, label, checksum, files: [{path, content}], fallback_files: [...], "
-        "secrets: [{placeholder, reference, files}]} (the secrets manifest: the only "
-        "placeholders an agent resolves); ETag is the checksum"))},
+        "secrets: [{placeholder, reference, files}], secret_file_mode?} (the secrets "
+        "manifest: the only placeholders an agent resolves; the mode of the files "
+        "receiving them when the environment declares one); ETag is the checksum"))},
         summary="A snapshot's files (immutable)")
     def get(self, request, number):
         snapshot = (

@@ -25,8 +25,10 @@ ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SHOP_DB": "db-pass",
 
 def apply(host, files, number=1, **kwargs):
     secrets = kwargs.pop("secrets", None)
+    mode = kwargs.pop("secret_file_mode", None)
     applier = host.applier(environ=kwargs.pop("environ", ENV), **kwargs)
-    return applier.apply(make_bundle(number, files, secrets=secrets), host.load_state())
+    return applier.apply(make_bundle(number, files, secrets=secrets, secret_file_mode=mode),
+                         host.load_state())
 
 
 # --- only manifest placeholders ----------------------------------------------------------
@@ -63,6 +65,63 @@ def test_a_file_receiving_a_secret_is_0600_even_replacing_a_wider_older_file(hos
     assert apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"}).status == SUCCEEDED
 
     assert os.stat(host.target / "app.conf").st_mode & 0o777 == 0o600
+
+
+# --- the environment's secret_file_mode ------------------------------------------------
+
+
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o7777
+
+
+@pytest.mark.parametrize("declared", ["0640", "0440", "0400", "0750", "640"])
+def test_a_declared_secret_file_mode_is_applied_also_replacing_a_wider_file(host, declared):
+    (host.target / "app.conf").write_text("old\n")
+    os.chmod(host.target / "app.conf", 0o666)
+    (host.target / "plain.conf").write_text("old\n")
+    os.chmod(host.target / "plain.conf", 0o664)
+
+    outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n", "plain.conf": "x\n"},
+                    secret_file_mode=declared)
+
+    assert outcome.status == SUCCEEDED, outcome
+    assert _mode(host.target / "app.conf") == int(declared, 8)
+    assert _mode(host.target / "plain.conf") == 0o664  # no secret: its mode is kept
+
+
+def test_a_declared_mode_holds_for_a_staged_validation_too(host, tmp_path):
+    seen = tmp_path / "staged-mode"
+    validate = f'stat -c %a "$BELLWETHER_STAGED_DIR/app.conf" > {seen}'
+
+    outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"},
+                    secret_file_mode="0640", validate=validate)
+
+    assert outcome.status == SUCCEEDED, outcome
+    assert seen.read_text().strip() == "640"
+    assert _mode(host.target / "app.conf") == 0o640
+
+
+@pytest.mark.parametrize("declared", ["0644", "0604", "0660", "0666", "0777", "0200",
+                                      "0000", "4640", "00640", "0o640", "rw-r-----", "",
+                                      416, ["0640"], {"mode": "0640"}])
+def test_a_bundle_declaring_a_mode_that_exposes_a_secret_fails_and_writes_nothing(
+        host, declared):
+    outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"},
+                    secret_file_mode=declared)
+
+    assert outcome.status == FAILED, outcome
+    assert "secret_file_mode" in outcome.message and "nothing was written" in outcome.message
+    assert tree(host.target) == {}
+
+
+def test_a_mode_a_bundle_adds_after_the_server_announced_it_fails_the_checksum(host):
+    bundle = make_bundle(1, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"})
+    bundle["secret_file_mode"] = "0640"  # not what the checksum covers
+
+    outcome = host.applier(environ=ENV).apply(bundle, host.load_state())
+
+    assert outcome.status == FAILED and "checksum" in outcome.message
+    assert tree(host.target) == {}
 
 
 def test_a_placeholder_is_substituted_only_in_the_files_the_manifest_names(host):
