@@ -16,6 +16,7 @@ import fnmatch
 import os
 import re
 import stat
+from urllib.parse import unquote
 
 MAX_SECRET_FILE_BYTES = 1024 * 1024
 # Resolved values at least this long are written as REDACTED in whatever the agent
@@ -110,6 +111,11 @@ def read_secret_file(path: str, limit: int = MAX_SECRET_FILE_BYTES) -> str:
 
 def _value(reference: str, environ, patterns) -> str:
     kind, _, name = reference.partition(":")
+    # As the server refuses them (configlang/secrets.py): a vault path with an empty,
+    # `.` or `..` segment would escape --secret-allow patterns such as vault:kv/shop/*.
+    if kind == "vault" and any(unquote(s) in ("", ".", "..")
+                               for s in name.partition("#")[0].split("/")):
+        raise SecretError("has an empty, `.` or `..` path segment")
     # A file is checked where it really is: after `..` and symbolic links.
     checked = "file:" + os.path.realpath(name) if kind == "file" else reference
     if not allowed(checked, patterns):

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from configlang.secrets import reference_refusal
+
 API_VERSION = "bellwether/v1"
 DESCRIPTOR_FIELDS = ("apiVersion", "application", "environment", "id", "version", "params",
                      "secrets", "rollout", "rollback", "notes")
@@ -132,7 +134,11 @@ class _Merge:
 
     def _check_reference(self, layer: str, path: str, reference) -> bool:
         if isinstance(reference, str) and SECRET_REFERENCE.match(reference):
-            return True
+            refusal = reference_refusal(reference)
+            if refusal is None:
+                return True
+            self.error(layer, path, refusal)
+            return False
         self.error(layer, path, "holds a literal value; a secret must be a reference "
                                 "(env:NAME, file:/path or vault:path#key)")
         return False

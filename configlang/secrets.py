@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import json
 import re
+from urllib.parse import unquote
 
 from configlang.problems import Problem
 
@@ -43,6 +44,26 @@ INLINE_REFERENCE = re.compile(r"\$\{secret:(" + REFERENCE + r")\}")
 MAX_PROBLEMS_PER_FILE = 20
 PLACEHOLDER = re.compile(r"\$\{secret:sealed:([0-9a-f]{32}):(" + REFERENCE + r")\}")
 SECRET_FILE_MODE_KEY = "secret_file_mode"
+
+
+def reference_refusal(reference: str) -> str | None:
+    """Why a well-formed reference is still refused, or None: a `vault:` or `file:`
+    path with an empty, `.` or `..` segment (a vault segment also after
+    percent-decoding). Such a path would escape the patterns that bound it
+    (descriptor_policy.secret_refs `vault:secret/data/shop/*`, a host's
+    --secret-allow) while naming another place."""
+    kind, _, rest = reference.partition(":")
+    if kind == "vault":
+        segments = [unquote(s) for s in rest.partition("#")[0].split("/")]
+    elif kind == "file":
+        segments = rest.removeprefix("/").split("/")
+    else:
+        return None
+    if any(segment in ("", ".", "..") for segment in segments):
+        return (f"{reference} has an empty, `.` or `..` path segment; name the secret by "
+                "its plain path")
+    return None
+
 DEFAULT_SECRET_FILE_MODE = 0o600
 _OCTAL_MODE = re.compile(r"0?[0-7]{3}")
 
@@ -187,6 +208,12 @@ def manifest(files: list[dict], placeholders: Placeholders) -> tuple[list, list[
                 used.setdefault(placeholder, []).append(entry["path"])
         if SECRET_TEXT in content or placeholders.issued:
             problems.extend(_file_problems(entry["path"], content, placeholders))
+    for placeholder, paths in sorted(used.items()):
+        refusal = reference_refusal(placeholders.issued[placeholder])
+        for path in paths if refusal else ():
+            content = next(e["content"] for e in files if e["path"] == path)
+            problems.append(Problem("secret_reference", refusal, file=path,
+                                    line=_line(content, content.index(placeholder))))
     listed = [{"placeholder": placeholder, "reference": placeholders.issued[placeholder],
                "files": sorted(paths)} for placeholder, paths in sorted(used.items())]
     return listed, problems

@@ -296,6 +296,26 @@ def test_manifest_of_lists_each_placeholder_once_with_its_files():
         {"placeholder": p, "reference": "env:A", "files": ["x", "y"]}]
 
 
+@pytest.mark.parametrize("reference", [
+    "vault:kv/shop/../blog#password", "vault:kv/shop/%2e%2e/blog#password",
+    "vault:kv/shop//db#password", "vault:kv/shop/./db#password", "vault:/kv/shop#password",
+])
+def test_a_vault_reference_with_dot_or_empty_segments_fails_before_the_allow_list(
+        host, reference):
+    outcome = apply(host, {"a.conf": sealed(reference)}, secret_allow=["vault:kv/shop/*"])
+
+    assert outcome.status == FAILED
+    assert f"{reference} has an empty, `.` or `..` path segment" in outcome.message
+    assert tree(host.target) == {}
+
+
+def test_a_plain_vault_reference_within_the_allow_list_is_still_a_kind_not_resolved(host):
+    outcome = apply(host, {"a.conf": sealed("vault:kv/shop/db#password")},
+                    secret_allow=["vault:kv/shop/*"])
+
+    assert outcome.status == FAILED and "does not resolve (vault:)" in outcome.message
+
+
 # --- resolved values never leave the host in reports or logs ---------------------------
 
 
