@@ -33,7 +33,6 @@ from agent.state import State
 logger = logging.getLogger("agent.apply")
 
 SUCCEEDED, WARNING, FAILED = "succeeded", "warning", "failed"
-SECRET_FILE_MODE = 0o600
 STAGED_PLACEHOLDER = "{staged}"
 
 
@@ -55,12 +54,16 @@ class Commands:
     passthrough_env: tuple = ()
 
 
-def content_checksum(entries) -> str:
+def content_checksum(entries, secret_file_mode=None) -> str:
     """The server's checksum: sha256 over a JSON array of [path, content] sorted by path,
-    each sealed secret placeholder written as its reference (configlang/rendering.py)."""
+    each sealed secret placeholder written as its reference; with a declared secret
+    file mode, over {"files": that array, "secret_file_mode": mode}
+    (configlang/rendering.py)."""
+    pairs = [[f["path"], references.unsealed(f["content"])]
+             for f in sorted(entries, key=lambda f: f["path"])]
     canonical = json.dumps(
-        [[f["path"], references.unsealed(f["content"])]
-         for f in sorted(entries, key=lambda f: f["path"])],
+        pairs if secret_file_mode is None
+        else {"files": pairs, "secret_file_mode": secret_file_mode},
         ensure_ascii=False, separators=(",", ":"),
     )
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
@@ -254,12 +257,13 @@ class Applier:
         if self._malformed(bundle):
             return Outcome(FAILED, "the bundle is malformed; nothing was written")
         number, checksum = bundle["number"], bundle["checksum"]
-        if content_checksum(bundle["files"]) != checksum:
+        if content_checksum(bundle["files"], bundle.get("secret_file_mode")) != checksum:
             return Outcome(FAILED, f"#{number}: the bundle's files do not match its checksum")
         if state.active_number is not None and number < state.active_number:
             return Outcome(FAILED, f"refusing #{number}: lower than the active "
                                    f"#{state.active_number}")
         try:
+            secret_mode = references.secret_file_mode(bundle)
             entries, receiving, self.secret_values = references.resolve(
                 bundle, self.environ, self.secret_allow)
             for entry in entries + bundle.get("fallback_files", []):
@@ -285,9 +289,10 @@ class Applier:
             return Outcome(FAILED, f"#{number}: recording the apply in the state directory "
                                    f"failed ({exc}); nothing was written")
         staged = None
+        modes = dict.fromkeys(receiving, secret_mode)
         if stages(self.commands.validate):
             try:
-                staged = self._stage(entries, receiving)
+                staged = self._stage(entries, modes)
             except OSError as exc:
                 self._drop_staging()
                 return self._recover(bundle, state, f"staging failed: {exc}", touched=False)
@@ -303,7 +308,7 @@ class Applier:
                 fs.swap_in(staged, self.target_dir, new_paths)
             else:
                 for entry in entries:
-                    self._write(entry, secret=entry["path"] in receiving)
+                    self._write(entry, secret_mode=modes.get(entry["path"]))
         except OSError as exc:
             logger.warning("#%s: writing failed: %s; restoring", number, exc)
             return self._recover(bundle, state, f"writing failed: {exc}")
@@ -332,14 +337,15 @@ class Applier:
 
     # --- staging ------------------------------------------------------------------
 
-    def _stage(self, entries, receiving) -> str:
+    def _stage(self, entries, modes: dict) -> str:
         """Write the snapshot's files into a fresh staging directory on the target's
-        filesystem, each with the mode it will have in place; returns the directory."""
+        filesystem, each with the mode it will have in place (`modes`: of the files
+        receiving secrets); returns the directory."""
         staged = fs.staging_dir(self.target_dir, self.temp_key)
         self._drop_staging()
         os.makedirs(staged, mode=0o700)
         for entry in entries:
-            self._write(entry, secret=entry["path"] in receiving, root=staged)
+            self._write(entry, secret_mode=modes.get(entry["path"]), root=staged)
         return staged
 
     def _drop_staging(self) -> None:
@@ -348,18 +354,20 @@ class Applier:
         except OSError as exc:
             logger.warning("cannot remove the staging directory: %s", exc)
 
-    def _write(self, entry: dict, *, secret: bool = False, root: str | None = None) -> None:
+    def _write(self, entry: dict, *, secret_mode: int | None = None,
+               root: str | None = None) -> None:
         """Write one file (under `root`: staged), keeping the mode of the file it
-        replaces in the target. A file holding a resolved secret is readable by its
-        owner only (0600), whatever the mode of the file it replaces."""
+        replaces in the target. A file holding a resolved secret gets `secret_mode`
+        (0600, or what the environment declared), whatever the mode of the file it
+        replaces."""
         path = fs.inside(self.target_dir, entry["path"])
         try:
             mode = os.stat(path).st_mode & 0o7777
         except (FileNotFoundError, NotADirectoryError):
             mode = 0o644
         mode = self.modes.get(entry["path"], mode)
-        if secret:
-            mode = SECRET_FILE_MODE
+        if secret_mode is not None:
+            mode = secret_mode
         if root is not None:
             path = os.path.join(root, entry["path"])
         fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)

@@ -6,6 +6,8 @@ placed a secret, and lists each placeholder with its reference in the bundle's
 files the manifest names, and nothing else: any other `${secret:...}` text is
 left as text. A reference must also match this host's --secret-allow list.
 `file:` references must be regular files of at most MAX_SECRET_FILE_BYTES.
+Files receiving a secret get the bundle's `secret_file_mode` (the environment's
+declaration, "0640"), else 0600: never anything for others nor write for the group.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import fnmatch
 import os
 import re
 import stat
+from urllib.parse import unquote
 
 MAX_SECRET_FILE_BYTES = 1024 * 1024
 # Resolved values at least this long are written as REDACTED in whatever the agent
@@ -25,6 +28,25 @@ SECRET_TEXT = "${secret:"
 PLACEHOLDER = re.compile(
     r"\$\{secret:sealed:([0-9a-f]{32}):"
     r"((?:env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+))\}")
+
+
+DEFAULT_SECRET_FILE_MODE = 0o600
+_OCTAL_MODE = re.compile(r"0?[0-7]{3}")
+
+
+def secret_file_mode(bundle: dict) -> int:
+    """The mode of the files receiving secrets: the bundle's `secret_file_mode`, or
+    0600. The server's rule (configlang/secrets.py), checked again here."""
+    value = bundle.get("secret_file_mode")
+    if value is None:
+        return DEFAULT_SECRET_FILE_MODE
+    if not isinstance(value, str) or not _OCTAL_MODE.fullmatch(value):
+        raise SecretError(f"the bundle's secret_file_mode {value!r} is not an octal mode")
+    mode = int(value, 8)
+    if mode & 0o027 or not mode & 0o400:
+        raise SecretError(f"the bundle's secret_file_mode {value} would let others read "
+                          "or the group write a secret, or the owner not read it")
+    return mode
 
 
 def unsealed(content: str) -> str:
@@ -89,6 +111,11 @@ def read_secret_file(path: str, limit: int = MAX_SECRET_FILE_BYTES) -> str:
 
 def _value(reference: str, environ, patterns) -> str:
     kind, _, name = reference.partition(":")
+    # As the server refuses them (configlang/secrets.py): a vault path with an empty,
+    # `.` or `..` segment would escape --secret-allow patterns such as vault:kv/shop/*.
+    if kind == "vault" and any(unquote(s) in ("", ".", "..")
+                               for s in name.partition("#")[0].split("/")):
+        raise SecretError("has an empty, `.` or `..` path segment")
     # A file is checked where it really is: after `..` and symbolic links.
     checked = "file:" + os.path.realpath(name) if kind == "file" else reference
     if not allowed(checked, patterns):

@@ -7,7 +7,7 @@ allows), and an app team's descriptor. Rules:
 
 - The environment is authoritative: a descriptor may add what is missing or
   repeat an identical value; a different value is an error, never an override.
-- `agents` and `fallback` belong to the environment alone; `rollout` may only be
+- `agents`, `fallback` and `secret_file_mode` belong to the environment alone; `rollout` may only be
   repeated identically.
 - `descriptor_policy.params` lists the params keys a descriptor may add;
   `descriptor_policy.secret_refs` the reference patterns ({application} and
@@ -29,10 +29,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from configlang.secrets import reference_refusal
+
 API_VERSION = "bellwether/v1"
 DESCRIPTOR_FIELDS = ("apiVersion", "application", "environment", "id", "version", "params",
                      "secrets", "rollout", "rollback", "notes")
-ENVIRONMENT_ONLY = ("agents", "fallback")
+ENVIRONMENT_ONLY = ("agents", "fallback", "secret_file_mode")
 SECRET_REFERENCE = re.compile(
     r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+)$"
 )
@@ -132,7 +134,11 @@ class _Merge:
 
     def _check_reference(self, layer: str, path: str, reference) -> bool:
         if isinstance(reference, str) and SECRET_REFERENCE.match(reference):
-            return True
+            refusal = reference_refusal(reference)
+            if refusal is None:
+                return True
+            self.error(layer, path, refusal)
+            return False
         self.error(layer, path, "holds a literal value; a secret must be a reference "
                                 "(env:NAME, file:/path or vault:path#key)")
         return False

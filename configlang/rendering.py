@@ -25,6 +25,7 @@ from configlang.secrets import (
     Placeholders,
     manifest,
     seal_template,
+    secret_file_mode,
     template_context,
     unsealed,
 )
@@ -46,6 +47,8 @@ class Rendered:
     problems: list[Problem] = field(default_factory=list)
     # The secrets manifest: [{placeholder, reference, files}] (configlang.secrets).
     secrets: list[dict] = field(default_factory=list)
+    # The mode of files receiving secrets the environment declares ("0640"); None: 0600.
+    secret_file_mode: str | None = None
 
     @property
     def is_valid(self) -> bool:
@@ -53,7 +56,7 @@ class Rendered:
 
     @property
     def checksum(self) -> str:
-        return content_checksum(self.files)
+        return content_checksum(self.files, self.secret_file_mode)
 
     def report(self) -> dict:
         return {
@@ -63,20 +66,25 @@ class Rendered:
             "total_bytes": sum(len(f["content"].encode()) for f in self.files),
             "secrets": [{"reference": s["reference"], "files": s["files"]}
                         for s in self.secrets],
+            **({"secret_file_mode": self.secret_file_mode} if self.secret_file_mode else {}),
         }
 
 
-def content_checksum(files: list[dict]) -> str:
+def content_checksum(files: list[dict], secret_file_mode: str | None = None) -> str:
     """sha256 over the canonical form: a JSON array of [path, content] sorted by path,
     each sealed secret placeholder written as the reference it stands for: the
     checksum names the content, whatever tokens a render chose, so identical
-    content keeps one checksum (duplicates, quarantine, in sync).
+    content keeps one checksum (duplicates, quarantine, in sync). A declared
+    secret file mode is content too: then the form is
+    {"files": <that array>, "secret_file_mode": "0640"}.
 
     The agent recomputes this with the standard library's json module.
     """
+    pairs = [[f["path"], unsealed(f["content"])]
+             for f in sorted(files, key=lambda f: f["path"])]
     canonical = json.dumps(
-        [[f["path"], unsealed(f["content"])]
-         for f in sorted(files, key=lambda f: f["path"])],
+        pairs if secret_file_mode is None
+        else {"files": pairs, "secret_file_mode": secret_file_mode},
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -327,6 +335,8 @@ def render_source(source: dict, *, seconds: float | None = None) -> Rendered:
         problems = [Problem(e.as_dict()["code"], f"{e.layer}: {e.message}"
                             + _values(e), file="config", key=e.path) for e in merged.errors]
     rendered = Rendered(effective_config=config, provenance=provenance, problems=list(problems))
+    rendered.secret_file_mode, mode_problems = secret_file_mode(environment_config)
+    rendered.problems.extend(mode_problems)
 
     if source.get("config_schema") is not None and not problems:
         rendered.problems.extend(schema_problems(source["config_schema"], config))

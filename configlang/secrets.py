@@ -19,6 +19,11 @@ the placeholders:
 - Any other `${secret:` text in a rendered file, and a placeholder a template
   altered (sliced, upper-cased, ...), is refused at publish, naming the file and
   line: an older agent would otherwise resolve such text.
+
+A file that receives a secret is written 0600 by the agent, or with the mode the
+environment's own config declares as `secret_file_mode` (an octal string such as
+"0640"): never anything for others, nor write for the group, and readable by
+its owner. The bundle carries it, and the checksum covers it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import hashlib
 import hmac
 import json
 import re
+from urllib.parse import unquote
 
 from configlang.problems import Problem
 
@@ -37,6 +43,59 @@ REFERENCE = r"(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]
 INLINE_REFERENCE = re.compile(r"\$\{secret:(" + REFERENCE + r")\}")
 MAX_PROBLEMS_PER_FILE = 20
 PLACEHOLDER = re.compile(r"\$\{secret:sealed:([0-9a-f]{32}):(" + REFERENCE + r")\}")
+SECRET_FILE_MODE_KEY = "secret_file_mode"
+
+
+def reference_refusal(reference: str) -> str | None:
+    """Why a well-formed reference is still refused, or None: a `vault:` or `file:`
+    path with an empty, `.` or `..` segment (a vault segment also after
+    percent-decoding). Such a path would escape the patterns that bound it
+    (descriptor_policy.secret_refs `vault:secret/data/shop/*`, a host's
+    --secret-allow) while naming another place."""
+    kind, _, rest = reference.partition(":")
+    if kind == "vault":
+        segments = [unquote(s) for s in rest.partition("#")[0].split("/")]
+    elif kind == "file":
+        segments = rest.removeprefix("/").split("/")
+    else:
+        return None
+    if any(segment in ("", ".", "..") for segment in segments):
+        return (f"{reference} has an empty, `.` or `..` path segment; name the secret by "
+                "its plain path")
+    return None
+
+DEFAULT_SECRET_FILE_MODE = 0o600
+_OCTAL_MODE = re.compile(r"0?[0-7]{3}")
+
+
+def secret_file_mode_refusal(value) -> str | None:
+    """Why `value` cannot be the mode of files receiving secrets, or None. The
+    agent (agent/references.py) applies the same rule."""
+    if not isinstance(value, str) or not _OCTAL_MODE.fullmatch(value):
+        return ("must be an octal mode as a quoted string, such as \"0640\" (unquoted, "
+                "YAML reads 0640 as a number)")
+    mode = int(value, 8)
+    if mode & 0o007:
+        return f"{value} grants access to others; a secret's file may not"
+    if mode & 0o020:
+        return f"{value} lets the group write; a secret's file may not"
+    if not mode & 0o400:
+        return f"{value} does not let the owner read the file"
+    return None
+
+
+def secret_file_mode(config) -> tuple[str | None, list[Problem]]:
+    """The mode the environment's own `config` declares for files receiving
+    secrets, as four octal digits ("0640"); None for the default (0600)."""
+    if not isinstance(config, dict) or SECRET_FILE_MODE_KEY not in config:
+        return None, []
+    value = config[SECRET_FILE_MODE_KEY]
+    refusal = secret_file_mode_refusal(value)
+    if refusal is not None:
+        return None, [Problem("secret_file_mode", refusal, file="config",
+                              key=SECRET_FILE_MODE_KEY)]
+    mode = int(value, 8)
+    return (None if mode == DEFAULT_SECRET_FILE_MODE else f"{mode:04o}"), []
 
 
 class Placeholders:
@@ -149,6 +208,12 @@ def manifest(files: list[dict], placeholders: Placeholders) -> tuple[list, list[
                 used.setdefault(placeholder, []).append(entry["path"])
         if SECRET_TEXT in content or placeholders.issued:
             problems.extend(_file_problems(entry["path"], content, placeholders))
+    for placeholder, paths in sorted(used.items()):
+        refusal = reference_refusal(placeholders.issued[placeholder])
+        for path in paths if refusal else ():
+            content = next(e["content"] for e in files if e["path"] == path)
+            problems.append(Problem("secret_reference", refusal, file=path,
+                                    line=_line(content, content.index(placeholder))))
     listed = [{"placeholder": placeholder, "reference": placeholders.issued[placeholder],
                "files": sorted(paths)} for placeholder, paths in sorted(used.items())]
     return listed, problems

@@ -95,6 +95,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "apps.core.handlers.UnstorableTextMiddleware",
+    # Before the session and any view: an address refused for its failed
+    # authentications costs nothing more (apps/core/throttling.py).
+    "apps.core.throttling.FailedAuthenticationMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -424,10 +427,13 @@ LOGGING = {
 # API request rates, per user (tokens and sessions), per agent and per client
 # address for callers not signed in (enrollment); `off` for none. An agent polls
 # at most every 5 s (poll_interval_s), a few requests a cycle: far below its rate.
+# `failed_auth`: API answers 401 (a bad, unknown, revoked or missing token) per
+# client address; at the bound the address is refused (429) until the window ends.
 BELLWETHER_THROTTLE_RATES = {
     "user": env_rate("BELLWETHER_THROTTLE_USER", "1200/minute"),
     "agent": env_rate("BELLWETHER_THROTTLE_AGENT", "600/minute"),
     "anon": env_rate("BELLWETHER_THROTTLE_ANON", "300/minute"),
+    "failed_auth": env_rate("BELLWETHER_THROTTLE_FAILED_AUTH", "60/minute"),
 }
 
 # Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failed sign-ins of one

@@ -7,13 +7,14 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from apps.core.handlers import healthz, not_found_api, readyz
+from apps.core.handlers import favicon, healthz, not_found_api, readyz
 
 API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts"]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     *[path("api/v1/", include(f"apps.{app}.urls")) for app in API_APPS],
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -80,6 +80,15 @@ def _fresh_poll_debts(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_blocked_addresses(monkeypatch):
+    """Each test starts like a new process: no address refused for its failed
+    authentications."""
+    from apps.core import throttling
+
+    monkeypatch.setattr(throttling, "blocked_addresses", throttling._BlockedAddresses())
+
+
+@pytest.fixture(autouse=True)
 def _closed_breakers():
     """Each test starts with no remembered dependency failure."""
     from apps.core.breaker import best_effort_redis

@@ -1,5 +1,7 @@
 """Request throttling: the API's rates per user, per agent and per client address
-(DRF throttles), and the answer to a locked-out sign-in (django-axes).
+(DRF throttles), failed API authentications per client address (a middleware, as
+DRF authenticates before its throttles run), and the answer to a locked-out
+sign-in (django-axes).
 
 A throttle never fails a request because the cache is down: it lets the request
 through, as the poll cache falls back to the database.
@@ -7,10 +9,13 @@ through, as the poll cache falls back to the database.
 
 import logging
 import math
+import threading
+import time
 
 from axes.handlers.cache import AxesCacheHandler
 from django.conf import settings
-from django.http import HttpResponse
+from django.core.cache import cache
+from django.http import HttpResponse, JsonResponse
 from django.utils.html import escape
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -100,6 +105,101 @@ class AnonRateThrottle(_ScopedRateThrottle):
 
     def ident(self, request):
         return None if request.user.is_authenticated else client_ip(request)
+
+
+class _BlockedAddresses:
+    """Client addresses this process refuses until the end of their window (unix
+    time): those whose failed authentications reached the bound. Kept in memory, so
+    a refusal costs no cache or database call; each process learns a block from its
+    own next failure (the count is shared). At most MAX addresses: the one whose
+    block ends first makes room."""
+
+    MAX = 10_000
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+
+    def wait(self, address: str, now: float) -> int | None:
+        """Seconds until `address` may try again (at least 1), or None if not blocked."""
+        until = self._until.get(address)
+        if until is None:
+            return None
+        if until <= now:
+            with self._lock:
+                self._until.pop(address, None)
+            return None
+        return max(1, math.ceil(until - now))
+
+    def block(self, address: str, until: float) -> None:
+        with self._lock:
+            if address not in self._until and len(self._until) >= self.MAX:
+                now = time.time()
+                self._until = {a: u for a, u in self._until.items() if u > now}
+                if len(self._until) >= self.MAX:
+                    del self._until[min(self._until, key=self._until.get)]
+            self._until[address] = max(until, self._until.get(address, 0.0))
+
+
+blocked_addresses = _BlockedAddresses()
+FAILED_AUTH_SCOPE = "failed_auth"
+
+
+def _failed_auth_rate() -> tuple[int, int] | None:
+    rate = settings.BELLWETHER_THROTTLE_RATES.get(FAILED_AUTH_SCOPE)
+    return None if rate is None else SimpleRateThrottle.parse_rate(None, rate)
+
+
+def authentication_failed(address: str, *, now: float | None = None) -> None:
+    """Count a failed authentication from `address` in its window (fixed, of the
+    rate's duration); at the bound, block the address until the window ends. The
+    cache down: not counted (and not waited on again for a moment)."""
+    rate = _failed_auth_rate()
+    if rate is None or not best_effort_redis.allows():
+        return
+    limit, duration = rate
+    now = time.time() if now is None else now
+    window = int(now // duration)
+    key = f"throttle_{FAILED_AUTH_SCOPE}_{address}_{window}"
+    try:
+        cache.add(key, 0, timeout=duration + 1)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # expired between add and incr: a new window
+            cache.add(key, 1, timeout=duration + 1)
+            count = 1
+    except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
+        logger.warning("failed authentications: cache unavailable, not counted: %s", exc)
+        best_effort_redis.failed(exc)
+        return
+    if count >= limit:
+        blocked_addresses.block(address, (window + 1) * duration)
+
+
+class FailedAuthenticationMiddleware:
+    """On API paths: a client address whose failed authentications (`401` answers:
+    bad, unknown, revoked or missing user, agent and enrollment tokens) reached
+    BELLWETHER_THROTTLE_RATES["failed_auth"] is answered `429` with Retry-After
+    until its window ends, before any token is looked up."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not request.path.startswith("/api/") or _failed_auth_rate() is None:
+            return self.get_response(request)
+        address = client_ip(request)
+        wait = blocked_addresses.wait(address, time.time())
+        if wait is not None:
+            return JsonResponse({"error": {
+                "code": "throttled",
+                "message": f"Request was throttled: too many failed authentications from "
+                           f"this address. Expected available in {wait} seconds."}},
+                status=429, headers={"Retry-After": str(wait)})
+        response = self.get_response(request)
+        if response.status_code == 401:
+            authentication_failed(address)
+        return response
 
 
 class _FailOpenCache:

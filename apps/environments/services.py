@@ -27,6 +27,7 @@ from configlang.rendering import (
     schema_problems,
     template_syntax_problems,
 )
+from configlang.secrets import secret_file_mode
 from configlang.yamlconfig import load_config, value_problems
 
 EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "release_policy",
@@ -36,8 +37,11 @@ RENDERED_FIELDS = ("config", "config_schema")
 
 
 def check_config(config: str, limits: dict) -> None:
-    """Raise ValidationFailed naming the line when `config` is not a YAML mapping."""
-    _, problems = load_config(config, limits=limits)
+    """Raise ValidationFailed naming the line when `config` is not a YAML mapping,
+    or the key when its `secret_file_mode` is refused."""
+    value, problems = load_config(config, limits=limits)
+    if not problems:
+        problems = secret_file_mode(value)[1]
     if problems:
         raise ValidationFailed(
             f"config is not valid: {problems[0]}",

@@ -144,9 +144,10 @@ desired_view = condition(etag_func=desired_etag)(DesiredApi.as_view())
 class BundleApi(AgentAPIView):
     @extend_schema(responses={200: OpenApiResponse(description=(
         "{number, label, checksum, files: [{path, content}], fallback_files: [...], "
-        "secrets: [{placeholder, reference, files}]} (the secrets manifest: the only "
-        "placeholders an agent resolves); ETag is the checksum in quotes, with "
-        "+gzip for the gzip representation"))},
+        "secrets: [{placeholder, reference, files}], secret_file_mode?} (the secrets "
+        "manifest: the only placeholders an agent resolves; the mode of the files "
+        "receiving them when the environment declares one); ETag is the checksum in "
+        "quotes, with +gzip for the gzip representation"))},
         summary="A snapshot's files (immutable); gzip-compressed (stored so) when "
                 "Accept-Encoding allows it")
     def get(self, request, number):

@@ -99,6 +99,9 @@ def _bundle(number: int, label: str, rendered: Rendered) -> bytes:
         "fallback_files": rendered.fallback_files,
         # The only placeholders an agent resolves (configlang.secrets).
         "secrets": rendered.secrets,
+        # The mode of the files receiving them, when the environment declares one.
+        **({"secret_file_mode": rendered.secret_file_mode}
+           if rendered.secret_file_mode else {}),
     }, ensure_ascii=False, separators=(",", ":")).encode()
 
 

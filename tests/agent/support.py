@@ -54,16 +54,19 @@ def manifest_of(files: dict) -> list:
 
 def make_bundle(number: int, files: dict, *, fallback: dict | None = None,
                 checksum: str | None = None, label: str | None = None,
-                secrets=None) -> dict:
+                secrets=None, secret_file_mode=None) -> dict:
     """A bundle; its secrets manifest lists the sealed placeholders in `files`
-    unless `secrets` gives one (LEGACY: a bundle from before manifests)."""
+    unless `secrets` gives one (LEGACY: a bundle from before manifests); with the
+    environment's `secret_file_mode` ("0640") when given."""
     listed = entries(files)
     bundle = {
         "number": number,
         "label": label or f"20250101-{number:03d}",
-        "checksum": checksum or content_checksum(listed),
+        "checksum": checksum or content_checksum(listed, secret_file_mode),
         "files": listed,
     }
+    if secret_file_mode is not None:
+        bundle["secret_file_mode"] = secret_file_mode
     if secrets is not LEGACY:
         bundle["secrets"] = manifest_of(files) if secrets is None else secrets
     if fallback is not None:

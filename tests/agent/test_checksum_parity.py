@@ -116,3 +116,11 @@ def test_both_sides_write_sealed_placeholders_as_their_reference():
     assert server_checksum(sealed) == server_checksum(files(
         ("a.conf", "x=${secret:env:SHOP_DB}\n"),
         ("b.conf", "${secret:file:/etc/shop/k}${secret:sealed:" + "ef" * 16 + ":nope}")))
+
+
+@pytest.mark.parametrize("entries", DISTINCT_PATHS.values(), ids=DISTINCT_PATHS.keys())
+def test_a_declared_secret_file_mode_is_in_both_checksums_alike(entries):
+    with_mode = server_checksum(entries, "0640")
+
+    assert agent_checksum(entries, "0640") == with_mode
+    assert with_mode not in {server_checksum(entries), server_checksum(entries, "0440")}

@@ -25,8 +25,10 @@ ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SHOP_DB": "db-pass",
 
 def apply(host, files, number=1, **kwargs):
     secrets = kwargs.pop("secrets", None)
+    mode = kwargs.pop("secret_file_mode", None)
     applier = host.applier(environ=kwargs.pop("environ", ENV), **kwargs)
-    return applier.apply(make_bundle(number, files, secrets=secrets), host.load_state())
+    return applier.apply(make_bundle(number, files, secrets=secrets, secret_file_mode=mode),
+                         host.load_state())
 
 
 # --- only manifest placeholders ----------------------------------------------------------
@@ -63,6 +65,63 @@ def test_a_file_receiving_a_secret_is_0600_even_replacing_a_wider_older_file(hos
     assert apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"}).status == SUCCEEDED
 
     assert os.stat(host.target / "app.conf").st_mode & 0o777 == 0o600
+
+
+# --- the environment's secret_file_mode ------------------------------------------------
+
+
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o7777
+
+
+@pytest.mark.parametrize("declared", ["0640", "0440", "0400", "0750", "640"])
+def test_a_declared_secret_file_mode_is_applied_also_replacing_a_wider_file(host, declared):
+    (host.target / "app.conf").write_text("old\n")
+    os.chmod(host.target / "app.conf", 0o666)
+    (host.target / "plain.conf").write_text("old\n")
+    os.chmod(host.target / "plain.conf", 0o664)
+
+    outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n", "plain.conf": "x\n"},
+                    secret_file_mode=declared)
+
+    assert outcome.status == SUCCEEDED, outcome
+    assert _mode(host.target / "app.conf") == int(declared, 8)
+    assert _mode(host.target / "plain.conf") == 0o664  # no secret: its mode is kept
+
+
+def test_a_declared_mode_holds_for_a_staged_validation_too(host, tmp_path):
+    seen = tmp_path / "staged-mode"
+    validate = f'stat -c %a "$BELLWETHER_STAGED_DIR/app.conf" > {seen}'
+
+    outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"},
+                    secret_file_mode="0640", validate=validate)
+
+    assert outcome.status == SUCCEEDED, outcome
+    assert seen.read_text().strip() == "640"
+    assert _mode(host.target / "app.conf") == 0o640
+
+
+@pytest.mark.parametrize("declared", ["0644", "0604", "0660", "0666", "0777", "0200",
+                                      "0000", "4640", "00640", "0o640", "rw-r-----", "",
+                                      416, ["0640"], {"mode": "0640"}])
+def test_a_bundle_declaring_a_mode_that_exposes_a_secret_fails_and_writes_nothing(
+        host, declared):
+    outcome = apply(host, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"},
+                    secret_file_mode=declared)
+
+    assert outcome.status == FAILED, outcome
+    assert "secret_file_mode" in outcome.message and "nothing was written" in outcome.message
+    assert tree(host.target) == {}
+
+
+def test_a_mode_a_bundle_adds_after_the_server_announced_it_fails_the_checksum(host):
+    bundle = make_bundle(1, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"})
+    bundle["secret_file_mode"] = "0640"  # not what the checksum covers
+
+    outcome = host.applier(environ=ENV).apply(bundle, host.load_state())
+
+    assert outcome.status == FAILED and "checksum" in outcome.message
+    assert tree(host.target) == {}
 
 
 def test_a_placeholder_is_substituted_only_in_the_files_the_manifest_names(host):
@@ -235,6 +294,26 @@ def test_manifest_of_lists_each_placeholder_once_with_its_files():
     p = sealed("env:A")
     assert manifest_of({"x": p + p, "y": p}) == [
         {"placeholder": p, "reference": "env:A", "files": ["x", "y"]}]
+
+
+@pytest.mark.parametrize("reference", [
+    "vault:kv/shop/../blog#password", "vault:kv/shop/%2e%2e/blog#password",
+    "vault:kv/shop//db#password", "vault:kv/shop/./db#password", "vault:/kv/shop#password",
+])
+def test_a_vault_reference_with_dot_or_empty_segments_fails_before_the_allow_list(
+        host, reference):
+    outcome = apply(host, {"a.conf": sealed(reference)}, secret_allow=["vault:kv/shop/*"])
+
+    assert outcome.status == FAILED
+    assert f"{reference} has an empty, `.` or `..` path segment" in outcome.message
+    assert tree(host.target) == {}
+
+
+def test_a_plain_vault_reference_within_the_allow_list_is_still_a_kind_not_resolved(host):
+    outcome = apply(host, {"a.conf": sealed("vault:kv/shop/db#password")},
+                    secret_allow=["vault:kv/shop/*"])
+
+    assert outcome.status == FAILED and "does not resolve (vault:)" in outcome.message
 
 
 # --- resolved values never leave the host in reports or logs ---------------------------

@@ -236,6 +236,30 @@ def test_patch_refuses_config_that_is_not_a_yaml_mapping(config, code, line, env
     assert f"config:{line}" in error["message"]
 
 
+@pytest.mark.parametrize("mode", ['"0644"', '"0660"', '"0200"', "0640"])
+def test_patch_refuses_a_secret_file_mode_exposing_secrets_naming_the_key(
+        mode, environment, owner_client):
+    before = environment.config
+    response = owner_client.patch(ENV, {"config": f"a: 1\nsecret_file_mode: {mode}\n"},
+                                  format="json")
+
+    error = assert_error(response, 400, "config_invalid")
+    assert (error["details"][0]["code"], error["details"][0]["key"]) == (
+        "secret_file_mode", "secret_file_mode")
+    assert "secret_file_mode" in error["message"]
+    environment.refresh_from_db()
+    assert environment.config == before
+
+
+def test_patch_takes_a_secret_file_mode_the_group_may_read(environment, owner_client):
+    response = owner_client.patch(ENV, {"config": 'a: 1\nsecret_file_mode: "0640"\n'},
+                                  format="json")
+
+    assert response.status_code == 200, response.content
+    environment.refresh_from_db()
+    assert "secret_file_mode" in environment.config
+
+
 @pytest.mark.parametrize("config", [{"a": 1}, ["a"], None])
 def test_patch_refuses_config_that_is_not_a_string(config, environment, owner_client):
     response = owner_client.patch(ENV, {"config": config}, format="json")

@@ -31,7 +31,7 @@ def _signed_in_admin(browser, server, username: str, violations: list, errors: l
     context = browser.new_context(base_url=server.url, viewport=VIEWPORT)
     context.set_default_timeout(ACTION_TIMEOUT_MS)
     context.on("weberror", lambda error: errors.append(str(error.error)))
-    watch_csp(context, violations)
+    watch_csp(context, violations, errors)
     page = context.new_page()
     page.goto("/admin/")
     expect(page).to_have_url(re.compile(r"/admin/login/"))

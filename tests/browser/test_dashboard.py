@@ -157,17 +157,34 @@ CSP_WATCH_JS = """document.addEventListener("securitypolicyviolation", (event) =
 });"""
 
 
-def watch_csp(context, violations: list[str]) -> None:
-    """Collect every CSP violation of `context`'s pages into `violations`."""
+def _is_csp(text: str) -> bool:
+    return "Content Security Policy" in text or text.startswith("CSP violation")
+
+
+def watch_csp(context, violations: list[str], errors: list[str]) -> None:
+    """Collect every CSP violation of `context`'s pages into `violations`, and every
+    other console error into `errors`: what the policy stops without a violation
+    event, such as htmx refusing to evaluate code (htmx:evalDisallowedError, with
+    allowEval off), is logged there."""
     context.add_init_script(CSP_WATCH_JS)
 
     def on_console(message):
+        if message.type != "error":
+            return
         text = message.text
-        if message.type == "error" and ("Content Security Policy" in text
-                                        or text.startswith("CSP violation")):
-            violations.append(f"{message.page.url if message.page else '?'}: {text}")
+        where = message.page.url if message.page else "?"
+        (violations if _is_csp(text) else errors).append(f"{where}: {text}")
 
     context.on("console", on_console)
+
+
+def refusal_reports(statuses) -> re.Pattern:
+    """The console errors a page logs for an answer it was meant to get refused
+    (`statuses`: 400, 409 …): Chromium's "Failed to load resource" line and htmx's
+    report of the error response it swapped in."""
+    codes = "|".join(str(s) for s in statuses)
+    return re.compile(rf": (Failed to load resource: the server responded with a status of "
+                      rf"({codes}) |Response Status Error Code ({codes}) from )")
 
 
 class Dashboard:
@@ -179,6 +196,7 @@ class Dashboard:
         self.server = server
         self.script_errors: list[str] = []
         self.csp_violations: list[str] = []
+        self.console_errors: list[str] = []
 
     def sign_in(self, username: str):
         """A new context signed in through the login form as `username` (see
@@ -187,7 +205,7 @@ class Dashboard:
         context.set_default_timeout(ACTION_TIMEOUT_MS)
         context.on("weberror", lambda error: self.script_errors.append(
             f"{error.page.url if error.page else '?'}: {error.error}"))
-        watch_csp(context, self.csp_violations)
+        watch_csp(context, self.csp_violations, self.console_errors)
         page = context.new_page()
         page.goto("/")
         expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
@@ -198,9 +216,16 @@ class Dashboard:
         expect(page.locator("header .who")).to_have_text(username)
         return page
 
-    def assert_no_script_errors(self) -> None:
+    def assert_no_script_errors(self, *, refused=()) -> None:
+        """No uncaught script error, CSP violation or console error; `refused`: the
+        statuses of answers the test meant to be refused, whose reports are not
+        errors of the page."""
+        expected = refusal_reports(refused) if refused else None
         assert self.script_errors == []
         assert self.csp_violations == []
+        unexpected = [e for e in self.console_errors
+                      if expected is None or not expected.search(e)]
+        assert unexpected == [], self.console_errors
 
 
 def expect_live(page) -> None:
@@ -280,6 +305,17 @@ def test_a_deployer_signs_in_sees_the_environment_and_its_page_goes_live(
             expect(agent_row(page, name)).to_have_attribute("data-sync", "in_sync")
         expect(page.locator("#snapshot-1 .badge.active")).to_be_visible()
         dashboard.assert_no_script_errors()
+
+        # The watch sees what htmx refuses to evaluate (allowEval is off): a handler
+        # written in hx-on is not run, and htmx reports it on the console only.
+        page.evaluate("""() => { const b = document.createElement("button");
+                                 b.setAttribute("hx-on:click", "window.__evaluated = 1");
+                                 document.body.appendChild(b); htmx.process(b); b.click(); }""")
+        page.wait_for_timeout(500)
+        assert page.evaluate("window.__evaluated") is None
+        assert dashboard.csp_violations == []
+    assert any(e.endswith("htmx:evalDisallowedError") for e in dashboard.console_errors), \
+        dashboard.console_errors
 
 
 # --- 2. a descriptor: preview, publish, watch an agent apply it ---------------------
@@ -429,7 +465,7 @@ def test_refused_forms_show_each_error_under_its_field_and_keep_what_was_entered
         expect(page.get_by_label("Gate between waves")).to_have_value("auto")
         expect(page.get_by_label("Snapshot")).to_have_value("2")
         screenshot(page, "rollout-error")
-        dashboard.assert_no_script_errors()
+        dashboard.assert_no_script_errors(refused=[400])
 
 
 # --- 3. a canary rollout: start, acknowledge, confirm, roll back --------------------
@@ -584,7 +620,7 @@ def test_confirming_a_rollout_that_changed_since_the_page_loaded_says_so_and_doe
         expect(stale.locator("#rollout").get_by_role("button", name="Confirm wave 1")
                ).to_be_visible()
         assert_not_reloaded(stale)
-        dashboard.assert_no_script_errors()
+        dashboard.assert_no_script_errors(refused=[409])
 
     after = fleet.api.call("GET", f"/api/v1/rollouts/{rollout_id}")
     assert (after["state"], after["current_wave"], after["version"]) == (

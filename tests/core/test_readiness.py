@@ -21,6 +21,12 @@ def test_readyz_answers_ready_when_the_database_answers(db, client, settings):
         200, {"status": "ready", "database": "ok", "redis": "not configured"})
 
 
+def test_the_favicon_browsers_ask_for_is_no_content_not_a_404(client):
+    response = client.get("/favicon.ico")
+    assert (response.status_code, response.content) == (204, b"")
+    assert response["Cache-Control"] == "public, max-age=86400"
+
+
 def test_a_database_error_in_an_api_view_is_503_unavailable():
     for error in (OperationalError("connection refused"), InterfaceError("closed")):
         response = exception_handler(error, {"view": APIView()})

@@ -74,7 +74,8 @@ MAXIMA = {"REDIS_TIMEOUT_S": 5, "DATABASE_CONNECT_TIMEOUT_S": 30,
 # Request rates, with their defaults.
 RATES = {"BELLWETHER_THROTTLE_USER": ("user", "1200/minute"),
          "BELLWETHER_THROTTLE_AGENT": ("agent", "600/minute"),
-         "BELLWETHER_THROTTLE_ANON": ("anon", "300/minute")}
+         "BELLWETHER_THROTTLE_ANON": ("anon", "300/minute"),
+         "BELLWETHER_THROTTLE_FAILED_AUTH": ("failed_auth", "60/minute")}
 STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
            "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR"]
 

@@ -107,3 +107,28 @@ def test_a_descriptor_never_resolves_a_secret_and_an_owners_secret_lands_0600(
     assert secret_file.read_text() == f"db={OWNER_SECRET}\n"
     assert os.stat(secret_file).st_mode & 0o777 == 0o600
     assert HOST_FILE_SECRET not in everything_written(agent)
+
+
+def test_the_environments_declared_secret_file_mode_reaches_the_host_and_changes_alone(
+        make_fleet, tmp_path):
+    fleet = make_fleet(CONFIG + 'secret_file_mode: "0640"\n', TEMPLATES)
+    assert fleet.api.publish()["number"] == 1
+    agent = AgentProcess(name="web-1", server_url=fleet.server.url, root=fleet.root / "web-1",
+                         enrollment_token=fleet.enrollment_token)
+    agent.env.update(SHOP_DB=OWNER_SECRET)
+    fleet.processes.append(agent)
+    fleet.agents["web-1"] = agent
+    agent.start()
+    wait_in_sync(fleet, ["web-1"], 1)
+
+    secret_file = agent.target_dir / "app/secret.conf"
+    assert secret_file.read_text() == f"db={OWNER_SECRET}\n"
+    assert os.stat(secret_file).st_mode & 0o777 == 0o640
+    assert os.stat(agent.target_dir / "app/banner.conf").st_mode & 0o777 == 0o644
+
+    # Only the mode changes: a new snapshot all the same, and the host follows it.
+    fleet.change_config(CONFIG + 'secret_file_mode: "0440"\n')
+    assert fleet.api.publish()["number"] == 2
+    wait_in_sync(fleet, ["web-1"], 2)
+    assert os.stat(secret_file).st_mode & 0o777 == 0o440
+    assert secret_file.read_text() == f"db={OWNER_SECRET}\n"
