@@ -339,34 +339,24 @@ def publication_page(request, application, environment, publication_id):
                   context)
 
 
-@_signed_in_action
-@require_POST
-def release_policy(request, application, environment):
-    """Change the release policy (owners), at the version the page showed."""
-    env = _environment(request, application, environment)
-    form = forms.ReleasePolicyForm(request.POST)
-
-    def change():
-        changed = environment_update(
-            environment=env, actor=request.user, release_policy=form.cleaned_data[
-                "release_policy"], expected_version=form.cleaned_data["expected_version"])
-        return f"Release policy: {changed.get_release_policy_display()}."
-
-    return _act(request, env, "summary", change, form, required=Role.OWNER)
+# The environment's policies an owner changes from its page: field -> (form, what it is).
+POLICIES = {"release_policy": (forms.ReleasePolicyForm, "Release policy"),
+            "drift_policy": (forms.DriftPolicyForm, "Drift policy")}
 
 
 @_signed_in_action
 @require_POST
-def drift_policy(request, application, environment):
-    """Change the drift policy (owners), at the version the page showed."""
+def policy(request, application, environment, field):
+    """Change one of the environment's policies (owners), at the version the page showed."""
     env = _environment(request, application, environment)
-    form = forms.DriftPolicyForm(request.POST)
+    form_class, what = POLICIES[field]
+    form = form_class(request.POST)
 
     def change():
         changed = environment_update(
-            environment=env, actor=request.user, drift_policy=form.cleaned_data[
-                "drift_policy"], expected_version=form.cleaned_data["expected_version"])
-        return f"Drift policy: {changed.get_drift_policy_display()}."
+            environment=env, actor=request.user, expected_version=form.cleaned_data[
+                "expected_version"], **{field: form.cleaned_data[field]})
+        return f"{what}: {getattr(changed, f'get_{field}_display')()}."
 
     return _act(request, env, "summary", change, form, required=Role.OWNER)
 
