@@ -307,3 +307,31 @@ def test_threads_hammering_web_renders_with_the_database_busy_all_answer(environ
     assert len(outcomes) > 10
     assert all(problems == [] for _, problems in outcomes)
     assert max(took for took, _ in outcomes) < 1.5
+
+
+TOO_MANY_TOKENS = {"variables": "{{a}}" * 200_000, "tags": "{% if a %}x{% endif %}" * 3000,
+                   "loops": "{% for i in x %}{{ i.b|e }}{% endfor %}" * 1000}
+
+
+@pytest.mark.parametrize("source", TOO_MANY_TOKENS.values(), ids=TOO_MANY_TOKENS.keys())
+def test_a_template_too_large_to_compile_is_refused_at_save_quickly(source, environment,
+                                                                    client_for):
+    started = time.monotonic()
+    response = client_for("owner").put(f"{ENV}/templates/big.txt", {"source": source},
+                                       format="json")
+    assert time.monotonic() - started < 1.5
+    error = assert_error(response, 400, "template_syntax")
+    assert error["details"][0]["file"] == "big.txt"
+    assert "10000 tokens" in error["message"]
+    assert not environment.templates.filter(path="big.txt").exists()
+
+
+def test_a_template_within_the_token_limit_is_stored_and_previews_in_time(
+        environment, client_for):
+    source = "{% if a %}x{% endif %}" * 1200  # about 9,600 tokens
+    response = client_for("owner").put(f"{ENV}/templates/big.txt", {"source": source},
+                                       format="json")
+    assert response.status_code == 200, response.content
+    started = time.monotonic()
+    assert client_for("viewer").get(f"{ENV}/preview").status_code == 200
+    assert time.monotonic() - started < 1.5
