@@ -40,6 +40,9 @@ class RenderBudget:
         self.produced_bytes = 0
         self.depth = 0
         self.deadline = None  # set by the first charge: compiling is not rendering
+        # Set when the render stopped for a reason the server's load decides (its
+        # deadline, memory), not the template alone: such an outcome is not remembered.
+        self.load_dependent = False
 
     def charge(self, count: int = 1) -> None:
         self.left -= count
@@ -48,6 +51,7 @@ class RenderBudget:
         if self.deadline is None:
             self.deadline = time.monotonic() + self.seconds
         elif time.monotonic() > self.deadline:
+            self.load_dependent = True
             raise RenderLimit(f"the render took longer than {self.seconds:g} seconds")
 
     def require(self, size: int, what: str) -> None:

@@ -49,6 +49,8 @@ class Rendered:
     secrets: list[dict] = field(default_factory=list)
     # The mode of files receiving secrets the environment declares ("0640"); None: 0600.
     secret_file_mode: str | None = None
+    # A render_limit the server's load decided (a deadline, memory, a killed child).
+    load_dependent: bool = False
 
     @property
     def is_valid(self) -> bool:
@@ -271,6 +273,7 @@ def _render_templates(
             )
             continue
         except (RenderLimit, MemoryError, RecursionError) as exc:
+            budget.load_dependent |= isinstance(exc, MemoryError)
             file, line = _template_line(exc, paths)
             problems.append(_limit_problem(exc, file or path, line))
             break  # the budget is the render's: the templates after this one get none
@@ -373,8 +376,9 @@ def render_source(source: dict, *, seconds: float | None = None) -> Rendered:
         context = template_context(config, environment_config, placeholders)
         sealed = [{"path": t["path"], "source": seal_template(t["source"], placeholders)}
                   for t in templates]
-        files, template_problems = _render_templates(sealed, context, limits,
-                                                     render_budget(limits, seconds))
+        budget = render_budget(limits, seconds)
+        files, template_problems = _render_templates(sealed, context, limits, budget)
+        rendered.load_dependent = budget.load_dependent
         rendered.files = files
         rendered.problems.extend(template_problems)
         rendered.secrets, secret_problems = manifest(files, placeholders)

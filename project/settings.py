@@ -396,10 +396,13 @@ BELLWETHER_LIMITS = {
 # from BELLWETHER_LIMITS, wall time from these. A render in a web request (preview,
 # pending changes, a descriptor's dry run, the admin's pending changes) gets less
 # time, and at most BELLWETHER_WEB_RENDERS of them run at once in a process (others
-# answer 503 render_busy at once); publish and rollback renders get more.
+# answer 503 render_busy at once) per tenant, BELLWETHER_WEB_RENDERS_TOTAL of all
+# tenants together; publish and rollback renders get more.
 BELLWETHER_RENDER_SECONDS = env_int("BELLWETHER_RENDER_SECONDS", 10, minimum=1)
 BELLWETHER_WEB_RENDER_SECONDS = env_int("BELLWETHER_WEB_RENDER_SECONDS", 2, minimum=1)
 BELLWETHER_WEB_RENDERS = env_int("BELLWETHER_WEB_RENDERS", 2, minimum=1)
+BELLWETHER_WEB_RENDERS_TOTAL = env_int("BELLWETHER_WEB_RENDERS_TOTAL", 8,
+                                       minimum=BELLWETHER_WEB_RENDERS)
 # Publish and rollback render in a child process with at most this much more
 # address space than the worker and CPU time to match (a backstop to the budget).
 BELLWETHER_RENDER_ISOLATED = env_bool("BELLWETHER_RENDER_ISOLATED", True)

@@ -204,7 +204,14 @@ class PreviewSerializer(serializers.Serializer):
 class FileDiffSerializer(serializers.Serializer):
     path = serializers.CharField()
     status = serializers.ChoiceField(["added", "removed", "modified"])
-    diff = serializers.CharField()
+    diff = serializers.CharField(allow_blank=True, help_text=(
+        "Unified diff; empty when too_large."))
+    too_large = serializers.BooleanField(help_text=(
+        "Too costly to match line by line: shown as changed, with sizes and checksums."))
+    old_bytes = serializers.IntegerField(required=False, allow_null=True)
+    new_bytes = serializers.IntegerField(required=False, allow_null=True)
+    old_checksum = serializers.CharField(required=False, allow_null=True)
+    new_checksum = serializers.CharField(required=False, allow_null=True)
 
 
 class SnapshotDiffSerializer(serializers.Serializer):

@@ -54,14 +54,24 @@ logger = logging.getLogger(__name__)
 # --- renders in a web request ----------------------------------------------------------
 
 LIMITED_RENDER_TTL_S = 300
-_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots: dict[tuple, threading.BoundedSemaphore] = {}
 _slots_lock = threading.Lock()
 
 
-def _web_slots() -> threading.BoundedSemaphore:
-    size = settings.BELLWETHER_WEB_RENDERS
+def _web_slots(tenant_id: int | None = None) -> threading.BoundedSemaphore:
+    """The tenant's own renders in this process (BELLWETHER_WEB_RENDERS); None:
+    every tenant's together (BELLWETHER_WEB_RENDERS_TOTAL), a safety cap one
+    tenant cannot reach alone."""
+    size = (settings.BELLWETHER_WEB_RENDERS_TOTAL if tenant_id is None
+            else settings.BELLWETHER_WEB_RENDERS)
     with _slots_lock:
-        return _slots.setdefault(size, threading.BoundedSemaphore(size))
+        return _slots.setdefault((tenant_id, size), threading.BoundedSemaphore(size))
+
+
+def _acquire(slots: threading.BoundedSemaphore) -> None:
+    if not slots.acquire(timeout=0.1):
+        raise Unavailable("Too many renders are running; try again shortly.",
+                          code="render_busy")
 
 
 def _source_key(source: dict) -> str:
@@ -91,25 +101,28 @@ def _render(source: dict, seconds: float) -> Rendered:
     return render_source(source, seconds=seconds)
 
 
-def web_render(source: dict) -> Rendered:
+def web_render(source: dict, *, tenant_id: int) -> Rendered:
     """Render for a web request (isolated as a publish is): within
-    BELLWETHER_WEB_RENDER_SECONDS, at most
-    BELLWETHER_WEB_RENDERS at once in this process (another answers 503
-    render_busy at once). Sources that went over the render budget are
-    remembered for a while, so asking again costs nothing."""
+    BELLWETHER_WEB_RENDER_SECONDS, at most BELLWETHER_WEB_RENDERS of the tenant's
+    at once in this process (another answers 503 render_busy at once). Sources
+    that went over the render budget by their own doing (operations, sizes; not a
+    deadline or a stopped child, which the server's load decides) are remembered
+    for a while, so asking again costs nothing."""
     key = _source_key(source)
     limited = _cached_limit(key)
     if limited is not None:
         return Rendered(effective_config={}, problems=[Problem(**limited)])
-    slots = _web_slots()
-    if not slots.acquire(timeout=0.1):
-        raise Unavailable("Too many renders are running; try again shortly.",
-                          code="render_busy")
+    tenant_slots, all_slots = _web_slots(tenant_id), _web_slots()
+    _acquire(tenant_slots)
     try:
-        rendered = _render(source, settings.BELLWETHER_WEB_RENDER_SECONDS)
+        _acquire(all_slots)
+        try:
+            rendered = _render(source, settings.BELLWETHER_WEB_RENDER_SECONDS)
+        finally:
+            all_slots.release()
     finally:
-        slots.release()
-    for problem in rendered.problems:
+        tenant_slots.release()
+    for problem in rendered.problems if not rendered.load_dependent else ():
         if problem.code == "render_limit":
             try:
                 cache.set(key, problem.as_dict(), LIMITED_RENDER_TTL_S)
@@ -131,7 +144,8 @@ def refuse_render_limit(problems: list) -> None:
 
 def snapshot_preview(environment: Environment) -> Rendered:
     """Render the current config (a web render); records nothing."""
-    return web_render(render_source_for(environment))
+    return web_render(render_source_for(environment),
+                      tenant_id=environment.application.tenant_id)
 
 
 def latest_ready_snapshot(environment: Environment) -> Snapshot | None:
@@ -199,7 +213,8 @@ def descriptor_source(environment: Environment, descriptor: dict) -> dict:
 def descriptor_dry_run(environment: Environment, descriptor: dict) -> dict:
     """What submitting `descriptor` would publish; records nothing. 400
     render_limit when the render goes over its budget."""
-    rendered = web_render(descriptor_source(environment, descriptor))
+    rendered = web_render(descriptor_source(environment, descriptor),
+                          tenant_id=environment.application.tenant_id)
     refuse_render_limit(rendered.problems)
     active = environment.active_snapshot
     return {

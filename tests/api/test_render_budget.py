@@ -3,6 +3,7 @@
 invalid with that reason), quickly, never a 5xx; renders in web requests are
 capped per process (503 render_busy at once)."""
 
+import functools
 import json
 import time
 
@@ -11,6 +12,7 @@ import pytest
 from apps.environments.services import environment_file_put
 from apps.snapshots import selectors
 from apps.snapshots.models import Publication, Snapshot
+from tests import factories
 from tests.admin.support import ENVIRONMENTS, change_url
 from tests.api.support import ENV
 from tests.api_helpers import assert_error
@@ -134,7 +136,7 @@ def test_the_dashboard_pages_stay_up(environment, superuser, client):
 
 def test_web_renders_beyond_the_cap_answer_503_at_once(environment, client_for, settings):
     settings.BELLWETHER_WEB_RENDERS = 1
-    slots = selectors._web_slots()
+    slots = selectors._web_slots(environment.application.tenant_id)
     client = client_for("viewer")
     assert slots.acquire(timeout=1)
     try:
@@ -208,15 +210,128 @@ def _c_level_hang(*_args, **_kwargs):
 
 def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
         environment, superuser, client_for, settings, monkeypatch):
-    from django.core.cache.backends.locmem import LocMemCache
-
-    from configlang import isolated
-
     settings.BELLWETHER_WEB_RENDER_SECONDS = 1
-    monkeypatch.setattr(isolated, "render_source", _c_level_hang)
-    monkeypatch.setattr(selectors, "cache", LocMemCache("hang", {}))  # not remembered
+    monkeypatch.setattr(selectors, "render_isolated",
+                        functools.partial(selectors.render_isolated, render=_c_level_hang))
+    viewer = client_for("viewer")
     started = time.monotonic()
-    response = client_for("viewer").get(f"{ENV}/preview")
+    response = viewer.get(f"{ENV}/preview")
     assert time.monotonic() - started < 5
     error = assert_error(response, 400, "render_limit")
     assert "stopped" in error["message"]
+    # The server's load decided that outcome, not the template: it is not remembered.
+    monkeypatch.undo()
+    assert viewer.get(f"{ENV}/preview").status_code == 200
+
+
+def test_a_render_over_its_deadline_is_not_remembered(environment, superuser, client_for,
+                                                       settings):
+    settings.BELLWETHER_WEB_RENDER_SECONDS = 1
+    _plant(environment, superuser, "{% for i in range(100000) %}{% for j in range(100000) %}"
+                                   "{% endfor %}{% endfor %}")
+    settings.BELLWETHER_LIMITS = {**settings.BELLWETHER_LIMITS,
+                                  "max_template_iterations": 10**12}
+    environment.refresh_from_db()
+    error = assert_error(client_for("viewer").get(f"{ENV}/preview"), 400, "render_limit")
+    assert "longer than 1 seconds" in error["message"]
+    assert selectors._cached_limit(selectors._source_key(
+        selectors.render_source_for(environment))) is None
+
+
+def test_a_tenant_using_all_its_render_slots_does_not_refuse_another_tenant(
+        environment, client_for, settings, tenant, superuser):
+    other_tenant = factories.tenant(actor=superuser, name="Other team", slug="other-team")
+    other = factories.environment(factories.application(other_tenant, actor=superuser,
+                                                        name="web"),
+                                  templates=factories.SHOP_TEMPLATES, actor=superuser)
+    settings.BELLWETHER_WEB_RENDERS = 1
+    held = selectors._web_slots(tenant.pk)
+    assert held.acquire(timeout=1)
+    try:
+        assert_error(client_for("viewer").get(f"{ENV}/preview"), 503, "render_busy")
+        assert selectors.snapshot_preview(other).is_valid
+    finally:
+        held.release()
+
+
+def test_the_safety_cap_over_all_tenants_answers_render_busy(environment, client_for,
+                                                             settings):
+    settings.BELLWETHER_WEB_RENDERS_TOTAL = 1
+    every = selectors._web_slots()
+    assert every.acquire(timeout=1)
+    viewer = client_for("viewer")
+    try:
+        assert_error(viewer.get(f"{ENV}/preview"), 503, "render_busy")
+    finally:
+        every.release()
+    assert viewer.get(f"{ENV}/preview").status_code == 200
+
+
+@transactional
+def test_threads_hammering_web_renders_with_the_database_busy_all_answer(environment,
+                                                                         settings):
+    """Server threads preview while others use the database (SQLite's or
+    PostgreSQL's locks held at any moment): every render answers, none is stopped."""
+    import threading
+
+    from django.db import connection
+
+    from apps.environments.models import Environment
+
+    settings.BELLWETHER_WEB_RENDERS = 8
+    outcomes, stop = [], time.monotonic() + 3
+
+    def previews():
+        try:
+            while time.monotonic() < stop:
+                env = Environment.objects.select_related("application").get(pk=environment.pk)
+                started = time.monotonic()
+                rendered = selectors.snapshot_preview(env)
+                outcomes.append((time.monotonic() - started, rendered.problems))
+        finally:
+            connection.close()
+
+    def queries():
+        try:
+            while time.monotonic() < stop:
+                list(Environment.objects.all())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=previews) for _ in range(3)] + \
+        [threading.Thread(target=queries) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(outcomes) > 10
+    assert all(problems == [] for _, problems in outcomes)
+    assert max(took for took, _ in outcomes) < 1.5
+
+
+TOO_MANY_TOKENS = {"variables": "{{a}}" * 200_000, "tags": "{% if a %}x{% endif %}" * 3000,
+                   "loops": "{% for i in x %}{{ i.b|e }}{% endfor %}" * 1000}
+
+
+@pytest.mark.parametrize("source", TOO_MANY_TOKENS.values(), ids=TOO_MANY_TOKENS.keys())
+def test_a_template_too_large_to_compile_is_refused_at_save_quickly(source, environment,
+                                                                    client_for):
+    started = time.monotonic()
+    response = client_for("owner").put(f"{ENV}/templates/big.txt", {"source": source},
+                                       format="json")
+    assert time.monotonic() - started < 1.5
+    error = assert_error(response, 400, "template_syntax")
+    assert error["details"][0]["file"] == "big.txt"
+    assert "10000 tokens" in error["message"]
+    assert not environment.templates.filter(path="big.txt").exists()
+
+
+def test_a_template_within_the_token_limit_is_stored_and_previews_in_time(
+        environment, client_for):
+    source = "{% if a %}x{% endif %}" * 1200  # about 9,600 tokens
+    response = client_for("owner").put(f"{ENV}/templates/big.txt", {"source": source},
+                                       format="json")
+    assert response.status_code == 200, response.content
+    started = time.monotonic()
+    assert client_for("viewer").get(f"{ENV}/preview").status_code == 200
+    assert time.monotonic() - started < 1.5

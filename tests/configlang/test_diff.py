@@ -1,5 +1,8 @@
 """Per-file unified diff between two file sets (no DB)."""
 
+import hashlib
+import time
+
 import pytest
 
 from configlang.diff import diff_files
@@ -115,3 +118,86 @@ def test_input_order_does_not_matter():
     old = files({"a.conf": "a\n", "b.conf": "b\n"})
     new = files({"b.conf": "B\n", "a.conf": "A\n"})
     assert diff_files(old, new) == diff_files(list(reversed(old)), list(reversed(new)))
+
+
+# --- bounded work -------------------------------------------------------------------
+
+def _interleaved(n: int) -> tuple[str, str]:
+    """The quadratic shape: every line of the new file is one of the old, each
+    behind a new line (difflib's plain matcher takes minutes at 70,000)."""
+    return ("".join(f"{i}\n" for i in range(n)),
+            "".join(f"y{i}\n{i}\n" for i in range(n)))
+
+
+HOSTILE_SHAPES = {
+    "interleaved 8,000": _interleaved(8000),
+    "interleaved 70,000 (about 1 MiB)": _interleaved(70000),
+    "repeated lines": ("".join(f"{i % 199}\n" for i in range(40000)),
+                       "".join(f"{i % 197}\n" for i in range(40000))),
+    "long lines": ("".join(f"{i}{'x' * 500}\n" for i in range(1000)),
+                   "".join(f"y{i}{'x' * 500}\n{i}{'x' * 500}\n" for i in range(1000))),
+}
+
+
+@pytest.mark.parametrize(("old", "new"), HOSTILE_SHAPES.values(), ids=HOSTILE_SHAPES.keys())
+def test_a_diff_too_costly_to_match_is_shown_as_changed_within_a_second(old, new):
+    started = time.monotonic()
+    [change] = diff_files(files({"list.txt": old}), files({"list.txt": new}))
+    assert time.monotonic() - started < 1.5
+    assert change["too_large"] is True
+    assert change["diff"] == ""
+    assert (change["old_bytes"], change["new_bytes"]) == (len(old.encode()), len(new.encode()))
+    assert change["old_checksum"] == "sha256:" + hashlib.sha256(old.encode()).hexdigest()
+    assert change["new_checksum"] == "sha256:" + hashlib.sha256(new.encode()).hexdigest()
+
+
+def test_the_work_bound_holds_over_all_files_of_a_diff():
+    old, new = _interleaved(2000)
+    many = 30
+    started = time.monotonic()
+    changes = diff_files(files({f"f{i}.txt": old for i in range(many)}),
+                         files({f"f{i}.txt": new for i in range(many)}))
+    assert time.monotonic() - started < 2
+    assert sum(c["too_large"] for c in changes) >= many - 1
+
+
+def test_a_small_change_in_a_large_file_is_still_shown_line_by_line():
+    old = "".join(f"line {i}\n" for i in range(70000))
+    new = old.replace("line 35000\n", "line thirty-five thousand\n")
+    [change] = diff_files(files({"big.conf": old}), files({"big.conf": new}))
+    assert change["too_large"] is False
+    assert "-line 35000\n+line thirty-five thousand\n" in change["diff"]
+
+
+def test_files_after_a_costly_one_still_get_what_is_left_of_the_budget():
+    old, new = _interleaved(8000)
+    changes = diff_files(files({"a.txt": old, "b.conf": "one\n"}),
+                         files({"a.txt": new, "b.conf": "two\n"}))
+    assert [(c["path"], c["too_large"]) for c in changes] == \
+        [("a.txt", True), ("b.conf", False)]
+    assert changes[1]["diff"].endswith("-one\n+two\n")
+
+
+def test_added_and_removed_files_are_shown_whatever_their_size():
+    text = "".join(f"{i}\n" for i in range(70000))
+    changes = diff_files(files({"gone.txt": text}), files({"new.txt": text}), work=10)
+    assert [(c["status"], c["too_large"]) for c in changes] == \
+        [("removed", False), ("added", False)]
+
+
+def test_the_output_matches_difflib_where_the_budget_allows():
+    import difflib
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        a = "".join(rng.choice(["a\n", "b\n", "c", "\n"]) for _ in range(rng.randint(1, 30)))
+        b = "".join(rng.choice(["a\n", "b\n", "c", "\n"]) for _ in range(rng.randint(1, 30)))
+        if a == b:
+            continue
+        expected = "".join(
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+            for line in difflib.unified_diff(a.splitlines(True), b.splitlines(True),
+                                             "a/x", "b/x", n=3))
+        [change] = diff_files(files({"x": a}), files({"x": b}))
+        assert change["diff"] == expected

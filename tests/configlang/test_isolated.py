@@ -1,5 +1,6 @@
 """The backstop: a render in a child process limited in memory and time."""
 
+import threading
 import time
 from unittest import mock
 
@@ -34,14 +35,17 @@ def _hog(source, seconds):
         hoard.append(bytearray(64 << 20))
 
 
+def _nothing(source, seconds):
+    return None
+
+
 def _hang(source, seconds):
     while True:
         pass
 
 
 def test_a_child_over_its_memory_limit_is_a_render_limit_not_a_dead_parent():
-    with mock.patch.object(isolated, "render_source", _hog):
-        rendered = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20)
+    rendered = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, render=_hog)
     [problem] = rendered.problems
     assert problem.code == "render_limit"
     assert "memory" in problem.message
@@ -49,21 +53,81 @@ def test_a_child_over_its_memory_limit_is_a_render_limit_not_a_dead_parent():
 
 def test_a_child_that_never_answers_is_stopped():
     started = time.monotonic()
-    with mock.patch.object(isolated, "render_source", _hang), \
-            mock.patch.object(isolated, "GRACE_SECONDS", 1):
-        rendered = render_isolated(_source("x"), seconds=1, memory_bytes=128 << 20)
+    rendered = render_isolated(_source("x"), seconds=1, memory_bytes=128 << 20, grace=1,
+                               render=_hang)
     assert time.monotonic() - started < 5
     [problem] = rendered.problems
     assert problem.code == "render_limit"
 
 
 def test_where_no_child_can_be_started_the_render_runs_here():
-    with mock.patch.object(isolated.os, "fork", side_effect=OSError("no")):
+    with mock.patch.object(isolated._children.Process, "start", side_effect=OSError("no")):
         rendered = render_isolated(_source("{{ name }}"), seconds=5, memory_bytes=128 << 20)
     assert rendered.files == [{"path": "a.conf", "content": "shop"}]
 
 
 def test_a_child_answering_something_else_than_a_render_is_a_failed_render():
-    with mock.patch.object(isolated, "render_source", lambda *a, **k: None):
-        rendered = render_isolated(make_source(), seconds=2, memory_bytes=256 << 20)
+    rendered = render_isolated(make_source(), seconds=2, memory_bytes=256 << 20,
+                               render=_nothing)
     assert [p.code for p in rendered.problems] == ["render_failed"]
+
+
+class _BlocksWhenFinalized:
+    """What an SQLite connection does when finalized while another thread holds
+    SQLite's mutex: blocks for ever."""
+
+    def __init__(self, lock):
+        self.lock = lock
+
+    def __del__(self):
+        self.lock.acquire()
+
+
+def test_nothing_another_server_thread_holds_can_block_the_child():
+    """A child forked from this multi-threaded process would finalize the other
+    thread's thread-local object and block; the fork server's child never has it."""
+    held, local = threading.Lock(), threading.local()
+    ready, done = threading.Event(), threading.Event()
+
+    def server_thread():
+        local.connection = _BlocksWhenFinalized(held)
+        ready.set()
+        done.wait(30)
+
+    held.acquire()
+    thread = threading.Thread(target=server_thread)
+    thread.start()
+    ready.wait()
+    try:
+        started = time.monotonic()
+        rendered = render_isolated(_source("{{ name }}"), seconds=2, memory_bytes=128 << 20,
+                                   grace=1)
+        assert time.monotonic() - started < 2.5
+        assert rendered.files == [{"path": "a.conf", "content": "shop"}]
+    finally:
+        held.release()
+        done.set()
+        thread.join()
+
+
+def test_renders_from_many_threads_at_once_all_answer():
+    source = _source("{% for i in range(2000) %}{{ i }}{% endfor %}")
+    answers, errors = [], []
+
+    def renders():
+        try:
+            for _ in range(8):
+                started = time.monotonic()
+                rendered = render_isolated(source, seconds=2, memory_bytes=256 << 20, grace=1)
+                answers.append((time.monotonic() - started, rendered.problems))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=renders) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [problems for _, problems in answers] == [[]] * 32
+    assert max(took for took, _ in answers) < 2

@@ -20,10 +20,20 @@ def render_diff(files: list[dict]):
         return format_html("<p>{}</p>", "No file changes.")
     return format_html_join("", '<h4 class="bw-file-head">{} <small>({})</small></h4>'
                             '<pre class="bw-diff">{}</pre>', (
-        (entry["path"], entry["status"], format_html_join(
+        (entry["path"], entry["status"], _too_large(entry) if entry.get("too_large")
+         else format_html_join(
             "", '<div class="{}">{}</div>',
             ((_line_class(line), line or " ") for line in entry["diff"].splitlines())))
         for entry in files))
+
+
+def _too_large(entry: dict):
+    def side(size, checksum):
+        return "none" if size is None else f"{size} bytes, {checksum}"
+    return format_html('<div class="hunk">{}</div><div>{} {}</div><div>{} {}</div>',
+                       "Too large to show line by line.",
+                       "before:", side(entry["old_bytes"], entry["old_checksum"]),
+                       "after: ", side(entry["new_bytes"], entry["new_checksum"]))
 
 
 @register.filter
