@@ -16,6 +16,7 @@ from tests import factories
 from tests.admin.support import ENVIRONMENTS, change_url
 from tests.api.support import ENV
 from tests.api_helpers import assert_error
+from tests.render_children import c_level_hang
 
 transactional = pytest.mark.django_db(transaction=True)
 
@@ -204,15 +205,11 @@ def test_a_nested_template_within_the_limits_is_stored(environment, client_for):
     assert response.status_code == 200
 
 
-def _c_level_hang(*_args, **_kwargs):
-    return sum(range(10**13))  # one C call, holding the GIL for hours
-
-
 def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
         environment, superuser, client_for, settings, monkeypatch):
     settings.BELLWETHER_WEB_RENDER_SECONDS = 1
     monkeypatch.setattr(selectors, "render_isolated",
-                        functools.partial(selectors.render_isolated, render=_c_level_hang))
+                        functools.partial(selectors.render_isolated, render=c_level_hang))
     viewer = client_for("viewer")
     started = time.monotonic()
     response = viewer.get(f"{ENV}/preview")

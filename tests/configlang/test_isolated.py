@@ -1,5 +1,6 @@
 """The backstop: a render in a child process limited in memory and time."""
 
+import multiprocessing
 import threading
 import time
 from unittest import mock
@@ -8,6 +9,7 @@ from configlang import isolated, rendering
 from configlang.isolated import render_isolated
 from tests.configlang.test_render_budget import PRODUCTION
 from tests.configlang.test_rendering import make_source
+from tests.render_children import hang, hog, nothing
 
 
 def _source(template: str):
@@ -28,24 +30,8 @@ def test_the_budget_still_names_template_and_line_in_the_child():
     assert (problem.code, problem.file, problem.line) == ("render_limit", "a.conf", 2)
 
 
-def _hog(source, seconds):
-    """What a bug escaping the budget would do: allocate without end."""
-    hoard = []
-    while True:
-        hoard.append(bytearray(64 << 20))
-
-
-def _nothing(source, seconds):
-    return None
-
-
-def _hang(source, seconds):
-    while True:
-        pass
-
-
 def test_a_child_over_its_memory_limit_is_a_render_limit_not_a_dead_parent():
-    rendered = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, render=_hog)
+    rendered = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, render=hog)
     [problem] = rendered.problems
     assert problem.code == "render_limit"
     assert "memory" in problem.message
@@ -54,21 +40,21 @@ def test_a_child_over_its_memory_limit_is_a_render_limit_not_a_dead_parent():
 def test_a_child_that_never_answers_is_stopped():
     started = time.monotonic()
     rendered = render_isolated(_source("x"), seconds=1, memory_bytes=128 << 20, grace=1,
-                               render=_hang)
+                               render=hang)
     assert time.monotonic() - started < 5
     [problem] = rendered.problems
     assert problem.code == "render_limit"
 
 
 def test_where_no_child_can_be_started_the_render_runs_here():
-    with mock.patch.object(isolated._children.Process, "start", side_effect=OSError("no")):
+    with mock.patch.object(isolated.subprocess, "Popen", side_effect=OSError("no")):
         rendered = render_isolated(_source("{{ name }}"), seconds=5, memory_bytes=128 << 20)
     assert rendered.files == [{"path": "a.conf", "content": "shop"}]
 
 
 def test_a_child_answering_something_else_than_a_render_is_a_failed_render():
     rendered = render_isolated(make_source(), seconds=2, memory_bytes=256 << 20,
-                               render=_nothing)
+                               render=nothing)
     assert [p.code for p in rendered.problems] == ["render_failed"]
 
 
@@ -85,7 +71,7 @@ class _BlocksWhenFinalized:
 
 def test_nothing_another_server_thread_holds_can_block_the_child():
     """A child forked from this multi-threaded process would finalize the other
-    thread's thread-local object and block; the fork server's child never has it."""
+    thread's thread-local object and block; a fresh interpreter never has it."""
     held, local = threading.Lock(), threading.local()
     ready, done = threading.Event(), threading.Event()
 
@@ -131,3 +117,21 @@ def test_renders_from_many_threads_at_once_all_answer():
     assert errors == []
     assert [problems for _, problems in answers] == [[]] * 32
     assert max(took for took, _ in answers) < 2
+
+
+def _render_from_a_daemonic_process(queue):
+    result = render_isolated(make_source(), seconds=5, memory_bytes=256 * 1024 * 1024)
+    queue.put((result.is_valid, [p.code for p in result.problems]))
+
+
+def test_a_daemonic_process_renders_isolated_too():
+    # What a Celery prefork pool process is: multiprocessing refuses it children.
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=_render_from_a_daemonic_process, args=(queue,),
+                              daemon=True)
+    process.start()
+    try:
+        assert queue.get(timeout=30) == (True, [])
+    finally:
+        process.join(10)
