@@ -6,7 +6,7 @@ the environments the user owns.
 
 from django import forms
 from django.contrib import admin, messages
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
 from apps.core.errors import ApplicationError
@@ -196,9 +196,10 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                              f" Diff against #{against.number}." if against else "",
                              pending["message"])
         if not pending["valid"]:
-            problems = format_html("<ul>{}</ul>", format_html("".join(
-                format_html("<li>{}</li>", " ".join(
-                    str(e[k]) for k in ("file", "line", "key", "message") if k in e))
+            # Problems quote the user's text (braces included): always an argument,
+            # never part of a format string.
+            problems = format_html("<ul>{}</ul>", format_html_join("", "<li>{}</li>", (
+                (" ".join(str(e[k]) for k in ("file", "line", "key", "message") if k in e),)
                 for e in pending["errors"])))
             return format_html("{}<p>The current config does not render:</p>{}", header,
                                problems)
