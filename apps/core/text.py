@@ -44,6 +44,16 @@ def name_problem(value: str) -> str | None:
     return None
 
 
+def whole_number(text: str, *, maximum: int) -> int | None:
+    """`text` as a number when it is plain ASCII digits (no sign, space, point, or a
+    digit such as "٣" or "²") of at most `maximum`, else None. Its length is checked
+    before int(): a long run of digits costs nothing to refuse."""
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if value <= maximum else None
+
+
 def _join(prefix: str, key) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
