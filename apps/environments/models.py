@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.core import locks
+from apps.core.validators import validate_name_text
 from apps.tenancy.models import Application, slug_validator
 
 
@@ -174,7 +175,8 @@ class Descriptor(models.Model):
 class EnvironmentFile(models.Model):
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
     path = models.CharField(
-        max_length=255, help_text="Relative path on the agent's host, e.g. nginx/site.conf."
+        max_length=255, help_text="Relative path on the agent's host, e.g. nginx/site.conf.",
+        validators=[validate_name_text],
     )
     updated_at = models.DateTimeField(auto_now=True)
 
