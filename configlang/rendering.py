@@ -29,6 +29,7 @@ from configlang.secrets import (
     template_context,
     unsealed,
 )
+from configlang.visible import invisible_problem
 from configlang.yamlconfig import load_config, load_yaml
 
 SOURCE_FORMAT = 1
@@ -101,6 +102,10 @@ def path_problem(path: str) -> str | None:
         return "the path is longer than 255 characters"
     if "\\" in path or "\x00" in path or any(ord(c) < 32 for c in path):
         return "the path contains a backslash or a control character"
+    for part in path.split("/"):
+        invisible = invisible_problem(part)
+        if invisible:
+            return f"the path {invisible}"
     if AGENT_TEMP_MARKER in path:
         return f"the name {AGENT_TEMP_MARKER!r} is reserved for the agent's temporary files"
     if path.startswith("/"):

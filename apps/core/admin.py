@@ -1,7 +1,20 @@
-"""Admin plumbing shared by the apps: ownership-scoped permissions."""
+"""Admin plumbing shared by the apps: ownership-scoped permissions, and the API's
+rules for the numbers of every form (names, labels and paths carry theirs on the
+model fields: apps.core.validators)."""
+
+from django.db import models
+
+from apps.core.validators import WholeNumberFormField
 
 
-class OwnedAdminMixin:
+class StrictFieldsMixin:
+    """Integers in the admin's forms are ASCII digits, as in the API."""
+
+    formfield_overrides = {models.IntegerField: {"form_class": WholeNumberFormField},
+                           models.BigIntegerField: {"form_class": WholeNumberFormField}}
+
+
+class OwnedAdminMixin(StrictFieldsMixin):
     """Staff see and change only what their queryset (scoped in get_queryset) holds;
     adding and deleting is for superusers."""
 
@@ -41,7 +54,7 @@ class ReadOnlyAdminMixin(OwnedAdminMixin):
         return False
 
 
-class OwnedInlineMixin:
+class OwnedInlineMixin(StrictFieldsMixin):
     """Inline rows may be edited by whoever may change the parent object."""
 
     def _parent_allows(self, request, obj) -> bool:

@@ -4,7 +4,9 @@ file names, logs and selectors, so no control or formatting characters
 
 from rest_framework import serializers
 
-from apps.core.text import name_problem
+from apps.core.text import name_problem, whole_number
+
+BIGINT_MAX = 2**63 - 1
 
 
 def validate_name(value: str) -> None:
@@ -34,3 +36,28 @@ class LabelsField(serializers.DictField):
                 {key.encode("unicode_escape").decode(): messages
                  for key, messages in errors.items()})
         return value
+
+
+class WholeNumberField(serializers.IntegerField):
+    """An integer of a body: a JSON or YAML integer (never a boolean or a float such as
+    1.0), or text of plain ASCII digits (no sign, space, point, or a digit such as "٣")
+    — apps.core.text.whole_number, the dashboard's rule too. Unbounded fields are held
+    to a 64-bit integer."""
+
+    default_error_messages = {"invalid": "A whole number is required (digits 0-9)."}
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_value", BIGINT_MAX)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        if isinstance(data, int):
+            return data
+        if isinstance(data, str) and data.isascii() and data.isdigit():
+            number = whole_number(data, maximum=BIGINT_MAX)
+            if number is None:
+                self.fail("max_value", max_value=self.max_value)
+            return number
+        self.fail("invalid")

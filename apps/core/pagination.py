@@ -2,25 +2,19 @@
 or `limit` that is not a small whole number is a 400 naming it (a huge one would
 overflow SQLite's and PostgreSQL's LIMIT/OFFSET)."""
 
-from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
+
+from apps.core.queries import query_number
 
 MAX_LIMIT = 500
 MAX_OFFSET = 10**9
 
 
 def _bounded(request, name: str, default: int, maximum: int, *, clamp: bool) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
-        raise ValidationError({name: ["Must be a whole number of at least 0."]})
-    value = int(raw)
-    if value > maximum:
-        if not clamp:
-            raise ValidationError({name: [f"Must be at most {maximum}."]})
-        value = maximum
-    return value
+    # Clamped: read up to any size of digits the rule allows, then cut to `maximum`.
+    value = query_number(request, name, maximum=10**20 if clamp else maximum,
+                         default=default)
+    return min(value, maximum)
 
 
 class BoundedLimitOffsetPagination(LimitOffsetPagination):

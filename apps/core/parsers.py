@@ -33,18 +33,42 @@ def _storable(value):
     return value
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list) -> dict:
+    """An object whose keys are each given once: a repeated key is refused, never
+    silently the last value (YAML bodies refuse duplicates as well)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
 class BoundedJSONParser(JSONParser):
     """JSON whose nesting cannot exhaust the stack (the json module recurses), without
-    NaN or Infinity (not JSON; PostgreSQL refuses them in json columns)."""
+    NaN or Infinity (not JSON; PostgreSQL refuses them in json columns), and without
+    a key given twice in one object (400 naming the key)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         data = _read_limited(stream, parser_context)
         try:
-            value = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+            value = json.loads(data.decode("utf-8"), parse_constant=_no_constant,
+                               object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            key = exc.key.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+            raise ValidationError({key or "body": ["this key is given more than once"]}) from None
         except RecursionError:
             raise ParseError("JSON nested too deeply.") from None
         except (ValueError, UnicodeDecodeError) as exc:

@@ -1,12 +1,12 @@
 """What text the server accepts: no NUL and no lone surrogates anywhere (neither
 PostgreSQL nor UTF-8 can hold them), and in names, labels and paths no control,
-format (bidirectional overrides, zero-width) or separator characters either, so
-what a person reads is what is stored. Pure rules, no Django."""
+format (bidirectional overrides, zero-width), default-ignorable or separator
+characters, no space but U+0020 and no whitespace at either end either
+(configlang.visible), so what a person reads is what is stored. Pure rules, no Django."""
 
-import unicodedata
 from urllib.parse import unquote_to_bytes
 
-NAME_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+from configlang.visible import invisible_problem
 
 
 def text_problem(value: str) -> str | None:
@@ -34,14 +34,17 @@ def url_text_problem(value: str | bytes, *, path: bool = True) -> str | None:
 
 def name_problem(value: str) -> str | None:
     """Why `value` may not be a name, label or path, or None."""
-    problem = text_problem(value)
-    if problem:
-        return problem
-    for char in value:
-        if unicodedata.category(char) in NAME_CATEGORIES:
-            return (f"contains the control or formatting character U+{ord(char):04X} "
-                    f"({unicodedata.name(char, 'unnamed')})")
-    return None
+    return text_problem(value) or invisible_problem(value)
+
+
+def whole_number(text: str, *, maximum: int) -> int | None:
+    """`text` as a number when it is plain ASCII digits (no sign, space, point, or a
+    digit such as "٣" or "²") of at most `maximum`, else None. Its length is checked
+    before int(): a long run of digits costs nothing to refuse."""
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if value <= maximum else None
 
 
 def _join(prefix: str, key) -> str:

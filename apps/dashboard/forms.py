@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from apps.core.errors import ApplicationError
+from apps.core.text import whole_number
 from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
 from configlang.yamlconfig import load_yaml
@@ -32,12 +33,10 @@ class NumberField(forms.IntegerField):
     def to_python(self, value):
         if value in self.empty_values:
             return None
-        text = str(value)
-        # Bounded before int(): a long run of digits costs nothing to refuse.
-        if not (text.isascii() and text.isdigit()) or (
-                len(text.lstrip("0")) > len(str(self.max_value))):
+        number = whole_number(str(value), maximum=self.max_value)  # the API's rule too
+        if number is None:
             raise ValidationError(self.error_messages["invalid"], code="invalid")
-        return int(text)
+        return number
 
 
 class NumberListField(forms.Field):

@@ -6,11 +6,12 @@ the environments the user owns.
 
 from django import forms
 from django.contrib import admin, messages
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
+from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, StrictFieldsMixin
 from apps.core.errors import ApplicationError
 from apps.core.templatetags.bellwether import render_diff
+from apps.core.validators import WholeNumberFormField
 from apps.environments import services
 from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
 from apps.environments.selectors import environment_limits, owner_candidates
@@ -34,7 +35,7 @@ class CodeField(forms.CharField):
 
 class EnvironmentForm(forms.ModelForm):
     # The version the page was loaded at: a save over someone else's change is refused.
-    expected_version = forms.IntegerField(required=False, min_value=1,
+    expected_version = WholeNumberFormField(required=False, min_value=1,
                                           widget=forms.HiddenInput)
 
     class Meta:
@@ -196,9 +197,10 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                              f" Diff against #{against.number}." if against else "",
                              pending["message"])
         if not pending["valid"]:
-            problems = format_html("<ul>{}</ul>", format_html("".join(
-                format_html("<li>{}</li>", " ".join(
-                    str(e[k]) for k in ("file", "line", "key", "message") if k in e))
+            # Problems quote the user's text (braces included): always an argument,
+            # never part of a format string.
+            problems = format_html("<ul>{}</ul>", format_html_join("", "<li>{}</li>", (
+                (" ".join(str(e[k]) for k in ("file", "line", "key", "message") if k in e),)
                 for e in pending["errors"])))
             return format_html("{}<p>The current config does not render:</p>{}", header,
                                problems)
@@ -296,7 +298,7 @@ class PlatformPolicyForm(forms.ModelForm):
 
 
 @admin.register(PlatformPolicy)
-class PlatformPolicyAdmin(admin.ModelAdmin):
+class PlatformPolicyAdmin(StrictFieldsMixin, admin.ModelAdmin):
     """Superusers publish policy versions; a version is never edited, a new one is
     published instead (each snapshot records the version it used)."""
 

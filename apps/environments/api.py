@@ -13,7 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
+from apps.core.fields import WholeNumberField
 from apps.core.parsers import BoundedJSONParser, TextYAMLParser, YAMLParser
+from apps.core.queries import FLAGS_SHOWN, query_flag
 from apps.environments import services
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_get, environment_role
@@ -26,16 +28,16 @@ from apps.tenancy.models import Role
 
 
 class ActiveSnapshotSerializer(serializers.Serializer):
-    number = serializers.IntegerField()
+    number = WholeNumberField()
     label = serializers.CharField()
     checksum = serializers.CharField()
 
 
 class ActiveRolloutSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    id = WholeNumberField()
     state = serializers.CharField()
-    current_wave = serializers.IntegerField()
-    snapshot = serializers.IntegerField()
+    current_wave = WholeNumberField()
+    snapshot = WholeNumberField()
     url = serializers.CharField()
 
 
@@ -119,12 +121,12 @@ class EnvironmentDetailApi(EnvironmentAPIView):
     class EnvironmentUpdateSerializer(serializers.Serializer):
         config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
         config_schema = serializers.JSONField(required=False, allow_null=True)
-        poll_interval_s = serializers.IntegerField(required=False, min_value=5, max_value=3600)
+        poll_interval_s = WholeNumberField(required=False, min_value=5, max_value=3600)
         keep_rollout_pins = serializers.BooleanField(required=False)
         drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices, required=False)
         release_policy = serializers.ChoiceField(Environment.ReleasePolicy.choices,
                                                  required=False)
-        expected_version = serializers.IntegerField(
+        expected_version = WholeNumberField(
             required=False, min_value=1, max_value=2**31 - 1,
             help_text="The version you read: a change made since is refused (409 stale). "
                       "Required to change release_policy.")
@@ -241,7 +243,7 @@ class DescriptorDryRunSerializer(serializers.Serializer):
     provenance = serializers.DictField(child=serializers.CharField())
     files = serializers.ListField(child=serializers.DictField())
     diff = serializers.ListField(child=serializers.DictField())
-    against = serializers.IntegerField(allow_null=True)
+    against = WholeNumberField(allow_null=True)
 
 
 class DescriptorSubmitApi(APIView):
@@ -249,12 +251,14 @@ class DescriptorSubmitApi(APIView):
     `?dry_run=1` answers what it would publish and records nothing."""
 
     parser_classes = [BoundedJSONParser, YAMLParser, TextYAMLParser]
+    query_parameters = ("dry_run",)  # any other is refused (apps.core.queries)
 
     @extend_schema(
         request=DescriptorSerializer,
         parameters=[OpenApiParameter("dry_run", OpenApiTypes.BOOL, description=(
             "Return the effective config, provenance, files and the diff against the "
-            "active snapshot; record nothing."))],
+            f"active snapshot; record nothing. Spelled {FLAGS_SHOWN}; any other value, "
+            "or the parameter twice, is 400."))],
         responses={201: PublicationSerializer, 200: DescriptorDryRunSerializer,
                    202: PublicationSerializer},
         summary="Submit an app team's descriptor",
@@ -264,7 +268,7 @@ class DescriptorSubmitApi(APIView):
         services.descriptor_check(descriptor)
         environment = environment_get(user=request.user, application=descriptor["application"],
                                       name=descriptor["environment"], required=Role.DEPLOYER)
-        if request.query_params.get("dry_run", "").lower() in ("1", "true", "yes"):
+        if query_flag(request, "dry_run"):
             return Response(descriptor_dry_run(environment, descriptor))
         publication, created = releases.descriptor_submit(
             environment=environment, descriptor=descriptor, actor=request.user)

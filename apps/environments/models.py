@@ -5,29 +5,32 @@ from django.db import models
 from django.db.models import Q
 
 from apps.core import locks
+from apps.core.validators import validate_name_text
 from apps.tenancy.models import Application, slug_validator
 
 
 class EnvironmentQuerySet(models.QuerySet):
     def visible_to(self, user) -> "EnvironmentQuerySet":
-        """What `user` may see: the one scoping rule every surface reuses."""
+        """What `user` may see: the one scoping rule every surface reuses. Only
+        members of the environment's tenant see it (an environment owner too is a
+        member: outside the tenant every role is an outsider)."""
         if not user.is_authenticated or not user.is_active:
             return self.none()
         if user.is_superuser:
             return self
-        visible = Q(application__tenant__memberships__user=user) | Q(owners=user)
+        visible = Q(application__tenant__memberships__user=user)
         return self.filter(pk__in=Environment.objects.filter(visible).values("pk"))
 
     def owned_by(self, user) -> "EnvironmentQuerySet":
-        """What `user` administers: as an environment owner or a tenant owner."""
+        """What `user` administers: as a tenant owner, or as an environment owner
+        while a member of its tenant."""
         if not user.is_authenticated or not user.is_active:
             return self.none()
         if user.is_superuser:
             return self
-        owned = Q(owners=user) | Q(
-            application__tenant__memberships__user=user,
-            application__tenant__memberships__role="owner",
-        )
+        # One filter() call: both branches name the same membership row.
+        owned = Q(application__tenant__memberships__user=user) & (
+            Q(owners=user) | Q(application__tenant__memberships__role="owner"))
         return self.filter(pk__in=Environment.objects.filter(owned).values("pk"))
 
     def lock(self, pk: int) -> "Environment":
@@ -172,7 +175,8 @@ class Descriptor(models.Model):
 class EnvironmentFile(models.Model):
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
     path = models.CharField(
-        max_length=255, help_text="Relative path on the agent's host, e.g. nginx/site.conf."
+        max_length=255, help_text="Relative path on the agent's host, e.g. nginx/site.conf.",
+        validators=[validate_name_text],
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -2,7 +2,7 @@
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from apps.core.errors import NotFound, PermissionDenied
 from apps.environments.models import Environment, PlatformPolicy
@@ -15,14 +15,16 @@ def environment_role(*, user, environment: Environment) -> Role | None:
         return None
     if user.is_superuser:
         return Role.OWNER
-    if environment.owners.filter(pk=user.pk).exists():
-        return Role.OWNER
     role = (
         Membership.objects.filter(tenant_id=environment.application.tenant_id, user=user)
         .values_list("role", flat=True)
         .first()
     )
-    return Role(role) if role else None
+    if role is None:  # outside the tenant, an environment ownership counts for nothing
+        return None
+    if environment.owners.filter(pk=user.pk).exists():
+        return Role.OWNER
+    return Role(role)
 
 
 def environment_get(
@@ -57,16 +59,13 @@ def require_role(*, user, environment: Environment, required: Role) -> None:
 
 
 def owner_candidates(*, user, environment: Environment | None) -> QuerySet:
-    """The users `user` may name as owners of `environment`: a superuser anyone; anyone
-    else the environment's tenant's members and its current owners, never a user of
-    another tenant (an owner form must not list the installation's users)."""
+    """The users `user` may name as owners of `environment`: its tenant's members,
+    never a user of another tenant (an owner form must not list the installation's
+    users; an owner who is no member would count for nothing)."""
     users = get_user_model().objects.filter(is_active=True).order_by("username")
-    if user.is_superuser:
-        return users
     if environment is None or environment.pk is None:
         return users.none()
-    return users.filter(Q(memberships__tenant_id=environment.application.tenant_id)
-                        | Q(owned_environments=environment)).distinct()
+    return users.filter(memberships__tenant_id=environment.application.tenant_id).distinct()
 
 
 def current_policy() -> dict:

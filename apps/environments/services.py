@@ -20,7 +20,7 @@ from apps.environments.models import (
     Template,
 )
 from apps.environments.selectors import environment_limits
-from apps.tenancy.models import Application
+from apps.tenancy.models import Application, Membership, Tenant
 from configlang.rendering import (
     path_collisions,
     path_problem,
@@ -268,25 +268,54 @@ def environment_file_delete(*, environment: Environment, kind: str, path: str, a
 
 
 def environment_set_owners(*, environment: Environment, owners, actor) -> Environment:
-    """Replace the environment's owners (users who administer it besides tenant owners)."""
+    """Replace the environment's owners (users who administer it besides tenant owners):
+    members of its tenant only, since outside it every role is an outsider."""
     wanted = {user.pk: user for user in owners}
     with transaction.atomic():
+        # The tenant first (lock order): a member removed meanwhile is not made owner.
+        locks.lock_one(Tenant.objects, applications__environments=environment.pk)
         locked = Environment.objects.lock(environment.pk)
+        members = set(Membership.objects.filter(
+            tenant_id=locked.application.tenant_id, user_id__in=wanted,
+        ).values_list("user_id", flat=True))
+        strangers = sorted(u.get_username() for pk, u in wanted.items() if pk not in members)
+        if strangers:
+            raise ValidationFailed(
+                f"owners: {', '.join(strangers)} must be members of "
+                f"{locked.application.tenant.name} first.", details=[{"field": "owners"}])
         current = set(locked.owners.values_list("pk", flat=True))
         if current == set(wanted):
             return locked
         locked.owners.set(wanted.values())
-        names = sorted(user.get_username() for user in wanted.values())
-        audit_record(
-            actor=actor,
-            action=Action.ENVIRONMENT_OWNERS,
-            obj=locked,
-            environment=locked,
-            tenant=locked.application.tenant,
-            summary=f"Owners of {locked.full_name}: {', '.join(names) or 'none'}",
-            data={"owners": names},
-        )
+        _audit_owners(locked, sorted(user.get_username() for user in wanted.values()), actor)
     return locked
+
+
+def _audit_owners(environment: Environment, names: list[str], actor, why: str = "") -> None:
+    audit_record(
+        actor=actor,
+        action=Action.ENVIRONMENT_OWNERS,
+        obj=environment,
+        environment=environment,
+        tenant=environment.application.tenant,
+        summary=f"Owners of {environment.full_name}: {', '.join(names) or 'none'}{why}",
+        data={"owners": names},
+    )
+
+
+def environment_owners_drop(*, tenant, user, actor) -> list[Environment]:
+    """Take `user` off the owners of every environment of `tenant` (they are leaving
+    it), each change audited. Runs inside the caller's transaction, which holds the
+    tenant's lock."""
+    owned = Environment.objects.filter(application__tenant=tenant, owners=user)
+    dropped = locks.lock_all(Environment.objects.select_related("application__tenant")
+                             .filter(pk__in=owned.values("pk")))
+    for environment in dropped:
+        environment.owners.remove(user)
+        names = sorted(environment.owners.values_list("username", flat=True))
+        _audit_owners(environment, names, actor,
+                      why=f" ({user.get_username()} left {tenant.name})")
+    return dropped
 
 
 # --- descriptors -------------------------------------------------------------------

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from apps.core.admin import OwnedAdminMixin, ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
+from apps.core.validators import WholeNumberFormField
 from apps.environments.models import Environment
 from apps.fleet import enrollment, selectors, services
 from apps.fleet.models import Agent, EnrollmentToken
@@ -17,7 +18,7 @@ from apps.releases import services as releases
 
 
 class EnrollmentTokenForm(forms.ModelForm):
-    expires_in_hours = forms.IntegerField(min_value=1, max_value=24 * 365, initial=24)
+    expires_in_hours = WholeNumberFormField(min_value=1, max_value=24 * 365, initial=24)
 
     class Meta:
         model = EnrollmentToken

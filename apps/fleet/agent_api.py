@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from apps.core import tokens
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
-from apps.core.fields import LabelsField, NameField
+from apps.core.fields import LabelsField, NameField, WholeNumberField
 from apps.environments.models import Environment
 from apps.fleet import cache, drift, enrollment, polldebt, selectors
 from apps.fleet import services as fleet
@@ -84,7 +84,7 @@ class EnrollApi(APIView):
         labels = LabelsField(required=False, default=dict)
 
     class EnrollResponseSerializer(serializers.Serializer):
-        agent_id = serializers.IntegerField()
+        agent_id = WholeNumberField()
         token = serializers.CharField()
         environment = serializers.CharField()
 
@@ -102,7 +102,7 @@ class EnrollApi(APIView):
 
 class DesiredSerializer(serializers.Serializer):
     class DesiredSnapshotSerializer(serializers.Serializer):
-        number = serializers.IntegerField()
+        number = WholeNumberField()
         label = serializers.CharField()
         checksum = serializers.CharField()
         bundle_url = serializers.CharField()
@@ -110,7 +110,7 @@ class DesiredSerializer(serializers.Serializer):
     snapshot = DesiredSnapshotSerializer(allow_null=True)
     deployment_id = serializers.UUIDField(allow_null=True)
     mode = serializers.ChoiceField(Agent.Mode.choices)
-    poll_interval_s = serializers.IntegerField()
+    poll_interval_s = WholeNumberField()
     drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices)
 
 
@@ -187,7 +187,7 @@ class HealthSerializer(serializers.Serializer):
              "output": (str, "a string"), "probe": (str, "a string")}
 
     ok = serializers.BooleanField()
-    attempts = serializers.IntegerField(min_value=1, max_value=1000)
+    attempts = WholeNumberField(min_value=1, max_value=1000)
     output = serializers.CharField(max_length=2000, allow_blank=True, trim_whitespace=False)
     probe = serializers.ChoiceField(["command", "url"])
 
@@ -204,7 +204,7 @@ class HealthSerializer(serializers.Serializer):
 class ReportApi(AgentAPIView):
     class ReportRequestSerializer(serializers.Serializer):
         deployment_id = serializers.UUIDField(allow_null=True, required=False, default=None)
-        snapshot = serializers.IntegerField(min_value=1)
+        snapshot = WholeNumberField(min_value=1)
         checksum = serializers.CharField(max_length=71)
         status = serializers.ChoiceField(["succeeded", "warning", "failed"])
         message = serializers.CharField(max_length=4000, allow_blank=True, required=False,
@@ -254,7 +254,7 @@ class DriftFileSerializer(serializers.Serializer):
 
 class DriftApi(AgentAPIView):
     class DriftRequestSerializer(serializers.Serializer):
-        snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+        snapshot = WholeNumberField(min_value=1, max_value=2**31 - 1)
         checksum = serializers.CharField(max_length=71)
         files = serializers.ListField(child=DriftFileSerializer(), allow_empty=True,
                                       max_length=drift.MAX_DRIFT_FILES)
@@ -268,7 +268,7 @@ class DriftApi(AgentAPIView):
 
     class DriftResponseSerializer(serializers.Serializer):
         recorded = serializers.BooleanField(help_text="False for an identical repeat.")
-        drifted = serializers.IntegerField(help_text="How many files are drifted now.")
+        drifted = WholeNumberField(help_text="How many files are drifted now.")
 
     @extend_schema(request=DriftRequestSerializer, responses={200: DriftResponseSerializer},
                    summary="Report managed files that no longer match the applied snapshot "

@@ -10,7 +10,8 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
 from apps.core.errors import NotFound, ValidationFailed
-from apps.core.fields import LabelsField, NameField
+from apps.core.fields import LabelsField, NameField, WholeNumberField
+from apps.core.queries import FLAG_SPELLINGS, query_choice, query_flag
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
 from apps.environments.views import (
@@ -46,8 +47,8 @@ def _agent_body(agent: Agent) -> dict:
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
-    agent = serializers.IntegerField(source="agent_id")
-    snapshot = serializers.IntegerField(source="snapshot.number")
+    agent = WholeNumberField(source="agent_id")
+    snapshot = WholeNumberField(source="snapshot.number")
     health = HealthSerializer(read_only=True, allow_null=True)
 
     class Meta:
@@ -63,9 +64,10 @@ DECOMMISSIONED_FILTER = OpenApiParameter(
 
 
 DRIFTED_FILTER = OpenApiParameter(
-    "drifted", str, enum=["1", "0"], required=False,
-    description="1: only agents with hand-edited managed files not restored (status.drift, "
-                "restored false); 0: only the others. Left out: all.")
+    "drifted", str, enum=list(FLAG_SPELLINGS), required=False,
+    description="1 (true, yes): only agents with hand-edited managed files not restored "
+                "(status.drift, restored false); 0 (false, no): only the others. Left out: "
+                "all. Any other value, or the parameter twice, is 400.")
 
 
 class AgentListApi(EnvironmentAPIView, ListAPIView):
@@ -77,19 +79,15 @@ class AgentListApi(EnvironmentAPIView, ListAPIView):
 
     def get_queryset(self):
         agents = Agent.objects.filter(environment=self.environment())
-        shown = self.request.query_params.get("decommissioned", "false")
-        if shown not in ("false", "true", "any"):
-            raise ValidationFailed("decommissioned: use false, true or any.")
+        shown = query_choice(self.request, "decommissioned", ("false", "true", "any"),
+                             default="false")
         if shown == "false":
             agents = agents.in_service()
         elif shown == "true":
             agents = agents.decommissioned()
-        drifted = self.request.query_params.get("drifted")
-        if drifted not in (None, "0", "1"):
-            raise ValidationFailed("drifted: use 1 or 0.",
-                                   details=[{"field": "drifted", "message": "use 1 or 0"}])
+        drifted = query_flag(self.request, "drifted", default=None)
         if drifted is not None:
-            agents = agents.filter(DRIFTED) if drifted == "1" else agents.exclude(DRIFTED)
+            agents = agents.filter(DRIFTED) if drifted else agents.exclude(DRIFTED)
         return selectors.agents_with_desired(agents).order_by("name", "pk")
 
     def get_serializer_context(self):
@@ -159,7 +157,7 @@ class AgentTokenRevokeApi(_AgentApi):
 
 class AgentDecommissionApi(_AgentApi):
     class AgentDecommissionRequestSerializer(serializers.Serializer):
-        expected_generation = serializers.IntegerField(min_value=1)
+        expected_generation = WholeNumberField(min_value=1)
 
     @extend_schema(request=AgentDecommissionRequestSerializer, responses=AgentSerializer,
                    summary="Decommission the agent: token revoked, history kept, name free "
@@ -185,15 +183,15 @@ class AgentDeploymentListApi(_AgentApi, ListAPIView):
 
 class EnrollmentTokenApi(EnvironmentAPIView):
     class EnrollmentTokenRequestSerializer(serializers.Serializer):
-        uses = serializers.IntegerField(min_value=1, max_value=100_000, default=1)
-        expires_in_s = serializers.IntegerField(min_value=60, max_value=365 * 86400,
+        uses = WholeNumberField(min_value=1, max_value=100_000, default=1)
+        expires_in_s = WholeNumberField(min_value=60, max_value=365 * 86400,
                                                 default=86400)
         name = NameField(max_length=100, required=False, default="", allow_blank=True)
 
     class EnrollmentTokenSerializer(serializers.Serializer):
         key = serializers.CharField()
         token = serializers.CharField()
-        uses = serializers.IntegerField()
+        uses = WholeNumberField()
         expires_at = serializers.DateTimeField()
         command = serializers.CharField(help_text="The command that enrolls and runs an "
                                                   "agent on a host (fill in the "
@@ -245,7 +243,7 @@ class AgentSelectionField(serializers.Field):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.ids = serializers.ListField(
-            child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), max_length=10_000)
+            child=WholeNumberField(min_value=1, max_value=2**63 - 1), max_length=10_000)
 
     def to_internal_value(self, data):
         if data == "all":
@@ -280,13 +278,13 @@ class SnapshotDeployApi(EnvironmentAPIView):
 
 
 class AgentPinRequestSerializer(QuarantineOverrideSerializer):
-    snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
-    expected_generation = serializers.IntegerField(min_value=1)
+    snapshot = WholeNumberField(min_value=1, max_value=2**31 - 1)
+    expected_generation = WholeNumberField(min_value=1)
 
 
 class AgentPinReleaseRequestSerializer(serializers.Serializer):
-    expected_generation = serializers.IntegerField(min_value=1)
-    rollout = serializers.IntegerField(min_value=1, required=False, allow_null=True,
+    expected_generation = WholeNumberField(min_value=1)
+    rollout = WholeNumberField(min_value=1, required=False, allow_null=True,
                                        help_text="The rollout whose pin this is, if any.")
 
 

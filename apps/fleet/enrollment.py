@@ -14,6 +14,7 @@ from apps.audit.services import audit_record
 from apps.core import locks, tokens
 from apps.core.errors import ApplicationError, Conflict, ValidationFailed
 from apps.core.events import emit
+from apps.core.text import name_problem
 from apps.environments.models import Environment
 from apps.fleet.models import Agent, EnrollmentToken
 from apps.fleet.rules import decommissioned_refusal
@@ -36,6 +37,9 @@ def enrollment_token_create(
 ) -> tuple[EnrollmentToken, str]:
     if max_uses < 1:
         raise ValidationFailed("uses must be at least 1.")
+    if name_problem(name):
+        raise ValidationFailed(f"name: {name_problem(name)}",
+                               details=[{"field": "name", "message": name_problem(name)}])
     if expires_at <= timezone.now():
         raise ValidationFailed("The expiry must be in the future.")
     issued = tokens.issue(ENROLLMENT_TOKEN_PREFIX)

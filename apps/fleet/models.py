@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.core import locks
+from apps.core.validators import validate_name_text
 from apps.environments.models import Environment
 from apps.fleet import rules
 from apps.snapshots.models import Snapshot
@@ -23,7 +24,7 @@ class EnrollmentToken(models.Model):
     environment = models.ForeignKey(
         Environment, on_delete=models.CASCADE, related_name="enrollment_tokens"
     )
-    name = models.CharField(max_length=100, blank=True)
+    name = models.CharField(max_length=100, blank=True, validators=[validate_name_text])
     key = models.CharField(max_length=16, unique=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
     max_uses = models.PositiveIntegerField(default=1)
@@ -81,7 +82,7 @@ class Agent(models.Model):
         MANUAL = "manual", "Manual (follow pushes only)"
 
     environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="agents")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_name_text])
     labels = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.AUTO_PULL)

@@ -1,6 +1,7 @@
 """Release operations: every change that spans the domain apps below (publish,
 descriptor submission, environment rollback, activation, push, operator pins,
-decommissioning an agent, agent report intake, environment settings that agents poll).
+decommissioning an agent, agent report intake, environment settings that agents poll,
+a member leaving a tenant with the environments they owned there).
 
 Each reads plan → check → write inside one transaction, takes its locks in the
 order apps.core.locks gives (the environment's first, where it changes what the
@@ -17,6 +18,7 @@ from django.db import transaction
 
 from apps.audit.models import Action
 from apps.audit.services import audit_record
+from apps.core import locks
 from apps.core.dispatch import queue_on_commit
 from apps.core.errors import Conflict, NotFound
 from apps.environments import services as environments
@@ -40,6 +42,8 @@ from apps.rollouts.tasks import rollout_reconcile_task
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.selectors import descriptor_source, render_source_for
 from apps.snapshots.services import publication_create
+from apps.tenancy import services as tenancy
+from apps.tenancy.models import Membership, Tenant
 
 
 def _activates(environment: Environment, kind: str) -> bool:
@@ -315,3 +319,15 @@ def report_intake(*, agent: Agent, deployment_id, number: int, checksum: str, st
             queue_on_commit(rollout_reconcile_task, rollout_id,
                             coalesce_s=settings.BELLWETHER_RECONCILE_COALESCE_S)
     return deployment, created
+
+
+# --- memberships -------------------------------------------------------------------------
+
+
+def member_remove(*, membership: Membership, actor) -> None:
+    """Remove a member from a tenant, and with the membership every ownership of the
+    tenant's environments they held (outside a tenant every role is an outsider)."""
+    with transaction.atomic():
+        tenant = locks.lock_one(Tenant.objects, pk=membership.tenant_id)
+        environments.environment_owners_drop(tenant=tenant, user=membership.user, actor=actor)
+        tenancy.membership_remove(membership=membership, actor=actor)

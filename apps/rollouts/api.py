@@ -7,7 +7,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
 from apps.core.errors import NotFound
-from apps.core.fields import LabelsField, NameField
+from apps.core.fields import LabelsField, NameField, WholeNumberField
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
 from apps.environments.views import (
@@ -25,10 +25,10 @@ MAX_TARGETS_SHOWN = 100
 
 
 class WaveSpecSerializer(serializers.Serializer):
-    percent = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    count = serializers.IntegerField(min_value=1, required=False)
+    percent = WholeNumberField(min_value=1, max_value=100, required=False)
+    count = WholeNumberField(min_value=1, required=False)
     gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.AUTO)
-    bake_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=0)
+    bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
 
     def validate(self, attrs):
         if ("percent" in attrs) == ("count" in attrs):
@@ -37,32 +37,32 @@ class WaveSpecSerializer(serializers.Serializer):
 
 
 class TargetSpecSerializer(serializers.Serializer):
-    agent = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
-    expected_generation = serializers.IntegerField(min_value=1)
+    agent = WholeNumberField(min_value=1, max_value=2**63 - 1)
+    expected_generation = WholeNumberField(min_value=1)
 
 
 class RolloutCreateSerializer(QuarantineOverrideSerializer):
-    snapshot = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    snapshot = WholeNumberField(min_value=1, max_value=2**31 - 1)
     targets = TargetSpecSerializer(many=True, required=False, max_length=100_000)
     canary_agents = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
+        child=WholeNumberField(min_value=1, max_value=2**63 - 1), required=False,
         max_length=10_000)
     canary_labels = LabelsField(child=NameField(), required=False)
     canary_gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.MANUAL)
-    bake_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=0)
+    bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
     waves = WaveSpecSerializer(many=True, required=False, max_length=50)
-    failure_threshold = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
-    wave_timeout_s = serializers.IntegerField(min_value=60, max_value=7 * 86400, default=3600)
+    failure_threshold = WholeNumberField(min_value=0, max_value=100_000, default=0)
+    wave_timeout_s = WholeNumberField(min_value=60, max_value=7 * 86400, default=3600)
 
 
 class ExpectedVersionSerializer(serializers.Serializer):
-    expected_version = serializers.IntegerField(min_value=1)
+    expected_version = WholeNumberField(min_value=1)
 
 
 class RolloutSerializer(serializers.ModelSerializer):
     environment = serializers.CharField(source="environment.full_name")
-    snapshot = serializers.IntegerField(source="snapshot.number")
-    rollback_snapshot = serializers.IntegerField(source="rollback_snapshot.number",
+    snapshot = WholeNumberField(source="snapshot.number")
+    rollback_snapshot = WholeNumberField(source="rollback_snapshot.number",
                                                  allow_null=True, default=None)
     waves = serializers.SerializerMethodField()
 

@@ -10,6 +10,8 @@ from rest_framework.views import APIView
 from apps.audit.api import AuditEventSerializer
 from apps.core.api import error_response
 from apps.core.errors import NotFound
+from apps.core.fields import WholeNumberField
+from apps.core.queries import query_number
 from apps.environments.models import Environment
 from apps.environments.views import EnvironmentAPIView
 from apps.releases import selectors as release_reads
@@ -33,13 +35,13 @@ class ProblemSerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
     file = serializers.CharField(required=False)
-    line = serializers.IntegerField(required=False)
+    line = WholeNumberField(required=False)
     key = serializers.CharField(required=False)
 
 
 class QuarantineSerializer(serializers.Serializer):
-    snapshot = serializers.IntegerField(help_text="The snapshot rolled back with this content.")
-    rollout = serializers.IntegerField(allow_null=True)
+    snapshot = WholeNumberField(help_text="The snapshot rolled back with this content.")
+    rollout = WholeNumberField(allow_null=True)
     reason = serializers.CharField()
     at = serializers.DateTimeField()
 
@@ -48,8 +50,8 @@ class SnapshotSummarySerializer(serializers.ModelSerializer):
     """Needs the context's `flags` (apps.releases.selectors.snapshot_flags)."""
 
     author = serializers.CharField(source="author_name", allow_null=True)
-    parent = serializers.IntegerField(source="parent_number", allow_null=True)
-    rolled_back_from = serializers.IntegerField(
+    parent = WholeNumberField(source="parent_number", allow_null=True)
+    rolled_back_from = WholeNumberField(
         source="rolled_back_from_number", allow_null=True
     )
     active = serializers.SerializerMethodField()
@@ -215,8 +217,8 @@ class FileDiffSerializer(serializers.Serializer):
 
 
 class SnapshotDiffSerializer(serializers.Serializer):
-    snapshot = serializers.IntegerField()
-    against = serializers.IntegerField(allow_null=True)
+    snapshot = WholeNumberField()
+    against = WholeNumberField(allow_null=True)
     files = FileDiffSerializer(many=True)
 
 
@@ -293,10 +295,13 @@ class SnapshotDetailApi(EnvironmentAPIView):
             snapshot, context={"flags": release_reads.snapshot_flags(env)}).data)
 
 
+NUMBER_MAX = 2**31 - 1  # snapshot numbers
+
+
 class SnapshotDiffApi(EnvironmentAPIView):
-    class QuerySerializer(serializers.Serializer):
-        against = serializers.IntegerField(
-            required=False, min_value=1,
+    class QuerySerializer(serializers.Serializer):  # the schema's; read by query_number
+        against = WholeNumberField(
+            required=False, min_value=1, max_value=NUMBER_MAX,
             help_text="The snapshot number to compare with; defaults to the previous one.")
 
     @extend_schema(
@@ -304,12 +309,9 @@ class SnapshotDiffApi(EnvironmentAPIView):
         responses=SnapshotDiffSerializer,
     )
     def get(self, request, application, environment, number):
-        query = self.QuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
+        against = query_number(request, "against", minimum=1, maximum=NUMBER_MAX)
         snapshot = selectors.snapshot_get(environment=self.environment(), number=number)
-        return Response(
-            selectors.snapshot_diff(snapshot=snapshot, against=query.validated_data.get("against"))
-        )
+        return Response(selectors.snapshot_diff(snapshot=snapshot, against=against))
 
 
 class SnapshotRollbackApi(EnvironmentAPIView):
@@ -344,18 +346,18 @@ class SnapshotQuarantineLiftApi(EnvironmentAPIView):
 
 class PendingChangesSerializer(serializers.Serializer):
     class PendingSnapshotSerializer(serializers.Serializer):
-        number = serializers.IntegerField()
+        number = WholeNumberField()
         label = serializers.CharField()
 
     class RolledBackSerializer(serializers.Serializer):
-        rollout = serializers.IntegerField(allow_null=True)
-        snapshot = serializers.IntegerField()
+        rollout = WholeNumberField(allow_null=True)
+        snapshot = WholeNumberField()
 
     snapshot = PendingSnapshotSerializer(allow_null=True)
     against = PendingSnapshotSerializer(allow_null=True,
                                         help_text="What the diff is against: the active "
                                                   "snapshot (else the latest ready one).")
-    count = serializers.IntegerField()
+    count = WholeNumberField()
     events = AuditEventSerializer(many=True)
     valid = serializers.BooleanField()
     errors = ProblemSerializer(many=True)

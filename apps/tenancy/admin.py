@@ -4,7 +4,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 
-from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin
+from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, StrictFieldsMixin
+from apps.releases.services import member_remove
 from apps.tenancy import services
 from apps.tenancy.models import ApiToken, Application, Membership, Tenant
 
@@ -78,7 +79,7 @@ class TenantAdmin(OwnedAdminMixin, admin.ModelAdmin):
                 continue
             existing = member_form.instance if member_form.instance.pk else None
             if existing and (data.get("DELETE") or existing.user != data["user"]):
-                services.membership_remove(membership=existing, actor=request.user)
+                member_remove(membership=existing, actor=request.user)
             if not data.get("DELETE") and member_form.has_changed():
                 services.membership_set(tenant=tenant, user=data["user"], role=data["role"],
                                         actor=request.user)
@@ -109,7 +110,7 @@ class ApplicationAdmin(OwnedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(StrictFieldsMixin, admin.ModelAdmin):
     """Tokens are created here (the secret is shown once) and revoked, never edited."""
 
     list_display = ["key", "user", "name", "created_at", "expires_at", "revoked_at",

@@ -5,6 +5,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from apps.core.validators import validate_name_text
+
 slug_validator = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$",
     "Use lowercase letters, digits and hyphens (1-64 characters, no leading or "
@@ -22,7 +24,7 @@ ROLE_RANK = {Role.VIEWER: 1, Role.DEPLOYER: 2, Role.OWNER: 3}
 
 
 class Tenant(models.Model):
-    name = models.CharField(max_length=200, unique=True)
+    name = models.CharField(max_length=200, unique=True, validators=[validate_name_text])
     slug = models.SlugField(max_length=64, unique=True, validators=[slug_validator])
     restrictions = models.JSONField(
         default=dict, blank=True,
@@ -78,7 +80,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
-    name = models.CharField(max_length=100, blank=True)
+    name = models.CharField(max_length=100, blank=True, validators=[validate_name_text])
     key = models.CharField(max_length=16, unique=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -9,6 +9,7 @@ from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks, tokens
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.text import name_problem
 from apps.tenancy.authentication import USER_TOKEN_PREFIX
 from apps.tenancy.models import ApiToken, Application, Membership, Role, Tenant
 
@@ -115,6 +116,9 @@ def api_token_create(
     *, user, name: str = "", expires_at: datetime | None = None, actor
 ) -> tuple[ApiToken, str]:
     """Create a token; the plaintext is returned here once and never stored."""
+    if name_problem(name):
+        raise ValidationFailed(f"name: {name_problem(name)}",
+                               details=[{"field": "name", "message": name_problem(name)}])
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationFailed("expires_at must be in the future.")
     issued = tokens.issue(USER_TOKEN_PREFIX)

@@ -24,9 +24,11 @@ def tenant_owner(staff_member):
 
 
 @pytest.fixture
-def environment_owner(make_user, environment, superuser):
-    """A staff user who owns shop/prod through Environment.owners, with no tenant role."""
+def environment_owner(make_user, environment, tenant, superuser):
+    """A staff user who owns shop/prod through Environment.owners, a viewer of its
+    tenant otherwise (owners count only while members)."""
     user = make_user("env-owner", is_staff=True)
+    factories.membership(tenant, user, "viewer", actor=superuser)
     environment_set_owners(environment=environment, owners=[user], actor=superuser)
     return user
 

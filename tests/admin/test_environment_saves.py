@@ -366,3 +366,16 @@ def test_a_config_with_characters_yaml_refuses_is_a_form_error_naming_the_line(
     environment.refresh_from_db()
     assert environment.config == config_before
     assert new_events(since) == []
+
+
+def test_a_problem_quoting_braces_shows_on_the_change_page(owner_client, environment, superuser):
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+    releases.environment_update(environment=environment, actor=superuser,
+                                config="x: {a: 1}\n", config_schema=schema)
+
+    response = owner_client.get(change_url(ENVIRONMENTS, environment.pk))
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "The current config does not render" in page
+    assert "{&#x27;a&#x27;: 1}" in page or "{'a': 1}" in page

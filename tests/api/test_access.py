@@ -5,6 +5,7 @@ import uuid
 import pytest
 
 from apps.tenancy.models import ROLE_RANK, Role
+from tests import factories
 from tests.api.support import ENV_ROUTES, ROUTES
 from tests.api_helpers import assert_error, call, route_id
 
@@ -35,8 +36,9 @@ def test_superusers_and_environment_owners_may_use_every_route(
     method, path, _, body, status = route
     if who == "superuser":
         user = superuser
-    else:  # owns shop/prod without being a member of its tenant
+    else:  # owns shop/prod while a viewer of its tenant
         user = make_user("env-owner")
+        factories.membership(environment.application.tenant, user, "viewer", actor=superuser)
         environment.owners.add(user)
 
     response = call(api_client(user), method, route_url(path), body)

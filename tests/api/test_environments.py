@@ -33,13 +33,14 @@ def test_list_shows_only_environments_the_user_may_see(environment, outsider, ap
     assert superuser_names == ["blog/prod", "shop/prod"]
 
 
-def test_list_includes_environments_the_user_owns_outside_its_tenants(environment, outsider,
-                                                                      api_client):
-    environment.owners.add(outsider)
+def test_list_leaves_out_environments_the_user_owns_outside_its_tenants(environment, outsider,
+                                                                        api_client):
+    environment.owners.add(outsider)  # an ownership counts only while a member
 
     response = api_client(outsider).get("/api/v1/environments")
 
-    assert [e["full_name"] for e in response.json()["results"]] == ["blog/prod", "shop/prod"]
+    assert [e["full_name"] for e in response.json()["results"]] == ["blog/prod"]
+    assert api_client(outsider).get(ENV).status_code == 404
 
 
 def test_list_shows_an_environment_once_to_a_member_who_also_owns_it(environment, member,
@@ -130,9 +131,9 @@ def test_detail_shows_config_templates_fallback_files_and_the_callers_role(
 
 
 def test_detail_reports_owner_role_for_environment_owners_and_superusers(
-    environment, api_client, make_user, superuser
+    environment, api_client, member, superuser
 ):
-    env_owner = make_user("env-owner")
+    env_owner = member("viewer", "env-owner")
     environment.owners.add(env_owner)
 
     assert api_client(env_owner).get(ENV).json()["role"] == "owner"

@@ -15,6 +15,7 @@ from apps.fleet import cache as fleet_cache
 from apps.fleet.models import Agent, EnrollmentToken
 from apps.releases import services as releases
 from apps.tenancy.models import ROLE_RANK, Role
+from tests import factories
 from tests.api_helpers import assert_error, call, route_id
 from tests.factories import bearer_client, poll, publish_variant
 from tests.fleet.support import AGENTS, ENROLL, ENV, agent_url, deploy_url, report
@@ -78,7 +79,8 @@ def test_superusers_and_environment_owners_may_use_every_route(
     method, path, _, body, status = route
     user = superuser
     if who == "environment-owner":
-        user = make_user("env-owner")
+        user = make_user("env-owner")  # a viewer of the tenant who owns shop/prod
+        factories.membership(environment.application.tenant, user, "viewer", actor=superuser)
         environment.owners.add(user)
 
     response = call(api_client(user), method, url(path), body)
