@@ -14,6 +14,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from project import daphne_limits  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
+from project.origins import SameOriginWebsockets  # noqa: E402
 from project.routing import websocket_urlpatterns  # noqa: E402
 
 daphne_limits.install()
@@ -21,8 +22,8 @@ daphne_limits.install()
 application = ProtocolTypeRouter(
     {
         "http": BoundedBodyASGI(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        )),
     }
 )

@@ -603,3 +603,43 @@ def test_environment_ids_in_the_query_are_ascii_digits_only():
     from apps.dashboard.consumers import _wanted
 
     assert _wanted(b"environment=\xb2&environment=3&environment=x&other=4") == [3]
+
+
+@pytest.mark.parametrize("origin", [
+    b"http://testserver:9999", b"https://testserver", b"http://testserver:443",
+    b"ws://testserver", b"null", b"http://testserver/path", b"http://user@testserver",
+    b"http://testserver.evil.example", b"http://TESTSERVER:8o", b"http://testserver/",
+])
+async def test_connection_from_another_port_or_scheme_of_this_host_is_refused(
+        socket, viewer, origin):
+    _, key = await sign_in(viewer)
+
+    connected, _ = await socket(key, origin=origin).connect()
+
+    assert not connected
+
+
+@pytest.mark.parametrize("origin", [b"http://testserver", b"http://TestServer:80"])
+async def test_connection_from_this_very_origin_is_accepted(socket, viewer, origin):
+    _, key = await sign_in(viewer)
+
+    connected, _ = await socket(key, origin=origin).connect()
+
+    assert connected
+
+
+@pytest.mark.parametrize(("headers", "secure", "proxies", "expected"), [
+    ({"host": "bw.example", "origin": "https://bw.example"}, True, 0, True),
+    ({"host": "bw.example", "origin": "http://bw.example"}, True, 0, False),
+    ({"host": "bw.example", "origin": "https://bw.example",
+      "x-forwarded-proto": "https"}, False, 1, True),
+    ({"host": "bw.example", "origin": "https://bw.example",
+      "x-forwarded-proto": "https"}, False, 0, False),  # no proxy trusted to say so
+    ({"host": "bw.example:8443", "origin": "https://bw.example:8443"}, True, 0, True),
+    ({"host": "bw.example:8443", "origin": "https://bw.example"}, True, 0, False),
+    ({"origin": "http://bw.example"}, False, 0, False),
+])
+def test_same_origin_compares_scheme_host_and_port(headers, secure, proxies, expected):
+    from project.origins import same_origin
+
+    assert same_origin(headers, secure=secure, proxy_count=proxies) is expected
