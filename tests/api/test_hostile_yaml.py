@@ -19,7 +19,7 @@ DESCRIPTOR = ('apiVersion: bellwether/v1\napplication: shop\nenvironment: prod\n
 # (text put on the last line, a word of the expected message)
 BAD_VALUES = [
     ("a\x07b", "#x0007"), ("a\x1bb", "#x001b"), ("a\x7fb", "#x007f"), ("a\x0bb", "#x000b"),
-    ("a\ufffeb", "#xfffe"), ("a\x01b", "#x0001"), ("\tx: [", "token"),
+    ("a\ufffeb", "#xfffe"), ("a\x01b", "#x0001"), ("\tx: [", "config:2"),
     ("[" * 200, "deep"), ("{x: " * 200, "deep"),
 ]
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

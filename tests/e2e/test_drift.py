@@ -64,5 +64,11 @@ def test_a_hand_edit_is_reported_as_drift_and_restored_under_the_restore_policy(
     assert agent.running()
     status = fleet.api.agents()["web-1"]["status"]
     assert (status["sync"], status["applied"]["number"]) == ("in_sync", 1)
-    assert [r["restored"] for r in [e.data for e in AuditEvent.objects.filter(
-        action="agent.drift", object_id=str(agent_id)).order_by("id")]] == [False, True, True]
+
+    def drift_audit():  # the report goes out after the restored file is on disk
+        restored = [e.data["restored"] for e in AuditEvent.objects.filter(
+            action="agent.drift", object_id=str(agent_id)).order_by("id")]
+        return len(restored) == 3, restored
+
+    assert wait_for(drift_audit, what="the second restore audited",
+                    diagnostics=fleet.logs) == [False, True, True]
