@@ -1,6 +1,9 @@
 """The benchmark scripts still run against the code they measure (tiny sizes; the
 numbers themselves live in docs/benchmarks.md, never in tests)."""
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +23,36 @@ def test_a_benchmark_runs_and_prints_both_sides_of_its_ratio(script, last_line):
                             env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "bench"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1].startswith(last_line), result.stdout
+
+
+def test_the_fleet_simulator_sees_every_agent_notified_and_reported():
+    """bench/fleet.py at 20 agents against an embedded server it starts: enrolls them,
+    waits for each to report the first snapshot, publishes, and every agent fetches
+    the new bundle and reports it, with no error."""
+    ports = os.environ.get("BELLWETHER_TEST_PORTS", "")
+    result = subprocess.run(
+        [sys.executable, "bench/fleet.py", "--agents", "20", "--interval", "0.2-0.5",
+         "--duration", "60", "--setup-timeout", "120", *(["--ports", ports] if ports else [])],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "bench"})
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "agents: 20 on 1 web node(s); plain polling every 0.2-0.5 s", lines
+    assert any(line.startswith("publish -> notified (20/20): p50 ") for line in lines), lines
+    assert any(line.startswith("publish -> reported (20/20): p50 ") for line in lines), lines
+    assert any(line.startswith("server RSS (KiB, per node): before agents [") for line in lines)
+    assert lines[-1] == "errors: none", lines
+
+
+@pytest.mark.skipif(not shutil.which("wrk"), reason="needs wrk (apt-get install wrk)")
+def test_the_bundle_benchmark_prints_both_rates_and_sends_the_bundle_compressed():
+    ports = os.environ.get("BELLWETHER_TEST_PORTS", "")
+    result = subprocess.run(
+        [sys.executable, "bench/bundle_200.py", "--duration", "1", "--rounds", "1",
+         "--kilobytes", "10", "--connections", "4", *(["--ports", ports] if ports else [])],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "bench"})
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert re.fullmatch(r"bundle: [\d.]+ KiB JSON, [\d.]+ KiB as sent \(gzip\)", lines[1]), lines
+    assert lines[-1].startswith("ratio (best bundle / best poll): "), lines

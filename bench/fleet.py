@@ -1,0 +1,480 @@
+"""Benchmark: a simulated fleet, from one publish to every agent notified and reported.
+
+N simulated agents (asyncio, one keep-alive HTTP/1.1 connection each) speak the
+agent protocol of docs/design.md as agent/client.py does: enroll with an
+enrollment token, GET /api/v1/agent/desired with If-None-Match, fetch the bundle
+(Accept-Encoding: gzip) when the desired snapshot changes, POST a report. When a
+desired answer carries `Bellwether-Long-Poll: <max s>`, an agent long-polls
+(`?wait=N`, N = min(--wait, max)); otherwise it polls every --interval seconds
+(a range A-B: each wait drawn uniformly from it). Once every agent has reported
+the first snapshot, one publish (the API, an owner's API token) changes the
+environment; the script measures publish -> every agent notified (saw the new
+desired state) and publish -> every agent reported: p50/p90/p99/max, errors by
+kind, and the web nodes' resident memory (before the agents, with them connected,
+after) and its growth per connected agent.
+
+    .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
+        [--nodes 2 --database-url postgres://... --redis-url redis://...]
+        [--duration 60] [--ports 18900-18999]
+    .venv/bin/python bench/fleet.py --url http://host:8000 [--url ...] --api-token T \
+        --enrollment-token E --environment APP/ENV [--server-pid PID ...]
+
+Without --url it starts the servers itself in a temporary directory: Daphne (the
+README's production server), embedded SQLite with tasks inline, or with
+--database-url/--redis-url (the database is flushed) --nodes web nodes sharing
+them plus a Celery worker and beat; agents are spread over the nodes round-robin.
+Everything is bounded: --agents, the setup (--setup-timeout) and the wait for
+reports after the publish (--duration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import random
+import resource
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchserver import APPLICATION, ENVIRONMENT, BenchServers, rss_kib  # noqa: E402
+
+MAX_AGENTS = 20_000
+USER_AGENT = "bellwether-fleet-sim/1"
+TEMPLATE = "generation = {{ generation }}\n"
+
+
+class HttpError(Exception):
+    """An answer the protocol does not expect; its kind names the call, the status
+    and the error envelope's code."""
+
+    def __init__(self, call: str, status: int, body: bytes = b""):
+        try:
+            code = " " + json.loads(body)["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = ""
+        self.kind = f"{call} HTTP {status}{code}"
+        super().__init__(self.kind)
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection, opened on first use and again after the
+    server closed it."""
+
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port or 80
+        self.reader = self.writer = None
+
+    async def request(self, method: str, path: str, *, headers: dict | None = None,
+                      body: bytes | None = None, timeout: float = 30.0):
+        """(status, headers with lower-case names, body). A kept-alive connection the
+        server closed meanwhile is opened again once."""
+        for attempt in (0, 1):
+            reused = self.writer is not None
+            try:
+                return await asyncio.wait_for(self._exchange(method, path, headers, body),
+                                              timeout)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                self.close()
+                if attempt or not reused:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        raise AssertionError("unreachable")
+
+    async def _exchange(self, method, path, headers, body):
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}",
+                 f"User-Agent: {USER_AGENT}", "Accept: application/json"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        if body is not None:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        status = int(status_line.split()[1])
+        answer = {}
+        for line in header_lines:
+            if line:
+                name, _, value = line.partition(":")
+                answer[name.strip().lower()] = value.strip()
+        content = await self._body(method, status, answer)
+        if answer.get("connection", "").lower() == "close":
+            self.close()
+        return status, answer, content
+
+    async def _body(self, method, status, headers) -> bytes:
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return b""
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                chunks.append((await self.reader.readexactly(size + 2))[:-2])
+            while await self.reader.readuntil(b"\r\n") != b"\r\n":
+                pass  # trailers
+            return b"".join(chunks)
+        if "content-length" in headers:
+            return await self.reader.readexactly(int(headers["content-length"]))
+        content = await self.reader.read()
+        self.close()
+        return content
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+class Fleet:
+    """What the agents share: the measurement's clock and its results."""
+
+    def __init__(self, args):
+        self.args = args
+        self.published_at: float | None = None  # time.monotonic() of the publish request
+        self.baseline_number = 0  # the snapshot every agent applied before the publish
+        self.notified: dict[int, float] = {}  # agent -> seconds after the publish
+        self.reported: dict[int, float] = {}
+        self.synced: set[int] = set()  # agents that reported the baseline snapshot
+        self.waiting = 0  # long-polls held by the server right now
+        self.errors: Counter = Counter()
+        self.stopping = False
+        self.all_reported = asyncio.Event()
+
+    def since_publish(self) -> float:
+        return time.monotonic() - self.published_at
+
+
+class SimulatedAgent:
+    def __init__(self, index: int, url: str, fleet: Fleet):
+        self.index, self.fleet = index, fleet
+        self.connection = Connection(url)
+        self.token = self.etag = ""
+        self.active: tuple | None = None  # (number, checksum) applied
+        self.wait_s = 0  # > 0 once the server advertised long-poll
+
+    def _auth(self) -> dict:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def enroll(self, enrollment_token: str) -> None:
+        body = json.dumps({"enrollment_token": enrollment_token, "labels": {"sim": "1"},
+                           "name": f"sim-{self.index:05d}"}).encode()
+        status, _, answer = await self.connection.request("POST", "/api/v1/agent/enroll",
+                                                          body=body)
+        if status != 201:
+            raise HttpError("enroll", status, answer)
+        self.token = json.loads(answer)["token"]
+
+    async def poll(self) -> None:
+        """One conditional GET of the desired state (held by the server when
+        long-polling); applies and reports what changed."""
+        headers = self._auth()
+        if self.etag:
+            headers["If-None-Match"] = self.etag
+        path, timeout = "/api/v1/agent/desired", 30.0
+        held = bool(self.wait_s and self.etag)
+        if held:
+            path, timeout = f"{path}?wait={self.wait_s}", self.wait_s + 15.0
+            self.fleet.waiting += 1
+        try:
+            status, answer, body = await self.connection.request("GET", path, headers=headers,
+                                                                 timeout=timeout)
+        finally:
+            self.fleet.waiting -= held
+        advertised = answer.get("bellwether-long-poll")
+        if advertised and advertised.isdigit():
+            self.wait_s = min(self.fleet.args.wait, int(advertised))
+        elif status == 200:
+            self.wait_s = 0  # not advertised (any more): plain polling
+        if status == 304:
+            return
+        if status != 200:
+            raise HttpError("desired", status, body)
+        await self._apply(json.loads(body), answer.get("etag", ""))
+
+    async def _apply(self, desired: dict, etag: str) -> None:
+        fleet, snapshot = self.fleet, desired.get("snapshot")
+        if snapshot is None or (snapshot["number"], snapshot["checksum"]) == self.active:
+            self.etag = etag
+            return
+        number, checksum = snapshot["number"], snapshot["checksum"]
+        is_the_publish = fleet.published_at is not None and number > fleet.baseline_number
+        if is_the_publish:
+            fleet.notified.setdefault(self.index, fleet.since_publish())
+        status, headers, body = await self.connection.request(
+            "GET", snapshot["bundle_url"], headers={**self._auth(), "Accept-Encoding": "gzip"})
+        if status != 200:
+            raise HttpError("bundle", status, body)
+        if headers.get("content-encoding", "").lower() == "gzip":
+            body = gzip.decompress(body)
+        bundle = json.loads(body)
+        if (bundle.get("number"), bundle.get("checksum")) != (number, checksum):
+            raise HttpError("bundle not the announced snapshot", 200)
+        report = {"deployment_id": desired.get("deployment_id"), "snapshot": number,
+                  "checksum": checksum, "status": "succeeded", "message": "fleet simulator"}
+        status, _, answer = await self.connection.request(
+            "POST", "/api/v1/agent/reports", headers=self._auth(),
+            body=json.dumps(report).encode())
+        if status not in (200, 201):
+            raise HttpError("report", status, answer)
+        self.active, self.etag = (number, checksum), etag
+        if is_the_publish:
+            fleet.reported.setdefault(self.index, fleet.since_publish())
+            if len(fleet.reported) == fleet.args.agents:
+                fleet.all_reported.set()
+        elif number == fleet.baseline_number:
+            fleet.synced.add(self.index)
+
+    async def run(self) -> None:
+        """Poll until the fleet stops; errors are counted by kind and backed off from
+        with jitter, as the agent does."""
+        failures = 0
+        while not self.fleet.stopping:
+            try:
+                if not (self.wait_s and self.etag):
+                    await asyncio.sleep(random.uniform(*self.fleet.args.interval))
+                await self.poll()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is a measured error
+                self.fleet.errors[error_kind(exc)] += 1
+                failures += 1
+                await asyncio.sleep(min(30.0, 2.0 ** failures) * random.uniform(0.5, 1.0))
+
+
+def error_kind(exc: BaseException) -> str:
+    if isinstance(exc, HttpError):
+        return exc.kind
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return type(exc).__name__
+
+
+def percentiles(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    def rank(p: float) -> float:  # nearest rank
+        return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
+    return (f"p50 {rank(50):.2f} s, p90 {rank(90):.2f} s, p99 {rank(99):.2f} s, "
+            f"max {ordered[-1]:.2f} s")
+
+
+async def api(url: str, token: str, method: str, path: str, body: dict | None = None):
+    connection = Connection(url)
+    try:
+        status, _, answer = await connection.request(
+            method, path, headers={"Authorization": f"Bearer {token}"},
+            body=None if body is None else json.dumps(body).encode())
+    finally:
+        connection.close()
+    if status >= 300:
+        raise SystemExit(f"{method} {path}: HTTP {status} {answer[:300]!r}")
+    return json.loads(answer) if answer else {}
+
+
+async def active_number(url: str, token: str, env_path: str, deadline: float) -> int:
+    """The environment's active snapshot number, once there is one (a worker may
+    still be rendering the first)."""
+    while True:
+        active = (await api(url, token, "GET", env_path))["active_snapshot"]
+        if active:
+            return active["number"]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{env_path} has no active snapshot (direct, published once?)")
+        await asyncio.sleep(0.2)
+
+
+async def enroll_all(agents, enrollment_token: str, concurrency: int, fleet: Fleet) -> None:
+    """Enroll every agent, at most `concurrency` at once; one that cannot is an error
+    that stops the benchmark."""
+    gate = asyncio.Semaphore(concurrency)
+    async def one(agent):
+        async with gate:
+            try:
+                await agent.enroll(enrollment_token)
+            except Exception as exc:  # noqa: BLE001
+                fleet.errors["enroll " + error_kind(exc)] += 1
+    await asyncio.gather(*(one(agent) for agent in agents))
+    if fleet.errors:
+        raise SystemExit(f"enrollment failed: {dict(fleet.errors)}")
+
+
+async def wait_until(predicate, deadline: float, step: float = 0.05) -> bool:
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(step)
+    return True
+
+
+async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
+                  environment: str, rss) -> dict:
+    fleet = Fleet(args)
+    application, _, env_name = environment.partition("/")
+    env_path = f"/api/v1/environments/{application}/{env_name}"
+    fleet.baseline_number = await active_number(urls[0], api_token, env_path,
+                                                time.monotonic() + args.setup_timeout)
+    agents = [SimulatedAgent(i, urls[i % len(urls)], fleet) for i in range(args.agents)]
+    rss_idle = rss()
+    started = time.monotonic()
+    await enroll_all(agents, enrollment_token, args.enroll_concurrency, fleet)
+    enrolled_s = time.monotonic() - started
+    tasks = [asyncio.create_task(agent.run()) for agent in agents]
+    setup_deadline = started + args.setup_timeout
+    if not await wait_until(lambda: len(fleet.synced) == args.agents, setup_deadline):
+        raise SystemExit(f"only {len(fleet.synced)} of {args.agents} agents synced within "
+                         f"--setup-timeout; errors: {dict(fleet.errors)}")
+    synced_s = time.monotonic() - started
+    # Steady state: every plain poller has polled again; every long-poller is held.
+    await asyncio.sleep(args.interval[1])
+    await wait_until(lambda: fleet.waiting == args.agents or not agents[0].wait_s,
+                     time.monotonic() + 10)
+    rss_steady, steady_errors = rss(), sum(fleet.errors.values())
+    long_polling = sum(1 for agent in agents if agent.wait_s)
+    if args.change_config:
+        await api(urls[0], api_token, "PATCH", env_path,
+                  {"config": f"generation: {fleet.baseline_number + 1}\n"})
+    fleet.published_at = time.monotonic()
+    published = await api(urls[0], api_token, "POST", f"{env_path}/publish")
+    publish_answer_s = fleet.since_publish()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(fleet.all_reported.wait(), args.duration)
+    fleet.stopping = True
+    rss_after = rss()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for agent in agents:
+        agent.connection.close()
+    return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
+            "long_polling": long_polling, "publish_answer_s": publish_answer_s,
+            "published": published, "rss": (rss_idle, rss_steady, rss_after),
+            "steady_errors": steady_errors}
+
+
+def print_result(args, result: dict, nodes: int) -> int:
+    fleet, agents = result["fleet"], args.agents
+    low, high = args.interval
+    mode = (f"long-poll (wait {args.wait} s) for {result['long_polling']} of {agents}"
+            if result["long_polling"] else f"plain polling every {low:g}-{high:g} s")
+    print(f"agents: {agents} on {nodes} web node(s); {mode}")
+    print(f"enrolled in {result['enrolled_s']:.1f} s, all synced at "
+          f"{result['synced_s']:.1f} s; publish answered in {result['publish_answer_s']:.2f} s "
+          f"({result['published'].get('state', '')} activates="
+          f"{result['published'].get('activates', '?')})")
+    print(f"publish -> notified ({len(fleet.notified)}/{agents}): "
+          f"{percentiles(list(fleet.notified.values()))}")
+    print(f"publish -> reported ({len(fleet.reported)}/{agents}): "
+          f"{percentiles(list(fleet.reported.values()))}")
+    idle, steady, after = result["rss"]
+    if idle:
+        per_agent = (sum(steady) - sum(idle)) / agents
+        print(f"server RSS (KiB, per node): before agents {idle}, with agents {steady}, "
+              f"after publish {after}; growth per connected agent {per_agent:.1f} KiB")
+    errors = ", ".join(f"{kind}: {n}" for kind, n in fleet.errors.most_common())
+    print(f"errors: {errors or 'none'}")
+    return 0 if len(fleet.reported) == agents else 1
+
+
+def interval(text: str) -> tuple[float, float]:
+    low, _, high = text.partition("-")
+    bounds = (float(low), float(high or low))
+    if not 0 < bounds[0] <= bounds[1] <= 600:
+        raise argparse.ArgumentTypeError("expected seconds A or A-B, 0 < A <= B <= 600")
+    return bounds
+
+
+def port_range(text: str) -> list[int]:
+    low, _, high = text.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=500)
+    parser.add_argument("--interval", type=interval, default=(1.0, 5.0),
+                        help="plain polling: seconds between polls, A or A-B (default 1-5)")
+    parser.add_argument("--wait", type=int, default=30,
+                        help="long-poll: ?wait=N, at most what the server advertises")
+    parser.add_argument("--duration", type=float, default=60.0,
+                        help="seconds after the publish to wait for every report")
+    parser.add_argument("--setup-timeout", type=float, default=300.0,
+                        help="seconds to enroll the fleet and see every agent synced")
+    parser.add_argument("--enroll-concurrency", type=int, default=16)
+    parser.add_argument("--nodes", type=int, default=1, help="web nodes to start (1-4)")
+    parser.add_argument("--database-url", default="",
+                        help="PostgreSQL the benchmark may flush (default: embedded SQLite)")
+    parser.add_argument("--redis-url", default="", help="Redis for cache, broker, channels")
+    parser.add_argument("--ports", type=port_range, help="ports for the web nodes, A-B")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the servers it starts, e.g. DATABASE_POOL_SIZE=20")
+    parser.add_argument("--url", action="append", default=[],
+                        help="a running server instead (repeat for several nodes)")
+    parser.add_argument("--api-token", help="with --url: an owner's API token")
+    parser.add_argument("--enrollment-token", help="with --url: enough uses for --agents")
+    parser.add_argument("--environment", help="with --url: APP/ENV (direct, published once)")
+    parser.add_argument("--server-pid", type=int, action="append", default=[],
+                        help="with --url: web node processes whose memory to read")
+    args = parser.parse_args(argv)
+    if not 1 <= args.agents <= MAX_AGENTS:
+        parser.error(f"--agents must be between 1 and {MAX_AGENTS}")
+    if not 1 <= args.nodes <= 4:
+        parser.error("--nodes must be between 1 and 4")
+    if not (0 < args.duration <= 3600 and 0 < args.setup_timeout <= 3600):
+        parser.error("--duration and --setup-timeout are seconds, at most 3600")
+    if not 1 <= args.wait <= 300:
+        parser.error("--wait must be between 1 and 300")
+    if any("=" not in item for item in args.server_env):
+        parser.error("--server-env takes NAME=VALUE")
+    args.server_env = dict(item.split("=", 1) for item in args.server_env)
+    if args.url and not (args.api_token and args.enrollment_token and args.environment):
+        parser.error("--url needs --api-token, --enrollment-token and --environment")
+    return args
+
+
+def raise_fd_limit(agents: int) -> None:
+    """Each agent holds a connection (and the server its other end, when local)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * agents + 1024
+    if soft < wanted:
+        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    raise_fd_limit(args.agents)  # before the servers start: they inherit it
+    if args.url:
+        args.change_config = False  # not ours to change: the publish alone makes a number
+        result = asyncio.run(measure(args, args.url, args.api_token, args.enrollment_token,
+                                     args.environment,
+                                     lambda: [rss_kib(pid) for pid in args.server_pid]))
+        return print_result(args, result, len(args.url))
+    args.change_config = True
+    with BenchServers(nodes=args.nodes, database_url=args.database_url,
+                      redis_url=args.redis_url, ports=args.ports,
+                      extra_env=args.server_env) as servers:
+        servers.setup(uses=args.agents, config="generation: 1\n", template=TEMPLATE)
+        servers.start()
+        try:
+            result = asyncio.run(measure(args, servers.urls, servers.api_token,
+                                         servers.enrollment_token,
+                                         f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib))
+        except SystemExit:
+            sys.stderr.write(servers.log_tail())
+            raise
+        return print_result(args, result, args.nodes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
