@@ -146,11 +146,14 @@ class Applier:
             # Its own process group, so a timeout kills the command and its children.
             process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, start_new_session=True)
+                                       start_new_session=True)
         except OSError as exc:
             return False, f"{name} could not start: {exc}"
         try:
-            stdout, stderr = (references.redact(out, self.secret_values)
+            # Bytes, decoded leniently: a command may print anything (a binary answer,
+            # another locale's message) and that must never break the apply.
+            stdout, stderr = (references.redact(out.decode("utf-8", "replace"),
+                                                self.secret_values)
                               for out in process.communicate(timeout=timeout_s))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
@@ -194,9 +197,9 @@ class Applier:
             return self._run("probe", command, number, timeout_s=timeout_s,
                              keep_output=True)
 
-        result = health.check(self.probe, run_command, self.sleep)
-        result = dataclasses.replace(
-            result, output=references.redact(result.output, self.secret_values))
+        result = health.check(self.probe, run_command, self.sleep,
+                              redact=lambda text, cut=False: references.redact(
+                                  text, self.secret_values, cut=cut))
         (logger.info if result.ok else logger.warning)("#%s: %s", number, result.describe())
         return result
 
@@ -209,9 +212,9 @@ class Applier:
         cannot be written does not lose the outcome: it is returned (and reported)."""
         try:
             outcome = self._apply(bundle, state)
-        except OSError as exc:  # a host fault no step expected: still an outcome
+        except Exception as exc:  # a host fault or a bug no step expected: an outcome too
             logger.exception("applying #%s failed", bundle.get("number"))
-            outcome = Outcome(FAILED, f"#{bundle.get('number')}: {exc}")
+            outcome = self._unexpected(bundle, state, exc)
         finally:
             self.secret_values = set()
         if record is not None:
@@ -221,6 +224,20 @@ class Applier:
         except OSError as exc:
             logger.error("cannot save the state (%s); the outcome is kept in memory", exc)
         return outcome
+
+    def _unexpected(self, bundle: dict, state: State, exc: Exception) -> Outcome:
+        """After an error no step expected: the files of the apply under way are put
+        back (and reloaded), never left half-applied; the outcome says so."""
+        number = bundle.get("number")
+        why = references.redact(f"{type(exc).__name__}: {exc}"[:300], self.secret_values)
+        if state.in_progress is None:
+            return Outcome(FAILED, f"#{number}: {why}")
+        not_restored = self._restore_interrupted(state)
+        if not_restored:
+            return Outcome(FAILED, f"#{number} failed ({why}); {not_restored}")
+        if state.active_number is not None:
+            self._reload(state.active_number)
+        return Outcome(WARNING, f"#{number} failed ({why}); restored the previous files")
 
     def restore(self, bundle: dict, state: State, *, modes: dict) -> Outcome:
         """Apply the active snapshot's `bundle` again over hand-edited files (the

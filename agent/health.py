@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import logging
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -69,10 +70,25 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def url_check(url: str, timeout_s: float) -> tuple[bool, str]:
+def shown(url: str) -> str:
+    """`url` as reports and logs show it: without user, password and query (where
+    a monitoring URL keeps its credentials)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path,
+                                    "…" if parts.query else "", ""))
+
+
+def url_check(url: str, timeout_s: float) -> tuple[bool, str, bool]:
     """GET `url`: (whether it answered 2xx, "HTTP <status>: <start of the body>" or
-    why nothing answered). No proxy from the environment, no redirect followed;
-    the timeout bounds the connection and each read."""
+    why nothing answered, whether the body was cut at BODY_READ). No proxy from the
+    environment, no redirect followed; the timeout bounds the connection and each
+    read."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
     request = urllib.request.Request(url, headers={"User-Agent": "bellwether-agent health"})
     try:
@@ -86,17 +102,20 @@ def url_check(url: str, timeout_s: float) -> tuple[bool, str]:
             body = b""
         exc.close()
     except urllib.error.URLError as exc:
-        return False, f"GET {url}: {exc.reason}"
+        return False, f"GET {shown(url)}: {exc.reason}", False
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        return False, f"GET {url}: {exc or type(exc).__name__}"
-    text = tail(body.decode("utf-8", "replace"), OUTPUT_KEPT)
-    return 200 <= status < 300, f"HTTP {status}" + (f": {text}" if text else "")
+        return False, f"GET {shown(url)}: {exc or type(exc).__name__}", False
+    text = body.decode("utf-8", "replace").strip()
+    return (200 <= status < 300, f"HTTP {status}" + (f": {text}" if text else ""),
+            len(body) >= BODY_READ)
 
 
-def check(probe: Probe, run_command, sleep) -> Health:
+def check(probe: Probe, run_command, sleep, redact=lambda text, cut=False: text) -> Health:
     """Try `probe` up to its attempts: each runs the command (`run_command(command,
     timeout_s)` -> (ok, output)), then, if it passed, the URL. Healthy at the first
-    attempt where everything passed; else failed with the last attempt's output."""
+    attempt where everything passed; else failed with the last attempt's output.
+    `redact(text, cut=...)` runs on a URL's answer before anything of it is kept
+    or logged (`cut`: the body was cut short, maybe inside a secret)."""
     ok, kind, output = False, COMMAND, ""
     for attempt in range(1, probe.attempts + 1):
         if attempt > 1:
@@ -109,7 +128,8 @@ def check(probe: Probe, run_command, sleep) -> Health:
             ok, output = run_command(probe.command, probe.timeout_s)
         if ok and probe.url:
             kind = URL
-            ok, output = url_check(probe.url, probe.timeout_s)
+            ok, output, cut = url_check(probe.url, probe.timeout_s)
+            output = redact(output, cut=cut)
         if ok:
             return Health(True, attempt, tail(output), kind)
     return Health(False, probe.attempts, tail(output), kind)

@@ -13,6 +13,7 @@ declaration, "0640"), else 0600: never anything for others nor write for the gro
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import stat
@@ -145,14 +146,36 @@ def _manifest(bundle: dict) -> list | None:
     return listed
 
 
-def redact(text: str, values) -> str:
-    """`text` with each of the secret `values` (longest first, and each line of a
-    multi-line value) written as REDACTED."""
-    pieces = {piece for value in values for piece in [value, *value.splitlines()]
-              if len(piece.strip()) >= MIN_REDACTED_LENGTH}
+def _forms(value: str) -> set:
+    """A value as output may hold it: as is, each of its lines, and escaped as JSON
+    and as a Python string literal would write it."""
+    forms = {value, *value.splitlines(), json.dumps(value)[1:-1],
+             json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1]}
+    return {form for form in forms if len(form.strip()) >= MIN_REDACTED_LENGTH}
+
+
+def redact(text: str, values, *, cut: bool = False) -> str:
+    """`text` with each of the secret `values` (in every form `_forms` lists,
+    longest first) written as REDACTED. With `cut` (the text was cut short), an
+    end that is the start of a value is redacted too."""
+    pieces = {form for value in values for form in _forms(value)}
     for piece in sorted(pieces, key=len, reverse=True):
         text = text.replace(piece, REDACTED)
-    return text
+    started = _started_value(text, pieces) if cut else 0
+    return text[:-started] + REDACTED if started else text
+
+
+def _started_value(text: str, pieces) -> int:
+    """The length of the longest end of `text` that is the start of one of `pieces`
+    (a value cut short), 0 when none; the last 4096 characters are looked at."""
+    longest = 0
+    for piece in pieces:
+        first = max(len(text) - min(len(piece) - 1, 4096), 0)
+        for i in range(first, len(text) - longest):
+            if piece.startswith(text[i:]):
+                longest = len(text) - i
+                break
+    return longest
 
 
 def resolve(bundle: dict, environ, patterns=None) -> tuple:

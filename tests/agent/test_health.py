@@ -15,10 +15,10 @@ import pytest
 
 from agent.apply import FAILED, SUCCEEDED, WARNING
 from agent.config import ConfigError, load
-from agent.health import OUTPUT_KEPT, Probe, url_check
+from agent.health import BODY_READ, OUTPUT_KEPT, Probe, check, shown, url_check
 from agent.runner import EXIT_APPLY_FAILED, EXIT_CONFIG, EXIT_OK
 from tests import ports
-from tests.agent.support import counting, make_bundle, runs, script, text_tree
+from tests.agent.support import counting, make_bundle, runs, script, sealed, text_tree
 from tests.agent.test_cli import python_m_agent
 
 V1 = {"nginx.conf": "worker_processes 2;\n"}
@@ -260,25 +260,26 @@ def test_a_redirect_is_not_followed_and_is_not_healthy(endpoint):
     elsewhere = endpoint((200, b"fine", {}))
     service = endpoint((302, b"", {"Location": elsewhere.url}))
 
-    assert url_check(service.url, 2) == (False, "HTTP 302")
+    assert url_check(service.url, 2) == (False, "HTTP 302", False)
     assert elsewhere.requests == []
 
 
 def test_a_url_nothing_answers_is_unhealthy_with_the_reason():
     url = f"http://127.0.0.1:{ports.free_port()}/healthz"
 
-    ok, output = url_check(url, 2)
+    ok, output, cut = url_check(url, 2)
 
-    assert not ok
+    assert not ok and not cut
     assert output.startswith(f"GET {url}: ") and "refused" in output.lower()
 
 
 def test_a_large_body_is_read_only_in_part(endpoint):
     service = endpoint((500, b"y" * 1_000_000, {}))
 
-    ok, output = url_check(service.url, 2)
+    ok, output, cut = url_check(service.url, 2)
 
-    assert not ok and output.startswith("HTTP 500: ") and len(output) <= OUTPUT_KEPT + 10
+    assert not ok and cut and output.startswith("HTTP 500: ")
+    assert len(output) <= BODY_READ + 10  # cut to OUTPUT_KEPT once redacted (check())
 
 
 def test_with_command_and_url_the_url_is_asked_only_once_the_command_passed(host, endpoint):
@@ -380,3 +381,78 @@ def test_a_bad_health_url_from_the_environment_exits_2(tmp_path):
 
     assert result.returncode == EXIT_CONFIG
     assert "--health-url 'localhost/healthz' is not a URL" in result.stderr
+
+
+def test_a_probe_reports_the_end_of_a_large_body_at_most(endpoint):
+    service = endpoint((500, b"y" * 1_000_000, {}))
+
+    result = check(Probe(url=service.url, attempts=1), None, lambda seconds: None)
+
+    assert not result.ok and len(result.output) <= OUTPUT_KEPT
+
+
+def test_a_url_with_credentials_is_shown_without_them():
+    assert shown("http://monitor:hunter2@10.0.0.1:8080/health?token=abc") == \
+        "http://10.0.0.1:8080/health?…"
+    assert shown("https://[::1]/h") == "https://[::1]/h"
+    url = f"http://monitor:hunter2@127.0.0.1:{ports.free_port()}/healthz?token=abc"
+
+    ok, output, _ = url_check(url, 2)
+
+    assert not ok and "hunter2" not in output and "token=abc" not in output
+
+
+# --- what a probe's output may carry: never a resolved secret ----------------------------
+
+
+SECRET = "correct-horse-battery-staple"
+
+
+@pytest.mark.parametrize("body", [
+    b"x" * 4080 + f'"password": "{SECRET}"'.encode(),  # the read stops inside the secret
+    f'{{"password": "{SECRET}"}}'.encode(),
+])
+def test_a_health_answer_holding_a_secret_is_redacted_even_when_cut(host, endpoint, body):
+    service = endpoint((503, body, {}))
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SHOP_DB": SECRET}
+    applier = host.applier(probe=Probe(url=service.url, attempts=1), environ=environ)
+
+    outcome = applier.apply(make_bundle(1, {"app.conf": f"db={sealed('env:SHOP_DB')}\n"}),
+                            host.load_state())
+
+    for reported in (outcome.message, outcome.health["output"]):
+        assert not any(SECRET[:n] in reported for n in range(4, len(SECRET) + 1)), reported
+        assert "[secret]" in reported
+
+
+@pytest.mark.parametrize("printed", [b"bad \xff byte", b"\x80\x81\xfe", b"caf\xe9"])
+def test_output_that_is_not_utf8_fails_the_apply_with_a_report_and_restores(
+        host, printed):
+    (host.tmp_path / "printed").write_bytes(printed)
+    state = host.load_state()
+    assert host.applier().apply(make_bundle(1, V1), state).status == SUCCEEDED
+
+    outcome = host.applier(validate=f"cat {host.tmp_path / 'printed'}; exit 1").apply(
+        make_bundle(2, V2), state)
+
+    assert outcome.status in (WARNING, FAILED)
+    assert "validate exited 1: " in outcome.message and "\ufffd" in outcome.message
+    assert text_tree(host.target) == V1
+    assert host.load_state().in_progress is None
+
+
+def test_an_unexpected_error_mid_apply_restores_the_previous_files(host, monkeypatch):
+    state = host.load_state()
+    applier = host.applier()
+    assert applier.apply(make_bundle(1, V1), state).status == SUCCEEDED
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the agent")
+
+    monkeypatch.setattr(applier, "_activate", broken)
+    outcome = applier.apply(make_bundle(2, V2), state)
+
+    assert outcome.status == WARNING
+    assert "RuntimeError: a bug in the agent" in outcome.message
+    assert text_tree(host.target) == V1
+    assert host.load_state().in_progress is None
