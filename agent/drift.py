@@ -39,19 +39,8 @@ MAX_DIFF_BYTES = 1 << 20
 MAX_DIFF_LINES = 20_000
 MAX_SUMMARY = 200
 SECRET_SUMMARY = "content changed"
-
-
-def _place(target_dir: str, relative: str) -> str:
-    """Where the managed file `relative` is: its directory resolved and inside the
-    target directory (ValueError otherwise), its last component not resolved, so a
-    file replaced by a symlink is seen as such and never followed."""
-    root = os.path.realpath(target_dir)
-    path = os.path.normpath(os.path.join(root, relative))
-    parent = os.path.realpath(os.path.dirname(path))
-    if os.path.commonpath([root, parent]) != root or os.path.commonpath([root, path]) != root \
-            or path == root:
-        raise ValueError(f"path {relative!r} leaves the target directory")
-    return os.path.join(parent, os.path.basename(path))
+# The record of a managed path that was not a readable regular file after the apply.
+UNRECORDED = {"sha256": "", "mode": -1}
 
 
 def _read(path: str) -> tuple[bytes, int] | None:
@@ -70,15 +59,18 @@ def _read(path: str) -> tuple[bytes, int] | None:
 
 def written(target_dir: str, paths) -> dict:
     """{path: {"sha256", "mode"}} of the files as they are now (just written). A
-    file that cannot be read is left out: it is not checked."""
+    path that is not a regular file that reads is recorded as UNRECORDED: it is
+    reported as drift until an apply writes it again."""
     record = {}
     for relative in sorted(paths):
         try:
-            found = _read(_place(target_dir, relative))
+            found = _read(fs.inside(target_dir, relative))
         except (OSError, ValueError) as exc:
+            found = None
             logger.warning("cannot record %s for drift checks: %s", relative, exc)
-            continue
-        if found is not None and found[1] >= 0:
+        if found is None or found[1] < 0:
+            record[relative] = dict(UNRECORDED)
+        else:
             record[relative] = {"sha256": hashlib.sha256(found[0]).hexdigest(),
                                 "mode": found[1]}
     return record
@@ -116,6 +108,9 @@ def _file_drift(path: str, relative: str, record: dict, *, secret: bool,
     content, mode = found
     if mode < 0:
         return {"path": relative, "change": MODIFIED, "summary": "no longer a regular file"}
+    if record["sha256"] == UNRECORDED["sha256"]:
+        return {"path": relative, "change": MODIFIED,
+                "summary": "not as the apply left it (it could not be recorded)"}
     if hashlib.sha256(content).hexdigest() != record["sha256"]:
         summary = SECRET_SUMMARY if secret else diff_summary(expected, content)
         if mode != record["mode"]:
@@ -134,7 +129,11 @@ def drifted(target_dir: str, record: dict, *, secret_files=(), expected=None) ->
     found = []
     for relative in sorted(record):
         try:
-            path = _place(target_dir, relative)
+            path = fs.inside(target_dir, relative)
+        except fs.LinkLeaves:  # never read, but reported
+            found.append({"path": relative, "change": MODIFIED,
+                          "summary": "replaced by a link leaving the target"})
+            continue
         except ValueError:
             continue  # recorded by an older agent? never read outside the target
         change = _file_drift(path, relative, record[relative],
@@ -221,7 +220,8 @@ class Watch:
             if not isinstance(bundle, dict) or (bundle.get("number"), bundle.get(
                     "checksum")) != (state.active_number, state.active_checksum):
                 return False, "the server's bundle is not the applied snapshot"
-        modes = {path: record["mode"] for path, record in state.written.items()}
+        modes = {path: record["mode"] for path, record in state.written.items()
+                 if record["mode"] >= 0}
         outcome = self.applier.restore(bundle, state, modes=modes)
         logger.info("restoring #%s: %s: %s", state.active_number, outcome.status,
                     outcome.message)

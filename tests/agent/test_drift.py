@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from agent.drift import BUNDLE_FILE, diff_summary, drifted, written
+from agent.drift import BUNDLE_FILE, UNRECORDED, diff_summary, drifted, written
 from agent.runner import EXIT_APPLY_FAILED, EXIT_OK
 from tests.agent.support import counting, make_bundle, runs, script, sealed, text_tree
 
@@ -120,6 +120,100 @@ def test_a_file_replaced_by_a_symlink_is_modified_and_not_followed(host, server,
 
     assert server.drift_reports[0]["files"] == [
         {"path": "nginx.conf", "change": "modified", "summary": "no longer a regular file"}]
+
+
+def link_leaving_the_target(host, tmp_path):
+    """conf.d moved aside and replaced by a link to a directory outside the target."""
+    outside = tmp_path / "outside" / "conf.d"
+    outside.mkdir(parents=True)
+    (outside / "shop.conf").write_text('{"evil": true}')
+    (host.target / "conf.d").rename(host.target / "conf.d.orig")
+    (host.target / "conf.d").symlink_to(outside)
+    return outside
+
+
+def test_a_directory_replaced_by_a_link_leaving_the_target_is_drift(host, server, tmp_path):
+    agent, bundle = applied(host, server)
+    link_leaving_the_target(host, tmp_path)
+
+    agent.run_once()
+
+    assert server.drift_reports == [drift_report(bundle, [
+        {"path": "conf.d/shop.conf", "change": "modified",
+         "summary": "replaced by a link leaving the target"}])]
+
+
+def test_a_restore_never_writes_through_a_link_leaving_the_target(host, server, tmp_path):
+    agent, bundle = applied(host, server, policy="restore")
+    outside = link_leaving_the_target(host, tmp_path)
+
+    agent.run_once()
+
+    assert (outside / "shop.conf").read_text() == '{"evil": true}'
+    assert os.listdir(outside) == ["shop.conf"]
+    assert server.drift_reports == [drift_report(bundle, [
+        {"path": "conf.d/shop.conf", "change": "modified",
+         "summary": "replaced by a link leaving the target"}], restored=False)]
+
+
+def link_to_an_unmanaged_file(host):
+    """nginx.conf replaced by a link to an unmanaged 0600 file inside the target."""
+    leak = host.target / "leak.txt"
+    leak.write_text("unmanaged\n")
+    os.chmod(leak, 0o600)
+    (host.target / "nginx.conf").unlink()
+    (host.target / "nginx.conf").symlink_to("leak.txt")
+    return leak
+
+
+def test_a_restore_replaces_a_link_inside_the_target_never_writing_through_it(
+        host, server, tmp_path):
+    files = {"nginx.conf": f"db={sealed('env:SHOP_DB')}\n", "conf.d/shop.conf": "listen 80;\n"}
+    agent, bundle = applied(host, server, policy="restore", files=files, environ=SECRET_ENV)
+    leak = link_to_an_unmanaged_file(host)
+
+    agent.run_once()
+    agent.run_once()
+
+    assert (leak.read_text(), mode_of(leak)) == ("unmanaged\n", 0o600)
+    assert not (host.target / "nginx.conf").is_symlink()
+    assert (host.target / "nginx.conf").read_text() == "db=db-pass-s3cr3t\n"
+    assert server.drift_reports == [drift_report(bundle, [
+        {"path": "nginx.conf", "change": "modified", "summary": "no longer a regular file"}],
+        restored=True)]
+    assert sorted(host.load_state().written) == ["conf.d/shop.conf", "nginx.conf"]
+
+
+def test_a_new_apply_replaces_a_link_at_a_managed_path(host, server):
+    agent, _ = applied(host, server)
+    leak = link_to_an_unmanaged_file(host)
+    server.publish(make_bundle(2, {"nginx.conf": "worker_processes 4;\n"}))
+
+    assert agent.run_once() == EXIT_OK, agent.summary
+
+    assert leak.read_text() == "unmanaged\n"
+    assert (host.target / "nginx.conf").read_text() == "worker_processes 4;\n"
+    assert not (host.target / "nginx.conf").is_symlink()
+
+
+def test_a_managed_path_that_cannot_be_recorded_is_drift(host):
+    (host.target / "leak.txt").write_text("x")
+    (host.target / "site.conf").symlink_to("leak.txt")
+    (host.target / "gone.conf").write_text("y")
+
+    record = written(str(host.target), ["site.conf", "gone.conf"])
+    (host.target / "gone.conf").unlink()
+
+    assert record["site.conf"] == UNRECORDED
+    assert drifted(str(host.target), record) == [
+        {"path": "gone.conf", "change": "missing", "summary": "file removed"},
+        {"path": "site.conf", "change": "modified", "summary": "no longer a regular file"}]
+    (host.target / "site.conf").unlink()
+    (host.target / "site.conf").write_text("x")
+    assert drifted(str(host.target), record) == [
+        {"path": "gone.conf", "change": "missing", "summary": "file removed"},
+        {"path": "site.conf", "change": "modified",
+         "summary": "not as the apply left it (it could not be recorded)"}]
 
 
 def test_a_new_apply_records_the_new_files_and_forgets_the_drift(host, server):
