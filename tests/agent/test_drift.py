@@ -8,9 +8,11 @@ import json
 import os
 import shlex
 import stat
+import time
 
 import pytest
 
+from agent import drift
 from agent.drift import BUNDLE_FILE, UNRECORDED, diff_summary, drifted, written
 from agent.runner import EXIT_APPLY_FAILED, EXIT_OK
 from tests.agent.support import counting, make_bundle, runs, script, sealed, text_tree
@@ -386,6 +388,43 @@ def test_a_refused_drift_report_is_not_sent_again(host, server):
 ])
 def test_diff_summary_counts_lines_only(expected, actual, summary):
     assert diff_summary(expected, actual) == summary
+
+
+def test_diff_summary_of_a_large_interleaved_edit_is_bounded():
+    old = "".join(f"line {i}\n" for i in range(9_999))
+    new = "".join(f"line {i}\nadded {i}\n" for i in range(9_999))
+
+    started = time.monotonic()
+    summary = diff_summary(old, new.encode())
+
+    assert summary == "content changed (19998 lines, was 9999)"
+    assert time.monotonic() - started < 10  # was 51.6 s; about 1 s on a slow host
+
+
+def test_diff_summary_counts_a_small_edit_in_a_large_file():
+    old = "".join(f"line {i}\n" for i in range(19_000))
+    new = old.replace("line 7000\n", "changed\n").replace("line 12\n", "")
+
+    assert diff_summary(old, (new + "end\n").encode()) == "+2 -2 lines"
+
+
+def test_a_file_that_stays_drifted_is_diffed_once(host, server, monkeypatch):
+    agent, _ = applied(host, server)
+    diffs = []
+
+    def counted(expected, actual):
+        diffs.append(actual)
+        return "+1 -1 lines"
+
+    monkeypatch.setattr(drift, "diff_summary", counted)
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    for _ in range(3):
+        agent.run_once()
+    (host.target / "nginx.conf").write_text("another edit\n")
+    agent.run_once()
+    agent.run_once()
+
+    assert diffs == [b"hand edit\n", b"another edit\n"]
 
 
 def test_a_recorded_path_outside_the_target_is_never_read(host, tmp_path):
