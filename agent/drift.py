@@ -14,7 +14,8 @@ the drifted set to the server when the set changes, and once after a start.
 Under the environment's `restore` drift policy it applies the snapshot's files
 again through the applier (backup, validate, swap, reload) and reports the drift
 as restored; a restore that fails is reported (restored false), logged, and not
-tried again for the same drifted set until the agent restarts. Nothing is checked
+tried again for the same drifted set of the same snapshot until that set changes
+(or clears), another snapshot is applied or the agent restarts. Nothing is checked
 while an apply is in progress or a snapshot is blocked.
 """
 
@@ -226,7 +227,9 @@ class Watch:
         self.applier = applier
         self.persist = persist
         self.reported_since_start = False
-        self.restore_failed_for: list | None = None
+        # (snapshot number, checksum, drifted set) whose restore failed: not retried.
+        self.restore_failed_for: tuple | None = None
+        self.skip_logged = False
         self.pending: tuple | None = None  # a report the server did not get yet
         self.summaries: dict = {}  # line counts of the drifted files (see drifted)
 
@@ -248,16 +251,37 @@ class Watch:
             (logger.warning if new else logger.debug)(
                 "%d managed file(s) drifted from #%s: %s", len(files), state.active_number,
                 ", ".join(f["path"] for f in files[:10]))
-        if (files and state.drift_policy == RESTORE
-                and _keys(files) != self.restore_failed_for):
+        if self._may_restore(state, files):
             restored, why = self._restore(state, bundle)
             if not restored:
                 logger.error("restoring #%s's files failed: %s; not trying again for "
                              "these files", state.active_number, why)
-                self.restore_failed_for = _keys(files)
+                self.restore_failed_for = self._failure_key(state, files)
             self._send(state, files, restored)
         elif _keys(files) != _keys(state.drift) or (files and not self.reported_since_start):
             self._send(state, files, False)
+
+    @staticmethod
+    def _failure_key(state, files: list) -> tuple:
+        return state.active_number, state.active_checksum, _keys(files)
+
+    def _may_restore(self, state, files: list) -> bool:
+        """Under `restore`, whether to restore `files` now: not when restoring the
+        same set of the same snapshot failed before (a new set, none, or another
+        snapshot applied forgets that failure)."""
+        failed = self.restore_failed_for
+        if failed is not None and failed != self._failure_key(state, files):
+            self.restore_failed_for = failed = None
+        if not files or state.drift_policy != RESTORE:
+            return False
+        if failed is not None:
+            (logger.debug if self.skip_logged else logger.info)(
+                "not restoring #%s's files again: restoring these files failed; waiting "
+                "for them, or the snapshot, to change", state.active_number)
+            self.skip_logged = True
+            return False
+        self.skip_logged = False
+        return True
 
     def _restore(self, state, bundle: dict | None) -> tuple[bool, str]:
         if bundle is None:  # not kept (an older agent, a lost file): ask the server

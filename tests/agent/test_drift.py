@@ -339,6 +339,78 @@ def test_a_restore_that_fails_is_reported_and_not_tried_again(host, server, tmp_
     assert (tmp_path / "reload.log").read_text().count("run") == reloads  # no retry loop
 
 
+def failing_reload(tmp_path):
+    """A reload that fails while `fail` exists (made by the caller), counting runs."""
+    fail, log = tmp_path / "fail", tmp_path / "reload.log"
+    reload = script(tmp_path, "reload.sh", f"echo run >> {shlex.quote(str(log))}\n"
+                                           f"[ -f {shlex.quote(str(fail))} ] && exit 1\nexit 0\n")
+    return reload, fail, lambda: log.read_text().count("run")
+
+
+def test_a_failed_restore_is_tried_again_once_the_set_cleared_and_came_back(
+        host, server, tmp_path, caplog):
+    reload, fail, reloads = failing_reload(tmp_path)
+    agent, _ = applied(host, server, policy="restore", reload=reload)
+    fail.touch()
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    agent.run_once()  # fails
+    with caplog.at_level("INFO", logger="agent.drift"):
+        agent.run_once()
+        agent.run_once()
+    skipped = [r.getMessage() for r in caplog.records if "not restoring" in r.getMessage()]
+    before = reloads()
+    fail.unlink()
+    (host.target / "nginx.conf").write_text(V1["nginx.conf"])  # undone by hand
+    agent.run_once()
+    (host.target / "nginx.conf").write_text("hand edit\n")  # the same set again
+
+    agent.run_once()
+
+    assert skipped == ["not restoring #1's files again: restoring these files failed; "
+                       "waiting for them, or the snapshot, to change"]  # once, at INFO
+    assert reloads() == before + 1
+    assert text_tree(host.target) == V1
+    assert [(r["restored"], len(r["files"])) for r in server.drift_reports] == [
+        (False, 1), (False, 0), (True, 1)]
+
+
+def test_a_failed_restore_is_tried_again_after_another_set(host, server, tmp_path):
+    reload, fail, _ = failing_reload(tmp_path)
+    agent, _ = applied(host, server, policy="restore", reload=reload)
+    fail.touch()
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    agent.run_once()  # fails for {nginx.conf}
+    os.chmod(host.target / "conf.d" / "shop.conf", 0o600)
+    agent.run_once()  # fails for {nginx.conf, conf.d/shop.conf}
+    fail.unlink()
+    os.chmod(host.target / "conf.d" / "shop.conf", 0o644)  # back to {nginx.conf}
+
+    agent.run_once()
+
+    assert text_tree(host.target) == V1
+    assert [(r["restored"], len(r["files"])) for r in server.drift_reports] == [
+        (False, 1), (False, 2), (True, 1)]
+
+
+def test_a_failed_restore_is_tried_again_after_a_new_snapshot(host, server, tmp_path):
+    reload, fail, _ = failing_reload(tmp_path)
+    agent, _ = applied(host, server, policy="restore", reload=reload)
+    fail.touch()
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    agent.run_once()  # fails for #1
+    fail.unlink()
+    v2 = dict(V1, **{"conf.d/shop.conf": "listen 8080;\n"})
+    server.publish(make_bundle(2, v2))
+    assert agent.run_once() == EXIT_OK  # applies #2 (no check in that cycle)
+    (host.target / "nginx.conf").write_text("hand edit\n")  # the same set, under #2
+
+    agent.run_once()
+
+    assert text_tree(host.target) == v2
+    assert [(r["snapshot"], r["restored"]) for r in server.drift_reports] == [
+        (1, False), (2, True)]
+
+
 def test_switching_to_restore_restores_a_drift_already_reported(host, server):
     agent, bundle = applied(host, server)
     (host.target / "nginx.conf").write_text("hand edit\n")
