@@ -1,4 +1,10 @@
-"""Atomic file writes and the backup/restore of a target directory's files."""
+"""Atomic file writes and the backup/restore of a target directory's files.
+
+A managed path is never followed: `inside` resolves its directory only, and every
+write, backup and removal acts on the path itself, so a symbolic link put where a
+managed file was is replaced (or removed, or backed up as a link), never written
+through.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,9 @@ def _fsync_directory(directory: str) -> None:
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` so that readers see the old or the new file, never a
-    mix: a temp file in the same directory, fsync, rename, fsync the directory."""
+    mix: a temp file in the same directory, fsync, rename, fsync the directory. The
+    rename replaces what is at `path`: a symbolic link there is replaced, never
+    written through."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}"
@@ -92,39 +100,53 @@ def remove_temp_files(root: str, key: str) -> int:
     return removed
 
 
+class LinkLeaves(ValueError):
+    """A managed path whose directory is a symbolic link leading out of the target."""
+
+
 def inside(root: str, relative: str) -> str:
-    """The absolute path of `relative` under `root`, refusing escapes."""
+    """The absolute path of `relative` under `root`: its directory resolved and
+    inside `root` (ValueError otherwise; LinkLeaves when a link leads out), its
+    last component not resolved, so a symlink there is acted on, never followed."""
     root = os.path.realpath(root)
-    path = os.path.realpath(os.path.join(root, relative))
+    path = os.path.normpath(os.path.join(root, relative))
     if os.path.commonpath([root, path]) != root or path == root:
         raise ValueError(f"path {relative!r} leaves the target directory")
-    return path
+    parent = os.path.realpath(os.path.dirname(path))
+    if os.path.commonpath([root, parent]) != root:
+        raise LinkLeaves(f"path {relative!r} leaves the target directory through a "
+                         "symbolic link")
+    return os.path.join(parent, os.path.basename(path))
 
 
 def backup(target_dir: str, relative_paths, backup_dir: str) -> dict:
-    """Copy the current version of each path (those that exist) to `backup_dir`.
-    Returns the manifest: which paths existed before."""
+    """Copy the current version of each path (those that exist) to `backup_dir`; a
+    symbolic link is kept as what it points to, never followed. Returns the
+    manifest: which paths existed before (`links`: those that were links)."""
     if os.path.isdir(backup_dir):
         shutil.rmtree(backup_dir)
     os.makedirs(backup_dir)
-    existed = []
+    existed, links = [], {}
     for relative in sorted(set(relative_paths)):
         source = inside(target_dir, relative)
-        if os.path.isfile(source):
+        if os.path.islink(source):
+            links[relative] = os.readlink(source)
+        elif os.path.isfile(source):
             destination = os.path.join(backup_dir, relative)
             os.makedirs(os.path.dirname(destination), exist_ok=True)
             shutil.copy2(source, destination)
             existed.append(relative)
     _fsync_directory(backup_dir)
-    return {"existed": existed, "paths": sorted(set(relative_paths))}
+    return {"existed": existed, "links": links, "paths": sorted(set(relative_paths))}
 
 
 def restore(target_dir: str, manifest: dict, backup_dir: str) -> None:
-    """Put every path of the manifest back as it was: old content and mode, or absent.
-    New files go first, so an old file can return where a new directory was."""
-    existed = set(manifest["existed"])
+    """Put every path of the manifest back as it was: old content and mode, a link,
+    or absent. New files go first, so an old file can return where a new directory
+    was. (A manifest of an older agent has no `links`.)"""
+    existed, links = set(manifest["existed"]), manifest.get("links", {})
     for relative in manifest["paths"]:
-        if relative not in existed:
+        if relative not in existed and relative not in links:
             remove_file(inside(target_dir, relative), target_dir)
     for relative in manifest["existed"]:
         path = inside(target_dir, relative)
@@ -134,6 +156,25 @@ def restore(target_dir: str, manifest: dict, backup_dir: str) -> None:
         mode = os.stat(saved).st_mode & 0o7777
         if not _same(path, data, mode):  # unchanged files are not rewritten (read-only)
             write_atomic(path, data, mode=mode)
+    for relative, points_to in sorted(links.items()):
+        _put_link(inside(target_dir, relative), points_to)
+
+
+def _put_link(path: str, points_to: str) -> None:
+    """Make `path` the symbolic link to `points_to`, replacing whatever is there."""
+    if os.path.islink(path) and os.readlink(path) == points_to:
+        return
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}"
+                                   f"{_temp_key['value']}-{secrets.token_hex(4)}")
+    os.symlink(points_to, temp)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    _fsync_directory(directory)
 
 
 def _same(path: str, data: bytes, mode: int) -> bool:

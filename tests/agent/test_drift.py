@@ -8,10 +8,12 @@ import json
 import os
 import shlex
 import stat
+import time
 
 import pytest
 
-from agent.drift import BUNDLE_FILE, diff_summary, drifted, written
+from agent import drift
+from agent.drift import BUNDLE_FILE, UNRECORDED, diff_summary, drifted, written
 from agent.runner import EXIT_APPLY_FAILED, EXIT_OK
 from tests.agent.support import counting, make_bundle, runs, script, sealed, text_tree
 
@@ -120,6 +122,100 @@ def test_a_file_replaced_by_a_symlink_is_modified_and_not_followed(host, server,
 
     assert server.drift_reports[0]["files"] == [
         {"path": "nginx.conf", "change": "modified", "summary": "no longer a regular file"}]
+
+
+def link_leaving_the_target(host, tmp_path):
+    """conf.d moved aside and replaced by a link to a directory outside the target."""
+    outside = tmp_path / "outside" / "conf.d"
+    outside.mkdir(parents=True)
+    (outside / "shop.conf").write_text('{"evil": true}')
+    (host.target / "conf.d").rename(host.target / "conf.d.orig")
+    (host.target / "conf.d").symlink_to(outside)
+    return outside
+
+
+def test_a_directory_replaced_by_a_link_leaving_the_target_is_drift(host, server, tmp_path):
+    agent, bundle = applied(host, server)
+    link_leaving_the_target(host, tmp_path)
+
+    agent.run_once()
+
+    assert server.drift_reports == [drift_report(bundle, [
+        {"path": "conf.d/shop.conf", "change": "modified",
+         "summary": "replaced by a link leaving the target"}])]
+
+
+def test_a_restore_never_writes_through_a_link_leaving_the_target(host, server, tmp_path):
+    agent, bundle = applied(host, server, policy="restore")
+    outside = link_leaving_the_target(host, tmp_path)
+
+    agent.run_once()
+
+    assert (outside / "shop.conf").read_text() == '{"evil": true}'
+    assert os.listdir(outside) == ["shop.conf"]
+    assert server.drift_reports == [drift_report(bundle, [
+        {"path": "conf.d/shop.conf", "change": "modified",
+         "summary": "replaced by a link leaving the target"}], restored=False)]
+
+
+def link_to_an_unmanaged_file(host):
+    """nginx.conf replaced by a link to an unmanaged 0600 file inside the target."""
+    leak = host.target / "leak.txt"
+    leak.write_text("unmanaged\n")
+    os.chmod(leak, 0o600)
+    (host.target / "nginx.conf").unlink()
+    (host.target / "nginx.conf").symlink_to("leak.txt")
+    return leak
+
+
+def test_a_restore_replaces_a_link_inside_the_target_never_writing_through_it(
+        host, server, tmp_path):
+    files = {"nginx.conf": f"db={sealed('env:SHOP_DB')}\n", "conf.d/shop.conf": "listen 80;\n"}
+    agent, bundle = applied(host, server, policy="restore", files=files, environ=SECRET_ENV)
+    leak = link_to_an_unmanaged_file(host)
+
+    agent.run_once()
+    agent.run_once()
+
+    assert (leak.read_text(), mode_of(leak)) == ("unmanaged\n", 0o600)
+    assert not (host.target / "nginx.conf").is_symlink()
+    assert (host.target / "nginx.conf").read_text() == "db=db-pass-s3cr3t\n"
+    assert server.drift_reports == [drift_report(bundle, [
+        {"path": "nginx.conf", "change": "modified", "summary": "no longer a regular file"}],
+        restored=True)]
+    assert sorted(host.load_state().written) == ["conf.d/shop.conf", "nginx.conf"]
+
+
+def test_a_new_apply_replaces_a_link_at_a_managed_path(host, server):
+    agent, _ = applied(host, server)
+    leak = link_to_an_unmanaged_file(host)
+    server.publish(make_bundle(2, {"nginx.conf": "worker_processes 4;\n"}))
+
+    assert agent.run_once() == EXIT_OK, agent.summary
+
+    assert leak.read_text() == "unmanaged\n"
+    assert (host.target / "nginx.conf").read_text() == "worker_processes 4;\n"
+    assert not (host.target / "nginx.conf").is_symlink()
+
+
+def test_a_managed_path_that_cannot_be_recorded_is_drift(host):
+    (host.target / "leak.txt").write_text("x")
+    (host.target / "site.conf").symlink_to("leak.txt")
+    (host.target / "gone.conf").write_text("y")
+
+    record = written(str(host.target), ["site.conf", "gone.conf"])
+    (host.target / "gone.conf").unlink()
+
+    assert record["site.conf"] == UNRECORDED
+    assert drifted(str(host.target), record) == [
+        {"path": "gone.conf", "change": "missing", "summary": "file removed"},
+        {"path": "site.conf", "change": "modified", "summary": "no longer a regular file"}]
+    (host.target / "site.conf").unlink()
+    (host.target / "site.conf").write_text("x")
+    assert drifted(str(host.target), record) == [
+        {"path": "gone.conf", "change": "missing", "summary": "file removed"},
+        {"path": "site.conf", "change": "modified",
+         "summary": "not as the apply left it (it could not be recorded)"}]
 
 
 def test_a_new_apply_records_the_new_files_and_forgets_the_drift(host, server):
@@ -243,6 +339,78 @@ def test_a_restore_that_fails_is_reported_and_not_tried_again(host, server, tmp_
     assert (tmp_path / "reload.log").read_text().count("run") == reloads  # no retry loop
 
 
+def failing_reload(tmp_path):
+    """A reload that fails while `fail` exists (made by the caller), counting runs."""
+    fail, log = tmp_path / "fail", tmp_path / "reload.log"
+    reload = script(tmp_path, "reload.sh", f"echo run >> {shlex.quote(str(log))}\n"
+                                           f"[ -f {shlex.quote(str(fail))} ] && exit 1\nexit 0\n")
+    return reload, fail, lambda: log.read_text().count("run")
+
+
+def test_a_failed_restore_is_tried_again_once_the_set_cleared_and_came_back(
+        host, server, tmp_path, caplog):
+    reload, fail, reloads = failing_reload(tmp_path)
+    agent, _ = applied(host, server, policy="restore", reload=reload)
+    fail.touch()
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    agent.run_once()  # fails
+    with caplog.at_level("INFO", logger="agent.drift"):
+        agent.run_once()
+        agent.run_once()
+    skipped = [r.getMessage() for r in caplog.records if "not restoring" in r.getMessage()]
+    before = reloads()
+    fail.unlink()
+    (host.target / "nginx.conf").write_text(V1["nginx.conf"])  # undone by hand
+    agent.run_once()
+    (host.target / "nginx.conf").write_text("hand edit\n")  # the same set again
+
+    agent.run_once()
+
+    assert skipped == ["not restoring #1's files again: restoring these files failed; "
+                       "waiting for them, or the snapshot, to change"]  # once, at INFO
+    assert reloads() == before + 1
+    assert text_tree(host.target) == V1
+    assert [(r["restored"], len(r["files"])) for r in server.drift_reports] == [
+        (False, 1), (False, 0), (True, 1)]
+
+
+def test_a_failed_restore_is_tried_again_after_another_set(host, server, tmp_path):
+    reload, fail, _ = failing_reload(tmp_path)
+    agent, _ = applied(host, server, policy="restore", reload=reload)
+    fail.touch()
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    agent.run_once()  # fails for {nginx.conf}
+    os.chmod(host.target / "conf.d" / "shop.conf", 0o600)
+    agent.run_once()  # fails for {nginx.conf, conf.d/shop.conf}
+    fail.unlink()
+    os.chmod(host.target / "conf.d" / "shop.conf", 0o644)  # back to {nginx.conf}
+
+    agent.run_once()
+
+    assert text_tree(host.target) == V1
+    assert [(r["restored"], len(r["files"])) for r in server.drift_reports] == [
+        (False, 1), (False, 2), (True, 1)]
+
+
+def test_a_failed_restore_is_tried_again_after_a_new_snapshot(host, server, tmp_path):
+    reload, fail, _ = failing_reload(tmp_path)
+    agent, _ = applied(host, server, policy="restore", reload=reload)
+    fail.touch()
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    agent.run_once()  # fails for #1
+    fail.unlink()
+    v2 = dict(V1, **{"conf.d/shop.conf": "listen 8080;\n"})
+    server.publish(make_bundle(2, v2))
+    assert agent.run_once() == EXIT_OK  # applies #2 (no check in that cycle)
+    (host.target / "nginx.conf").write_text("hand edit\n")  # the same set, under #2
+
+    agent.run_once()
+
+    assert text_tree(host.target) == v2
+    assert [(r["snapshot"], r["restored"]) for r in server.drift_reports] == [
+        (1, False), (2, True)]
+
+
 def test_switching_to_restore_restores_a_drift_already_reported(host, server):
     agent, bundle = applied(host, server)
     (host.target / "nginx.conf").write_text("hand edit\n")
@@ -292,6 +460,43 @@ def test_a_refused_drift_report_is_not_sent_again(host, server):
 ])
 def test_diff_summary_counts_lines_only(expected, actual, summary):
     assert diff_summary(expected, actual) == summary
+
+
+def test_diff_summary_of_a_large_interleaved_edit_is_bounded():
+    old = "".join(f"line {i}\n" for i in range(9_999))
+    new = "".join(f"line {i}\nadded {i}\n" for i in range(9_999))
+
+    started = time.monotonic()
+    summary = diff_summary(old, new.encode())
+
+    assert summary == "content changed (19998 lines, was 9999)"
+    assert time.monotonic() - started < 10  # was 51.6 s; about 1 s on a slow host
+
+
+def test_diff_summary_counts_a_small_edit_in_a_large_file():
+    old = "".join(f"line {i}\n" for i in range(19_000))
+    new = old.replace("line 7000\n", "changed\n").replace("line 12\n", "")
+
+    assert diff_summary(old, (new + "end\n").encode()) == "+2 -2 lines"
+
+
+def test_a_file_that_stays_drifted_is_diffed_once(host, server, monkeypatch):
+    agent, _ = applied(host, server)
+    diffs = []
+
+    def counted(expected, actual):
+        diffs.append(actual)
+        return "+1 -1 lines"
+
+    monkeypatch.setattr(drift, "diff_summary", counted)
+    (host.target / "nginx.conf").write_text("hand edit\n")
+    for _ in range(3):
+        agent.run_once()
+    (host.target / "nginx.conf").write_text("another edit\n")
+    agent.run_once()
+    agent.run_once()
+
+    assert diffs == [b"hand edit\n", b"another edit\n"]
 
 
 def test_a_recorded_path_outside_the_target_is_never_read(host, tmp_path):

@@ -170,7 +170,7 @@ def test_backup_then_restore_puts_back_old_bytes_and_removes_paths_that_did_not_
     (root / "new.conf").write_bytes(b"new")
     fs.restore(str(root), manifest, str(backup_dir))
 
-    assert manifest == {"existed": ["a.conf", "sub/b.conf"],
+    assert manifest == {"existed": ["a.conf", "sub/b.conf"], "links": {},
                         "paths": ["a.conf", "new.conf", "sub/b.conf"]}
     assert tree(root) == before
     assert tree(backup_dir) == {"a.conf": b"\xff\xfeold a", "sub/b.conf": b"old b"}
@@ -186,3 +186,85 @@ def test_backup_replaces_the_previous_backup(tmp_path):
     fs.backup(str(root), ["b.conf"], str(backup_dir))
 
     assert tree(backup_dir) == {"b.conf": b"b"}
+
+
+# --- symbolic links: a managed path is replaced, never followed ---------------------------
+
+
+def test_write_atomic_replaces_a_symlink_at_the_path_and_never_writes_through_it(tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("unmanaged")
+    os.chmod(other, 0o600)
+    (tmp_path / "site.conf").symlink_to(other)
+
+    fs.write_atomic(str(tmp_path / "site.conf"), b"managed", mode=0o644)
+
+    assert not (tmp_path / "site.conf").is_symlink()
+    assert (tmp_path / "site.conf").read_bytes() == b"managed"
+    assert (other.read_text(), stat.S_IMODE(os.stat(other).st_mode)) == ("unmanaged", 0o600)
+
+
+def test_inside_leaves_a_symlink_at_the_last_component_unresolved(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "leak.txt").write_text("x")
+    (tmp_path / "site.conf").symlink_to(tmp_path / "sub" / "leak.txt")
+
+    assert fs.inside(str(tmp_path), "site.conf") == os.path.join(
+        os.path.realpath(tmp_path), "site.conf")
+
+
+def test_inside_names_a_directory_link_leading_out_of_the_root(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "shop").symlink_to(outside)
+
+    with pytest.raises(fs.LinkLeaves, match="through a symbolic link"):
+        fs.inside(str(root), "shop/config.json")
+    with pytest.raises(ValueError) as lexical:
+        fs.inside(str(root), "../outside/config.json")
+    assert not isinstance(lexical.value, fs.LinkLeaves)
+
+
+def test_a_link_at_a_managed_path_is_backed_up_as_a_link_and_put_back(tmp_path):
+    root, backup_dir = tmp_path / "root", tmp_path / "backup"
+    root.mkdir()
+    (root / "leak.txt").write_text("secret")
+    (root / "site.conf").symlink_to("leak.txt")
+
+    manifest = fs.backup(str(root), ["site.conf"], str(backup_dir))
+    fs.write_atomic(str(root / "site.conf"), b"new")
+    fs.restore(str(root), manifest, str(backup_dir))
+
+    assert manifest == {"existed": [], "links": {"site.conf": "leak.txt"},
+                        "paths": ["site.conf"]}
+    assert tree(backup_dir) == {}  # the content it pointed to was not copied
+    assert os.readlink(root / "site.conf") == "leak.txt"
+    assert (root / "leak.txt").read_text() == "secret"
+    assert temp_files(root) == []
+
+
+def test_restore_removes_a_link_at_a_new_path_never_the_file_it_points_to(tmp_path):
+    root, backup_dir = tmp_path / "root", tmp_path / "backup"
+    root.mkdir()
+    (root / "keep.txt").write_text("unmanaged")
+    manifest = fs.backup(str(root), ["new.conf"], str(backup_dir))
+    (root / "new.conf").symlink_to("keep.txt")
+
+    fs.restore(str(root), manifest, str(backup_dir))
+
+    assert not os.path.lexists(root / "new.conf")
+    assert (root / "keep.txt").read_text() == "unmanaged"
+
+
+def test_restore_of_an_older_agents_manifest_without_links(tmp_path):
+    root, backup_dir = tmp_path / "root", tmp_path / "backup"
+    root.mkdir()
+    (root / "a.conf").write_text("old")
+    manifest = fs.backup(str(root), ["a.conf"], str(backup_dir))
+    del manifest["links"]
+    (root / "a.conf").write_text("new")
+
+    fs.restore(str(root), manifest, str(backup_dir))
+
+    assert (root / "a.conf").read_text() == "old"
