@@ -22,6 +22,7 @@ import logging
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import time
 
@@ -283,8 +284,11 @@ class Applier:
             secret_mode = references.secret_file_mode(bundle)
             entries, receiving, self.secret_values = references.resolve(
                 bundle, self.environ, self.secret_allow)
-            for entry in entries + bundle.get("fallback_files", []):
-                fs.inside(self.target_dir, entry["path"])
+            # Every path this apply writes or removes stays inside the target: also
+            # the previous snapshot's (a directory replaced by a link leaving it).
+            for path in [e["path"] for e in entries + bundle.get("fallback_files", [])] \
+                    + list(state.managed_files):
+                fs.inside(self.target_dir, path)
         except (SecretError, ValueError) as exc:
             return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
         pending = self._restore_interrupted(state)
@@ -378,8 +382,9 @@ class Applier:
         (0600, or what the environment declared), whatever the mode of the file it
         replaces."""
         path = fs.inside(self.target_dir, entry["path"])
-        try:
-            mode = os.stat(path).st_mode & 0o7777
+        try:  # the file itself: a link there is replaced, and lends no mode
+            info = os.lstat(path)
+            mode = info.st_mode & 0o7777 if stat.S_ISREG(info.st_mode) else 0o644
         except (FileNotFoundError, NotADirectoryError):
             mode = 0o644
         mode = self.modes.get(entry["path"], mode)

@@ -114,9 +114,11 @@ def _value(reference: str, environ, patterns) -> str:
     kind, _, name = reference.partition(":")
     # As the server refuses them (configlang/secrets.py): a vault path with an empty,
     # `.` or `..` segment would escape --secret-allow patterns such as vault:kv/shop/*.
+    # A segment holding an encoded /, \ or % (`..%2f`, `%252e`) would hide one.
     if kind == "vault" and any(unquote(s) in ("", ".", "..")
+                               or any(c in unquote(s) for c in "/\\%")
                                for s in name.partition("#")[0].split("/")):
-        raise SecretError("has an empty, `.` or `..` path segment")
+        raise SecretError("has an empty, `.` or `..` path segment, or an encoded /, \\ or %")
     # A file is checked where it really is: after `..` and symbolic links.
     checked = "file:" + os.path.realpath(name) if kind == "file" else reference
     if not allowed(checked, patterns):

@@ -268,3 +268,43 @@ def test_restore_of_an_older_agents_manifest_without_links(tmp_path):
     fs.restore(str(root), manifest, str(backup_dir))
 
     assert (root / "a.conf").read_text() == "old"
+
+
+def test_an_apply_refuses_when_a_previous_snapshots_directory_now_leaves_the_target(
+        host, tmp_path):
+    from agent.apply import FAILED, SUCCEEDED
+    from tests.agent.support import make_bundle
+
+    state = host.load_state()
+    applier = host.applier()
+    assert applier.apply(make_bundle(1, {"old/a.conf": "a\n", "b.conf": "b\n"}),
+                         state).status == SUCCEEDED
+    outside = tmp_path / "outside"
+    (outside / "old").mkdir(parents=True)
+    (outside / "old" / "a.conf").write_text("not ours\n")
+    (host.target / "old" / "a.conf").unlink()
+    (host.target / "old").rmdir()
+    (host.target / "old").symlink_to(outside / "old")
+
+    outcome = applier.apply(make_bundle(2, {"b.conf": "b2\n"}), state)
+
+    assert outcome.status == FAILED and "nothing was written" in outcome.message
+    assert (outside / "old" / "a.conf").read_text() == "not ours\n"
+    assert (host.target / "b.conf").read_text() == "b\n"
+
+
+def test_a_file_replaced_by_a_link_lends_no_mode_to_the_next_apply(host, tmp_path):
+    from agent.apply import SUCCEEDED
+    from tests.agent.support import make_bundle
+
+    secret_place = tmp_path / "private"
+    secret_place.write_text("x\n")
+    os.chmod(secret_place, 0o600)
+    (host.target / "a.conf").symlink_to(secret_place)
+
+    assert host.applier().apply(make_bundle(1, {"a.conf": "a\n"}),
+                                host.load_state()).status == SUCCEEDED
+
+    assert not os.path.islink(host.target / "a.conf")
+    assert os.stat(host.target / "a.conf").st_mode & 0o777 == 0o644
+    assert secret_place.read_text() == "x\n"

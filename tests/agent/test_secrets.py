@@ -299,6 +299,8 @@ def test_manifest_of_lists_each_placeholder_once_with_its_files():
 @pytest.mark.parametrize("reference", [
     "vault:kv/shop/../blog#password", "vault:kv/shop/%2e%2e/blog#password",
     "vault:kv/shop//db#password", "vault:kv/shop/./db#password", "vault:/kv/shop#password",
+    "vault:kv/shop/%2e%2e%2fblog#password", "vault:kv/shop/..%2fblog#password",
+    "vault:kv/shop/%252e%252e/blog#password", "vault:kv/shop/a%5cb#password",
 ])
 def test_a_vault_reference_with_dot_or_empty_segments_fails_before_the_allow_list(
         host, reference):
