@@ -63,7 +63,9 @@ def exception_handler(exc, context):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if getattr(exc, "retry_after", None):
             headers = {"Retry-After": str(exc.retry_after)}
-        return error_response(exc.status, exc.code, exc.message, exc.details, headers)
+        response = error_response(exc.status, exc.code, exc.message, exc.details, headers)
+        response.credential_refused = exc.credential_refused
+        return response
     if isinstance(exc, OperationalError | InterfaceError):
         set_rollback()
         logger.warning("database unavailable: %s", exc)
