@@ -44,6 +44,9 @@ def _flatten(detail, prefix: str = "") -> list[dict]:
     if isinstance(detail, dict):
         items = []
         for key, value in detail.items():
+            if isinstance(key, int):  # a ListField's item: files[3], as a list's
+                items.extend(_flatten(value, f"{prefix}[{key}]"))
+                continue
             name = key if key != "non_field_errors" else ""
             items.extend(_flatten(value, f"{prefix}.{name}".strip(".") if name else prefix))
         return items
