@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 __all__ = ["hostile_world"]
 
 MANY = "&".join(f"p{i}=1" for i in range(1500))
-DASHBOARD = "/environments/shop/prod/"
+DASHBOARD = "/e/shop/prod/"
 
 
 def _names(response, field: str):
