@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from apps.core import tokens
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
-from apps.core.fields import LabelsField, NameField, WholeNumberField
+from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
 from apps.environments.models import Environment
 from apps.fleet import cache, drift, enrollment, polldebt, rules, selectors
 from apps.fleet import services as fleet
@@ -188,7 +188,7 @@ class HealthSerializer(serializers.Serializer):
 
     ok = serializers.BooleanField()
     attempts = WholeNumberField(min_value=1, max_value=1000)
-    output = serializers.CharField(max_length=2000, allow_blank=True, trim_whitespace=False)
+    output = ShownTextField(max_length=2000, allow_blank=True, trim_whitespace=False)
     probe = serializers.ChoiceField(["command", "url"])
 
     def to_internal_value(self, data):
@@ -207,8 +207,8 @@ class ReportApi(AgentAPIView):
         snapshot = WholeNumberField(min_value=1)
         checksum = serializers.CharField(max_length=71)
         status = serializers.ChoiceField(["succeeded", "warning", "failed"])
-        message = serializers.CharField(max_length=4000, allow_blank=True, required=False,
-                                        default="", trim_whitespace=False)
+        message = ShownTextField(max_length=4000, allow_blank=True, required=False,
+                                 default="", trim_whitespace=False)
         health = HealthSerializer(required=False, allow_null=True, default=None)
 
     class ReportResponseSerializer(serializers.Serializer):
