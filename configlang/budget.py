@@ -43,6 +43,7 @@ class RenderBudget:
         # Set when the render stopped for a reason the server's load decides (its
         # deadline, memory), not the template alone: such an outcome is not remembered.
         self.load_dependent = False
+        self.timed_out = False  # stopped at its deadline: a busy server, not the template
 
     def charge(self, count: int = 1) -> None:
         self.left -= count
@@ -51,7 +52,7 @@ class RenderBudget:
         if self.deadline is None:
             self.deadline = time.monotonic() + self.seconds
         elif time.monotonic() > self.deadline:
-            self.load_dependent = True
+            self.load_dependent = self.timed_out = True
             raise RenderLimit(f"the render took longer than {self.seconds:g} seconds")
 
     def require(self, size: int, what: str) -> None:

@@ -17,7 +17,11 @@ about 0.1 s.
 
 The parent writes the pickled (render, source, seconds, memory_bytes) to the
 child's stdin and reads the pickled Rendered from its stdout; `render` is a
-module-level function, pickled by reference.
+module-level function, pickled by reference. The child first writes one byte,
+READY, once its interpreter has started and imported what rendering needs: the
+render's wall time (`seconds` + `grace`) counts from then, and the start has its
+own allowance (STARTUP_SECONDS), so a busy machine's slow start (0.1 s idle,
+seconds under load) is not charged to the template.
 """
 
 import os
@@ -33,10 +37,13 @@ from configlang.problems import Problem
 from configlang.rendering import Rendered, render_source
 
 GRACE_SECONDS = 5  # on top of the budget's own deadline, before the child is killed
+STARTUP_SECONDS = 10  # for the child to start and import, before its render's time counts
+READY = b"R"
 # Where `configlang` (and the project) can be imported from in the child.
 _ROOT = str(Path(__file__).resolve().parent.parent)
 
 STOPPED = "the render took longer than {seconds:g} seconds and was stopped"
+NOT_STARTED = "the render could not start within {seconds:g} seconds and was stopped"
 OVER_LIMIT = "the render went over its memory or CPU limit and was stopped"
 
 
@@ -46,16 +53,18 @@ def _address_space() -> int:
         return int(statm.read().split()[0]) * resource.getpagesize()
 
 
-def _limited(reason: str) -> Rendered:
+def _limited(reason: str, *, timed_out: bool = False) -> Rendered:
     """A render stopped by a limit of the child (memory, CPU, wall time): how far it
-    got depends on the server's load too."""
+    got depends on the server's load too; `timed_out`: wall time alone."""
     return Rendered(effective_config={}, problems=[Problem("render_limit", reason)],
-                    load_dependent=True)
+                    load_dependent=True, timed_out=timed_out)
 
 
 def _child_main() -> None:
     """The child: read the work, limit itself, render, write the pickled result.
     A child that dies writes nothing, which the parent reports."""
+    sys.stdout.buffer.write(READY)  # started and imported: the render's time counts now
+    sys.stdout.buffer.flush()
     render, source, seconds, memory_bytes = pickle.load(sys.stdin.buffer)
     limit = _address_space() + memory_bytes
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -72,17 +81,22 @@ def _child_main() -> None:
     sys.stdout.buffer.flush()
 
 
-def _exchange(child: subprocess.Popen, work: bytes, deadline: float) -> bytes | None:
-    """Write `work`, read everything the child writes until it exits; None at
-    `deadline`."""
+def _exchange(child: subprocess.Popen, work: bytes, startup: float,
+              seconds: float) -> bytes | bool:
+    """Write `work`, read everything the child writes until it exits: the child
+    has `startup` seconds to say READY, then `seconds` to finish. False when it
+    did not start in time, True when it did not finish in time."""
     os.set_blocking(child.stdin.fileno(), False)
     os.set_blocking(child.stdout.fileno(), False)
     view, chunks = memoryview(work), []
     writing, reading = [child.stdin], [child.stdout]
+    deadline, started = time.monotonic() + startup, False
     while reading:
+        if not started and chunks and chunks[0]:
+            deadline, started = time.monotonic() + seconds, True
         left = deadline - time.monotonic()
         if left <= 0:
-            return None
+            return started
         readable, writable, _ = select.select(reading, writing, [], left)
         if writable:
             try:
@@ -101,10 +115,12 @@ def _exchange(child: subprocess.Popen, work: bytes, deadline: float) -> bytes | 
 
 
 def render_isolated(source: dict, *, seconds: float, memory_bytes: int,
-                    grace: float = GRACE_SECONDS, render=render_source) -> Rendered:
+                    grace: float = GRACE_SECONDS, startup: float = STARTUP_SECONDS,
+                    render=render_source) -> Rendered:
     """render(source) in a child process with at most `memory_bytes` more address
     space than the child has once started, `seconds` of wall time (plus `grace`)
-    and as much CPU time; a child over a limit is a render_limit. `render` must
+    from when it is ready (it has `startup` seconds to be) and as much CPU time; a
+    child over a limit is a render_limit. `render` must
     be a module-level function (pickled by reference)."""
     work = pickle.dumps((render, source, seconds, memory_bytes),
                         protocol=pickle.HIGHEST_PROTOCOL)
@@ -117,21 +133,23 @@ def render_isolated(source: dict, *, seconds: float, memory_bytes: int,
             close_fds=True)
     except OSError:  # no child can be started: render here
         return render(source, seconds=seconds)
-    data = None
+    data = True
     try:
-        data = _exchange(child, work, time.monotonic() + seconds + grace)
+        data = _exchange(child, work, startup, seconds + grace)
     finally:
-        if data is None:
+        if isinstance(data, bool):
             child.kill()
         for stream in (child.stdin, child.stdout):
             if not stream.closed:
                 stream.close()
         child.wait()
-    if data is None:
-        return _limited(STOPPED.format(seconds=seconds))
-    if not data or child.returncode != 0:
+    if data is False:
+        return _limited(NOT_STARTED.format(seconds=startup), timed_out=True)
+    if data is True:
+        return _limited(STOPPED.format(seconds=seconds), timed_out=True)
+    if not data.startswith(READY) or len(data) == 1 or child.returncode != 0:
         return _limited(OVER_LIMIT)
-    result = pickle.loads(data)  # noqa: S301 - our own child's answer
+    result = pickle.loads(data[1:])  # noqa: S301 - our own child's answer
     if not isinstance(result, Rendered):
         return Rendered(effective_config={}, problems=[Problem(
             "render_failed", "internal error while rendering (no result)")])

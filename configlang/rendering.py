@@ -52,6 +52,9 @@ class Rendered:
     secret_file_mode: str | None = None
     # A render_limit the server's load decided (a deadline, memory, a killed child).
     load_dependent: bool = False
+    # A render_limit of wall time (its deadline, a child stopped or not started in
+    # time): the server's load decided it; a web request answers 503, not 400.
+    timed_out: bool = False
 
     @property
     def is_valid(self) -> bool:
@@ -384,6 +387,7 @@ def render_source(source: dict, *, seconds: float | None = None) -> Rendered:
         budget = render_budget(limits, seconds)
         files, template_problems = _render_templates(sealed, context, limits, budget)
         rendered.load_dependent = budget.load_dependent
+        rendered.timed_out = budget.timed_out
         rendered.files = files
         rendered.problems.extend(template_problems)
         rendered.secrets, secret_problems = manifest(files, placeholders)

@@ -49,12 +49,17 @@ SECRET_FILE_MODE_KEY = "secret_file_mode"
 def reference_refusal(reference: str) -> str | None:
     """Why a well-formed reference is still refused, or None: a `vault:` or `file:`
     path with an empty, `.` or `..` segment (a vault segment also after
-    percent-decoding). Such a path would escape the patterns that bound it
+    percent-decoding), or a vault segment holding a `\\` or percent-encoding a `/`,
+    a `\\` or a `%` (`%2f`, `%5c`, `%25`: a segment that decodes into two, or
+    decodes again into `..`). Such a path would escape the patterns that bound it
     (descriptor_policy.secret_refs `vault:secret/data/shop/*`, a host's
     --secret-allow) while naming another place."""
     kind, _, rest = reference.partition(":")
     if kind == "vault":
         segments = [unquote(s) for s in rest.partition("#")[0].split("/")]
+        if any(c in segment for segment in segments for c in "/\\%"):
+            return (f"{reference} has a path segment with a `\\` or a percent-encoded "
+                    "`/`, `\\` or `%`; name the secret by its plain path")
     elif kind == "file":
         segments = rest.removeprefix("/").split("/")
     else:

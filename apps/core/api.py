@@ -44,6 +44,9 @@ def _flatten(detail, prefix: str = "") -> list[dict]:
     if isinstance(detail, dict):
         items = []
         for key, value in detail.items():
+            if isinstance(key, int):  # a ListField's item: files[3], as a list's
+                items.extend(_flatten(value, f"{prefix}[{key}]"))
+                continue
             name = key if key != "non_field_errors" else ""
             items.extend(_flatten(value, f"{prefix}.{name}".strip(".") if name else prefix))
         return items
@@ -63,7 +66,9 @@ def exception_handler(exc, context):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if getattr(exc, "retry_after", None):
             headers = {"Retry-After": str(exc.retry_after)}
-        return error_response(exc.status, exc.code, exc.message, exc.details, headers)
+        response = error_response(exc.status, exc.code, exc.message, exc.details, headers)
+        response.credential_refused = exc.credential_refused
+        return response
     if isinstance(exc, OperationalError | InterfaceError):
         set_rollback()
         logger.warning("database unavailable: %s", exc)

@@ -8,6 +8,9 @@ class ApplicationError(Exception):
 
     status = 400
     code = "invalid"
+    # A refusal of a credential the caller presented (a token in the body): counted
+    # against its address like a refused Authorization header (apps/core/throttling.py).
+    credential_refused = False
 
     def __init__(self, message: str, *, code: str | None = None, details: Any = None):
         super().__init__(message)

@@ -4,7 +4,7 @@ file names, logs and selectors, so no control or formatting characters
 
 from rest_framework import serializers
 
-from apps.core.text import name_problem, whole_number
+from apps.core.text import name_problem, neutralised, whole_number
 
 BIGINT_MAX = 2**63 - 1
 
@@ -13,6 +13,14 @@ def validate_name(value: str) -> None:
     problem = name_problem(value)
     if problem:
         raise serializers.ValidationError(problem)
+
+
+class ShownTextField(serializers.CharField):
+    """Free text an agent reports, stored neutralised (apps.core.text.neutralised):
+    control and bidirectional characters become U+FFFD, LF and tab stay."""
+
+    def to_internal_value(self, data):
+        return neutralised(super().to_internal_value(data))
 
 
 class NameField(serializers.CharField):

@@ -6,7 +6,12 @@ from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
 from django.core.cache import cache
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import (
+    DisallowedHost,
+    RequestDataTooBig,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.views import defaults
@@ -106,6 +111,44 @@ def _bad_request(request, field: str, problem: str):
     return HttpResponse(f"Bad request: {message}\n", content_type="text/plain", status=400)
 
 
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _too_much(request, exc, field: str) -> HttpResponse:
+    """400 (413 for a body over the size limit) for a request whose query or form
+    Django refuses to parse: the envelope naming `query` or `body` on API paths."""
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if _is_api(request):
+            return JsonResponse({"error": {"code": "too_large", "message":
+                                           f"Request body is over {limit} bytes."}}, status=413)
+        return HttpResponse(f"Request body is over {limit} bytes.\n",
+                            content_type="text/plain", status=413)
+    if isinstance(exc, TooManyFilesSent):
+        return _bad_request(request, "body", f"more than "
+                            f"{settings.DATA_UPLOAD_MAX_NUMBER_FILES} files")
+    return _bad_request(request, field, f"more than "
+                        f"{settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} parameters")
+
+
+def _parsed_or_refused(request) -> HttpResponse | None:
+    """Parse the query, and a form body, here, first: Django refuses more than
+    DATA_UPLOAD_MAX_NUMBER_FIELDS parameters (or files) by raising wherever they are
+    first read — a view, the CSRF middleware, DEBUG's error page (a 500) — so the
+    answer is given once, here, naming the query or the body."""
+    try:
+        request.GET  # noqa: B018 - parsed now, so the refusal is ours
+    except TooManyFieldsSent as exc:
+        return _too_much(request, exc, "query")
+    if request.method in ("GET", "HEAD", "OPTIONS") or request.content_type not in FORM_TYPES:
+        return None
+    try:
+        request.POST  # noqa: B018
+    except (TooManyFieldsSent, TooManyFilesSent, RequestDataTooBig) as exc:
+        return _too_much(request, exc, "body")
+    return None
+
+
 def _query_problem(query: str) -> tuple[str, str] | None:
     """(parameter, problem) for the first query parameter whose name or value is not
     UTF-8 once percent-decoded (QueryDict would replace the bytes silently)."""
@@ -144,6 +187,9 @@ class UnstorableTextMiddleware:
         refused = _query_problem(request.META.get("QUERY_STRING", ""))
         if refused:
             return _bad_request(request, *refused)
+        too_much = _parsed_or_refused(request)
+        if too_much is not None:
+            return too_much
         for key, values in request.GET.lists():
             for value in (key, *values):
                 problem = text_problem(value)

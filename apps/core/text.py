@@ -4,9 +4,12 @@ format (bidirectional overrides, zero-width), default-ignorable or separator
 characters, no space but U+0020 and no whitespace at either end either
 (configlang.visible), so what a person reads is what is stored. Pure rules, no Django."""
 
+import unicodedata
 from urllib.parse import unquote_to_bytes
 
-from configlang.visible import invisible_problem
+from configlang.visible import INVISIBLE_CATEGORIES, invisible_problem, is_default_ignorable
+
+REPLACEMENT = "\ufffd"
 
 
 def text_problem(value: str) -> str | None:
@@ -30,6 +33,20 @@ def url_text_problem(value: str | bytes, *, path: bool = True) -> str | None:
     if path and "\ufffd" in decoded:
         return "contains U+FFFD (a byte that is not valid UTF-8)"
     return None
+
+
+def neutralised(value: str) -> str:
+    """Free text an agent reports (a report's message, its health probe's output),
+    made safe to show: CRLF becomes LF, and every control, format (bidirectional
+    overrides, zero-width), default-ignorable, private-use, unassigned, separator or
+    surrogate character but LF and tab becomes U+FFFD — an ANSI escape, a lone CR
+    or U+202E cannot rewrite what a dashboard or a log shows. Kept rather than
+    refused: a command's output is the evidence, and the report must not be lost."""
+    value = value.replace("\r\n", "\n")
+    return "".join(
+        REPLACEMENT if char not in "\n\t" and (
+            unicodedata.category(char) in INVISIBLE_CATEGORIES or is_default_ignorable(char))
+        else char for char in value)
 
 
 def name_problem(value: str) -> str | None:

@@ -176,11 +176,23 @@ def authentication_failed(address: str, *, now: float | None = None) -> None:
         blocked_addresses.block(address, (window + 1) * duration)
 
 
+def presented_credential_refused(request, response) -> bool:
+    """A `401` that refused a credential the caller presented: an Authorization
+    header (user and agent tokens, the cached poll path too), or a token in the body
+    (enrollment). A request with no credential costs nothing to refuse and is not
+    counted: any web page can make a browser send one, and counting it would let
+    that page lock out everyone behind the browser's address."""
+    if response.status_code != 401:
+        return False
+    return bool(request.META.get("HTTP_AUTHORIZATION", "").strip()) or bool(
+        getattr(response, "credential_refused", False))
+
+
 class FailedAuthenticationMiddleware:
-    """On API paths: a client address whose failed authentications (`401` answers:
-    bad, unknown, revoked or missing user, agent and enrollment tokens) reached
-    BELLWETHER_THROTTLE_RATES["failed_auth"] is answered `429` with Retry-After
-    until its window ends, before any token is looked up."""
+    """On API paths: a client address whose failed authentications (`401` answers to
+    a presented credential: bad, unknown, revoked or expired user, agent and
+    enrollment tokens) reached BELLWETHER_THROTTLE_RATES["failed_auth"] is answered
+    `429` with Retry-After until its window ends, before any token is looked up."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -197,7 +209,7 @@ class FailedAuthenticationMiddleware:
                            f"this address. Expected available in {wait} seconds."}},
                 status=429, headers={"Retry-After": str(wait)})
         response = self.get_response(request)
-        if response.status_code == 401:
+        if presented_credential_refused(request, response):
             authentication_failed(address)
         return response
 

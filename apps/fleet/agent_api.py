@@ -22,9 +22,9 @@ from rest_framework.views import APIView
 from apps.core import tokens
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
-from apps.core.fields import LabelsField, NameField, WholeNumberField
+from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
 from apps.environments.models import Environment
-from apps.fleet import cache, drift, enrollment, polldebt, selectors
+from apps.fleet import cache, drift, enrollment, polldebt, rules, selectors
 from apps.fleet import services as fleet
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
@@ -188,7 +188,7 @@ class HealthSerializer(serializers.Serializer):
 
     ok = serializers.BooleanField()
     attempts = WholeNumberField(min_value=1, max_value=1000)
-    output = serializers.CharField(max_length=2000, allow_blank=True, trim_whitespace=False)
+    output = ShownTextField(max_length=2000, allow_blank=True, trim_whitespace=False)
     probe = serializers.ChoiceField(["command", "url"])
 
     def to_internal_value(self, data):
@@ -207,8 +207,8 @@ class ReportApi(AgentAPIView):
         snapshot = WholeNumberField(min_value=1)
         checksum = serializers.CharField(max_length=71)
         status = serializers.ChoiceField(["succeeded", "warning", "failed"])
-        message = serializers.CharField(max_length=4000, allow_blank=True, required=False,
-                                        default="", trim_whitespace=False)
+        message = ShownTextField(max_length=4000, allow_blank=True, required=False,
+                                 default="", trim_whitespace=False)
         health = HealthSerializer(required=False, allow_null=True, default=None)
 
     class ReportResponseSerializer(serializers.Serializer):
@@ -243,10 +243,19 @@ class _StrictNameField(NameField):
         return super().to_internal_value(data)
 
 
+class _StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean, never "yes", "true" or 1 (as the health probe's `ok`)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("Must be a boolean.")
+        return data
+
+
 class DriftFileSerializer(serializers.Serializer):
     """One drifted file: never its content, only a short summary of the change."""
 
-    path = _StrictNameField(max_length=1024, trim_whitespace=False)
+    path = _StrictNameField(max_length=drift.MAX_DRIFT_PATH, trim_whitespace=False)
     change = serializers.ChoiceField(drift.DRIFT_CHANGES)
     summary = _StrictNameField(max_length=drift.MAX_SUMMARY, allow_blank=True, required=False,
                                default="", trim_whitespace=False)
@@ -258,12 +267,13 @@ class DriftApi(AgentAPIView):
         checksum = serializers.CharField(max_length=71)
         files = serializers.ListField(child=DriftFileSerializer(), allow_empty=True,
                                       max_length=drift.MAX_DRIFT_FILES)
-        restored = serializers.BooleanField(required=False, default=False)
+        restored = _StrictBooleanField(required=False, default=False)
 
         def validate_files(self, value):
-            paths = [f["path"] for f in value]
-            if len(set(paths)) != len(paths):
-                raise serializers.ValidationError("Each path at most once.")
+            repeated = rules.drift_repeated_path(f["path"] for f in value)
+            if repeated is not None:  # named as files[i].path
+                raise serializers.ValidationError(
+                    [{}] * repeated + [{"path": ["Each path at most once."]}])
             return [dict(f) for f in value]
 
     class DriftResponseSerializer(serializers.Serializer):

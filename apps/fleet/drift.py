@@ -15,17 +15,21 @@ from django.utils import timezone
 
 from apps.audit.models import Action
 from apps.audit.services import audit_record
+from apps.core.errors import ValidationFailed
 from apps.core.events import emit
 from apps.fleet import rules
 from apps.fleet.models import Agent
+from apps.snapshots.models import Snapshot
 
 logger = logging.getLogger(__name__)
 
 MAX_DRIFT_FILES = 1000
+MAX_DRIFT_PATH = 255  # a snapshot's file paths are at most this long (EnvironmentFile.path)
 DRIFT_CHANGES = ("modified", "missing", "mode")
 MAX_SUMMARY = 200
-# The audit event names at most this many paths (the agent row keeps them all).
-AUDITED_PATHS = 100
+# The audit event names at most this many paths and their count (the agent row
+# keeps them all): a body switching between two large sets writes small rows.
+AUDITED_PATHS = 20
 
 
 def _summary(agent: Agent, files: list, restored: bool) -> str:
@@ -35,6 +39,19 @@ def _summary(agent: Agent, files: list, restored: bool) -> str:
         f" and {len(files) - 5} more" if len(files) > 5 else "")
     return (f"{agent}: {len(files)} managed file(s) drifted from #{agent.applied_number}"
             f"{' (restored)' if restored else ''}: {paths}")
+
+
+MAX_DETAILS = 20
+
+
+def _managed_paths(agent: Agent, number: int) -> set:
+    """The paths of the files (and safe fallback files) of the agent's environment's
+    snapshot #number: the only files the agent writes, so the only ones that drift."""
+    found = (Snapshot.objects.filter(environment_id=agent.environment_id, number=number)
+             .values_list("files", "fallback_files").first())
+    if found is None:
+        return set()
+    return {entry["path"] for entries in found for entry in entries or ()}
 
 
 def agent_drift_record(*, agent: Agent, number: int, checksum: str, files: list,
@@ -48,6 +65,10 @@ def agent_drift_record(*, agent: Agent, number: int, checksum: str, files: list,
         refused = rules.drift_refusal(locked, number=number, checksum=checksum)
         if refused is not None:
             raise refused
+        unknown = rules.drift_unknown_paths(files, _managed_paths(locked, number))
+        if unknown:
+            raise ValidationFailed(f"{unknown[0]['field']}: {unknown[0]['message']}",
+                                   details=unknown[:MAX_DETAILS])
         changes = rules.drift_changes(locked, files=files, restored=restored,
                                       now=timezone.now())
         if not changes:

@@ -30,6 +30,7 @@ ENROLLMENT_TOKEN_PREFIX = "bwe"
 class Unauthenticated(ApplicationError):
     status = 401
     code = "authentication_failed"
+    credential_refused = True
 
 
 def enrollment_token_create(

@@ -254,6 +254,25 @@ def drift_refusal(agent, *, number: int, checksum: str) -> Conflict | None:
                     details=[{"field": "snapshot", "applied": agent.applied_number}])
 
 
+def drift_repeated_path(paths) -> int | None:
+    """The index of the first path a drift report names a second time, or None."""
+    seen = set()
+    for index, path in enumerate(paths):
+        if path in seen:
+            return index
+        seen.add(path)
+    return None
+
+
+def drift_unknown_paths(files: list, managed: set) -> list[dict]:
+    """The envelope's details for each drifted path that is not a file of the
+    applied snapshot (`managed`: its files' and fallback files' paths), named
+    files[i].path: an agent reports drift only of files it wrote."""
+    return [{"field": f"files[{index}].path",
+             "message": f"{entry['path']!r} is not a file of the applied snapshot."}
+            for index, entry in enumerate(files) if entry["path"] not in managed]
+
+
 def drift_changes(agent, *, files: list, restored: bool, now) -> dict:
     """The agent's fields a drift report sets: its drifted files and whether it
     restored them, since `now` when the drift starts or changes; an empty list

@@ -104,7 +104,8 @@ def _render(source: dict, seconds: float) -> Rendered:
 def web_render(source: dict, *, tenant_id: int) -> Rendered:
     """Render for a web request (isolated as a publish is): within
     BELLWETHER_WEB_RENDER_SECONDS, at most BELLWETHER_WEB_RENDERS of the tenant's
-    at once in this process (another answers 503 render_busy at once). Sources
+    at once in this process (another answers 503 render_busy at once); a render
+    its time limit stopped is 503 render_timeout (render_timed_out). Sources
     that went over the render budget by their own doing (operations, sizes; not a
     deadline or a stopped child, which the server's load decides) are remembered
     for a while, so asking again costs nothing."""
@@ -122,6 +123,8 @@ def web_render(source: dict, *, tenant_id: int) -> Rendered:
             all_slots.release()
     finally:
         tenant_slots.release()
+    if rendered.timed_out:
+        raise render_timed_out(rendered)
     for problem in rendered.problems if not rendered.load_dependent else ():
         if problem.code == "render_limit":
             try:
@@ -129,6 +132,22 @@ def web_render(source: dict, *, tenant_id: int) -> Rendered:
             except Exception:
                 logger.warning("cache unavailable; not remembering a limited render")
     return rendered
+
+
+RENDER_TIMEOUT_RETRY_S = 5
+
+
+def render_timed_out(rendered: Rendered) -> Unavailable:
+    """503 render_timeout (Retry-After) for a web render stopped by wall time (its
+    deadline, a child stopped or not started in time): the server's load decided
+    that, not the template, which operations and sizes bound (400 render_limit).
+    The details name the template and line where it stopped."""
+    stopped = next(p for p in rendered.problems if p.code == "render_limit")
+    error = Unavailable("The server is busy: the render was stopped by its time limit "
+                        f"({stopped.message}); try again shortly.",
+                        code="render_timeout", details=[p.as_dict() for p in rendered.problems])
+    error.retry_after = RENDER_TIMEOUT_RETRY_S
+    return error
 
 
 def refuse_render_limit(problems: list) -> None:

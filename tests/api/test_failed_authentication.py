@@ -1,7 +1,7 @@
 """Failed API authentications are throttled per client address: once an address has
-had BELLWETHER_THROTTLE_RATES["failed_auth"] answers 401 (bad, unknown, revoked or
-missing user, agent and enrollment tokens, on the cached poll path too) within the
-window, it is answered 429 with the envelope and Retry-After until the window ends,
+had BELLWETHER_THROTTLE_RATES["failed_auth"] answers 401 to a credential it presented
+(bad, unknown or revoked user, agent and enrollment tokens, on the cached poll path
+too) within the window, it is answered 429 with the envelope and Retry-After until the window ends,
 before any token is looked up. Other addresses, and successes, are not slowed; a
 cache that is down counts nothing and is not waited on."""
 
@@ -102,7 +102,7 @@ def _revoked_agent_token(environment):
     return node.client.get, DESIRED
 
 
-@pytest.mark.parametrize("kind", ["unknown user token", "malformed token", "no token",
+@pytest.mark.parametrize("kind", ["unknown user token", "malformed token",
                                   "unknown agent token", "revoked user token",
                                   "revoked agent token", "bad enrollment token"])
 def test_every_kind_of_failed_authentication_counts(kind, member, environment):
@@ -117,14 +117,51 @@ def test_every_kind_of_failed_authentication_counts(kind, member, environment):
         path = ENROLL
     else:
         token = {"unknown user token": UNKNOWN_USER_TOKEN, "malformed token": "bwu_\x7f",
-                 "no token": None, "unknown agent token": UNKNOWN_AGENT_TOKEN}[kind]
-        send = (api_client_for() if token is None else bearer_client(token)).get
+                 "unknown agent token": UNKNOWN_AGENT_TOKEN}[kind]
+        send = bearer_client(token).get
         path = DESIRED if kind == "unknown agent token" else ENVIRONMENTS
     with _bound(2):
         answers = [send(path, REMOTE_ADDR=ATTACKER) for _ in range(3)]
 
     assert [a.status_code for a in answers[:2]] == [401, 401]
     _refused(answers[2])
+
+
+@pytest.mark.parametrize("path", [ENVIRONMENTS, DESIRED, "/api/v1/agent/drift",
+                                  "/api/v1/nothing-here"])
+def test_requests_without_a_credential_are_refused_but_never_counted(path, member):
+    """Any web page can make a browser behind a NAT send credential-less requests
+    (an <img>): they must not lock out the agents and people at that address."""
+    anonymous = api_client_for()
+    with _bound(3):
+        answers = [anonymous.get(path, REMOTE_ADDR=ATTACKER,
+                                 HTTP_ORIGIN="http://evil.example") for _ in range(61)]
+        answers.append(anonymous.post(path, {}, format="json", REMOTE_ADDR=ATTACKER))
+        good = api_client_for(member("viewer")).get(ENVIRONMENTS, REMOTE_ADDR=ATTACKER)
+
+    assert 429 not in {a.status_code for a in answers}
+    assert good.status_code == 200
+    assert throttling.blocked_addresses.wait(ATTACKER, 0) is None
+
+
+@pytest.mark.parametrize("header", ["Bearer", "Basic Zm9vOmJhcg==", "Token x"])
+def test_any_authorization_header_that_fails_counts(header):
+    client = api_client_for()
+    with _bound(2):
+        answers = [client.get(ENVIRONMENTS, REMOTE_ADDR=ATTACKER, HTTP_AUTHORIZATION=header)
+                   for _ in range(3)]
+
+    assert [a.status_code for a in answers[:2]] == [401, 401]
+    _refused(answers[2])
+
+
+def test_an_enrollment_with_a_malformed_body_is_not_a_credential(environment):
+    client = api_client_for()
+    with _bound(2):
+        answers = [client.post(ENROLL, {"name": "web-1"}, format="json", REMOTE_ADDR=ATTACKER)
+                   for _ in range(4)]
+
+    assert {a.status_code for a in answers} == {400}
 
 
 def _poll(client, address: str, etag: str | None = None):

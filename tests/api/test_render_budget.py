@@ -214,8 +214,8 @@ def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
     started = time.monotonic()
     response = viewer.get(f"{ENV}/preview")
     assert time.monotonic() - started < 5
-    error = assert_error(response, 400, "render_limit")
-    assert "stopped" in error["message"]
+    error = assert_error(response, 503, "render_timeout")
+    assert "stopped" in error["message"] and int(response["Retry-After"]) >= 1
     # The server's load decided that outcome, not the template: it is not remembered.
     monkeypatch.undo()
     assert viewer.get(f"{ENV}/preview").status_code == 200
@@ -229,8 +229,10 @@ def test_a_render_over_its_deadline_is_not_remembered(environment, superuser, cl
     settings.BELLWETHER_LIMITS = {**settings.BELLWETHER_LIMITS,
                                   "max_template_iterations": 10**12}
     environment.refresh_from_db()
-    error = assert_error(client_for("viewer").get(f"{ENV}/preview"), 400, "render_limit")
-    assert "longer than 1 seconds" in error["message"]
+    response = client_for("viewer").get(f"{ENV}/preview")
+    error = assert_error(response, 503, "render_timeout")
+    assert "longer than 1 seconds" in error["message"] and response["Retry-After"] == "5"
+    assert error["details"][0]["file"] == "shop/zz.conf" and error["details"][0]["line"] == 2
     assert selectors._cached_limit(selectors._source_key(
         selectors.render_source_for(environment))) is None
 

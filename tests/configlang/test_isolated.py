@@ -135,3 +135,39 @@ def test_a_daemonic_process_renders_isolated_too():
         assert queue.get(timeout=30) == (True, [])
     finally:
         process.join(10)
+
+
+def test_the_childs_start_is_not_charged_to_the_render(monkeypatch):
+    """A busy machine starts the child slowly: its wall time counts once it is ready."""
+    real = isolated.subprocess.Popen
+
+    def slow_start(args, **kwargs):
+        args = [args[0], "-c", "import time; time.sleep(1.5); import runpy; "
+                "runpy.run_module('configlang.isolated', run_name='__main__')"]
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(isolated.subprocess, "Popen", slow_start)
+    rendered = render_isolated(_source("{{ name }}"), seconds=0.5, memory_bytes=256 << 20,
+                               grace=0.5)
+    assert rendered.problems == []
+    assert rendered.files == [{"path": "a.conf", "content": "shop"}]
+
+
+def test_a_child_that_does_not_start_in_its_allowance_is_a_timed_out_stop(monkeypatch):
+    real = isolated.subprocess.Popen
+    monkeypatch.setattr(isolated.subprocess, "Popen", lambda args, **kw: real(
+        [args[0], "-c", "import time; time.sleep(30)"], **kw))
+    started = time.monotonic()
+    rendered = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, startup=0.5)
+    assert time.monotonic() - started < 3
+    [problem] = rendered.problems
+    assert problem.code == "render_limit" and "could not start" in problem.message
+    assert rendered.timed_out and rendered.load_dependent
+
+
+def test_a_wall_time_stop_is_timed_out_and_a_memory_stop_is_not():
+    hung = render_isolated(_source("x"), seconds=1, memory_bytes=128 << 20, grace=0.5,
+                           render=hang)
+    hogged = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, render=hog)
+    assert hung.timed_out and not hogged.timed_out
+    assert [p.code for p in hogged.problems] == ["render_limit"]

@@ -15,6 +15,15 @@ ESCAPING = [
     "vault:secret/data/shop/..#password",
     "vault:secret/data/shop/%2e%2e/blog#password",
     "vault:secret/data/shop/%2E./blog#password",
+    "vault:secret/data/shop/%2e%2e%2fblog#password",
+    "vault:secret/data/shop/..%2fblog#password",
+    "vault:secret/data/shop/..%2Fblog#password",
+    "vault:secret/data/shop/%252e%252e/blog#password",
+    "vault:secret/data/shop/%25252e%25252e/blog#password",
+    "vault:secret/data/shop/..%5cblog#password",
+    "vault:secret/data/shop/..\\blog#password",
+    "vault:secret/data/shop/db%2f..%2f..%2fblog#password",
+    "vault:secret/data/shop/100%#password",
     "vault:secret/data/shop/./db#password",
     "vault:secret/data/shop//db#password",
     "vault:secret/data/shop/#password",
@@ -28,6 +37,7 @@ ESCAPING = [
 ]
 PLAIN = ["vault:secret/data/shop/db#password", "vault:kv/shop#api-key",
          "vault:secret/data/shop/db..backup#k", "vault:secret/data/shop/.hidden#k",
+         "vault:secret/data/shop/db%20main#k", "vault:secret/data/shop/db#k%2f..",
          "file:/etc/shop/db", "file:/etc/shop/..db", "file:/run/secrets/tok", "env:SHOP_DB"]
 PERMISSIVE = {"descriptor_policy": {"secret_refs": ["vault:secret/data/{application}/*",
                                                     "file:/etc/{application}/*"]}}

@@ -5,13 +5,15 @@ and cleared by a successful apply."""
 import pytest
 
 from apps.audit.models import AuditEvent
+from apps.environments.services import environment_file_put
+from apps.fleet import drift as drift_service
 from apps.fleet.models import Agent
 from tests.api_helpers import assert_error
 from tests.factories import bearer_client, enrolled_agent, publish_variant
 from tests.fleet.support import AGENTS, agent_url, report
 
 DRIFT = "/api/v1/agent/drift"
-EDITED = [{"path": "nginx/site.conf", "change": "modified", "summary": "+3 -1 lines"}]
+EDITED = [{"path": "nginx/shop.conf", "change": "modified", "summary": "+3 -1 lines"}]
 
 
 def drift(client, snapshot, files=EDITED, restored=None, checksum=None):
@@ -50,9 +52,9 @@ def test_drift_is_recorded_shown_in_the_status_and_audited(applied, first, clien
     assert (status["drift"]["restored"], status["drift"]["seen_at"] is not None) == (False, True)
     assert status["sync"] == "in_sync"  # drift is not a sync state: it applied #1
     [event] = _drift_events(applied)
-    assert event.data == {"snapshot": 1, "restored": False, "paths": ["nginx/site.conf"],
+    assert event.data == {"snapshot": 1, "restored": False, "paths": ["nginx/shop.conf"],
                           "files": 1}
-    assert event.actor_name == "system" and "nginx/site.conf" in event.summary
+    assert event.actor_name == "system" and "nginx/shop.conf" in event.summary
 
 
 def test_an_identical_repeat_records_and_audits_nothing(applied, first):
@@ -68,14 +70,14 @@ def test_an_identical_repeat_records_and_audits_nothing(applied, first):
 
 def test_a_changed_set_is_recorded_and_audited_again(applied, first):
     drift(applied.client, first)
-    more = [*EDITED, {"path": "app/settings.json", "change": "missing", "summary": ""}]
+    more = [*EDITED, {"path": "shop/app.json", "change": "missing", "summary": ""}]
 
     response = drift(applied.client, first, files=more)
 
     assert response.json() == {"recorded": True, "drifted": 2}
     assert _stored(applied)[0] == more
     assert [e.data["paths"] for e in _drift_events(applied)] == [
-        ["nginx/site.conf"], ["nginx/site.conf", "app/settings.json"]]
+        ["nginx/shop.conf"], ["nginx/shop.conf", "shop/app.json"]]
 
 
 def test_an_empty_list_clears_the_drift_once(applied, first, client_for):
@@ -88,7 +90,7 @@ def test_an_empty_list_clears_the_drift_once(applied, first, client_for):
     assert again.json() == {"recorded": False, "drifted": 0}
     assert _stored(applied) == ([], None, False)
     assert client_for("viewer").get(agent_url(applied.pk)).json()["status"]["drift"] is None
-    assert [e.data["paths"] for e in _drift_events(applied)] == [["nginx/site.conf"], []]
+    assert [e.data["paths"] for e in _drift_events(applied)] == [["nginx/shop.conf"], []]
 
 
 def test_no_drift_reported_on_a_clean_agent_records_nothing(applied, first):
@@ -182,7 +184,7 @@ def test_drift_needs_an_agent_token(api_client, superuser, applied, first):
 
 
 BAD_BODIES = [
-    ({"files": "nginx/site.conf"}, "files"),
+    ({"files": "nginx/shop.conf"}, "files"),
     ({"files": [{"path": "a", "change": "edited"}]}, "files"),
     ({"files": [{"path": "a\x00b", "change": "modified"}]}, "files"),
     ({"files": [{"path": "a\u202eb", "change": "modified"}]}, "files"),
@@ -194,6 +196,13 @@ BAD_BODIES = [
     ({"files": [{"path": f"f{i}", "change": "missing"} for i in range(1001)]}, "files"),
     ({"files": ["a"]}, "files"),
     ({"restored": "maybe"}, "restored"),
+    ({"restored": "yes"}, "restored"),
+    ({"restored": "true"}, "restored"),
+    ({"restored": 1}, "restored"),
+    ({"restored": None}, "restored"),
+    ({"files": [{"path": "../../etc/passwd", "change": "modified"}]}, "files"),
+    ({"files": [{"path": "nginx/other.conf", "change": "modified"}]}, "files"),
+    ({"files": [{"path": "nginx/shop.conf" + "/x" * 200, "change": "modified"}]}, "files"),
     ({"snapshot": "one"}, "snapshot"),
     ({"snapshot": 0}, "snapshot"),
     ({"checksum": None}, "checksum"),
@@ -264,3 +273,56 @@ def test_a_decommissioned_agent_cannot_report_drift(applied, first, superuser):
 
     assert_error(drift(applied.client, first), 401)
     assert _stored(applied) == ([], None, False)
+
+
+SECOND = {"path": "shop/app.json", "change": "missing"}
+
+
+@pytest.mark.parametrize(("files", "field"), [
+    ([*EDITED, {"path": "../../etc/passwd", "change": "modified"}], "files[1].path"),
+    ([SECOND, {"path": "/etc/shadow", "change": "missing"}], "files[1].path"),
+    ([*EDITED, SECOND, {"path": "shop/app.json", "change": "mode"}], "files[2].path"),
+    ([*EDITED, SECOND, {**SECOND, "change": "edited"}], "files[2].change"),
+    ([*EDITED, {"path": "x" * 256, "change": "missing"}], "files[1].path"),
+    ([*EDITED, {"path": 7, "change": "missing"}], "files[1].path"),
+])
+def test_every_field_error_names_the_file_by_its_index(files, field, applied, first):
+    error = assert_error(drift(applied.client, first, files=files), 400)
+
+    assert [d["field"] for d in error["details"]] == [field], error
+    assert _stored(applied) == ([], None, False)
+    assert _drift_events(applied) == []
+
+
+def test_a_path_that_is_not_a_file_of_the_applied_snapshot_is_not_shown(applied, first,
+                                                                          client_for):
+    error = assert_error(drift(applied.client, first, files=[
+        {"path": "../../etc/passwd", "change": "modified", "summary": "root"}]), 400)
+
+    assert "not a file of the applied snapshot" in error["message"]
+    status = client_for("viewer").get(agent_url(applied.pk)).json()["status"]
+    assert status["drift"] is None
+
+
+def test_a_path_of_another_snapshot_is_refused(applied, first, environment, superuser):
+    environment_file_put(environment=environment, kind="template", path="extra.conf",
+                         text="x\n", actor=superuser)
+    second = publish_variant(environment, superuser, workers=9)
+    assert "extra.conf" in {f["path"] for f in second.files}
+
+    error = assert_error(drift(applied.client, first, files=[
+        {"path": "extra.conf", "change": "missing"}]), 400)
+    assert error["details"][0]["field"] == "files[0].path"
+
+
+def test_the_audit_keeps_the_first_paths_and_the_count(applied, first, monkeypatch):
+    many = [f"conf/f{i:04}.conf" for i in range(1000)]
+    monkeypatch.setattr(drift_service, "_managed_paths", lambda agent, number: set(many))
+    for files in (many, many[::-1]):
+        assert drift(applied.client, first, files=[
+            {"path": p, "change": "missing"} for p in files]).status_code == 200
+
+    events = _drift_events(applied)
+    assert [e.data["files"] for e in events] == [1000, 1000]
+    assert events[0].data["paths"] == many[:20]
+    assert all(len(str(e.data)) + len(e.summary) < 2000 for e in events)
