@@ -220,7 +220,7 @@ def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     however many agents. Pushes of other snapshots than the pinned one will never
     apply under a pin, so they are superseded. Returns how many agents changed."""
     locks.require_transaction()
-    agents = Agent.objects.filter(pk__in=agent_ids)
+    agents = Agent.objects.filter(pk__in=agent_ids).order_by()
     keys = list(agents.values_list("token_key", flat=True))  # before the pins move
     each_own = hasattr(snapshot, "resolve_expression")
     holding = snapshot is not None or rollout is not None

@@ -34,11 +34,14 @@ def targets_store(rollout: Rollout, assignment: list[tuple]) -> None:
     what its agent desires now, then freeze every agent on it with the rollout's pin
     in one UPDATE. The targets' generation is the agent's after that freeze (which
     bumps it once); a wave's activation records it again."""
-    rows = Agent.objects.filter(pk__in=[agent.pk for agent, _ in assignment]).values_list(
+    chosen = Agent.objects.filter(pk__in=[agent.pk for agent, _ in assignment]).order_by()
+    rows = chosen.values_list(
         Value(rollout.pk), "pk", _wave_of(assignment), desired_snapshot_id(),
         Value(RolloutTarget.State.PENDING), F("generation") + 1)
     insert_from_select(RolloutTarget, TARGET_FIELDS, rows)
-    frozen_on = RolloutTarget.objects.filter(rollout=rollout, agent_id=OuterRef("pk"))
+    # Unordered: a model's default ordering would join its related tables in.
+    frozen_on = (RolloutTarget.objects.filter(rollout=rollout, agent_id=OuterRef("pk"))
+                 .order_by())
     pins_set(RolloutTarget.objects.filter(rollout=rollout).values("agent_id"),
              snapshot=Subquery(frozen_on.values("previous_snapshot_id")[:1]),
              rollout=rollout)
@@ -52,7 +55,7 @@ def wave_activate(rollout: Rollout, wave: int) -> int:
     pins_set(pending.values("agent_id"), snapshot=rollout.snapshot, rollout=rollout)
     return pending.update(
         state=RolloutTarget.State.ACTIVATED, activated_at=timezone.now(),
-        generation=Subquery(Agent.objects.filter(pk=OuterRef("agent_id"))
+        generation=Subquery(Agent.objects.filter(pk=OuterRef("agent_id")).order_by()
                             .values("generation")[:1]))
 
 
