@@ -1,19 +1,23 @@
 """Benchmark: a staged rollout's transitions over N agents, set-based, against a
 naive loop that updates the same agents one query each.
 
-Migrates a fresh embedded SQLite database in a temporary directory, creates an
-environment with an active snapshot #1 and a staged #2, and N agents (written
-in bulk). Then times, through the real services:
+Migrates a fresh database (embedded SQLite in a temporary directory, or with
+--database-url a new PostgreSQL database on that server, dropped afterwards),
+creates an environment with an active snapshot #1 and a staged #2, and N agents
+(written in bulk). Then times, through the real services, counting queries:
   create    rollout_create: freeze every agent's pin, move the canaries (1 %)
   wave 1    confirm: 10 % of the agents move to #2
   wave 2    confirm: the rest move to #2
   complete  confirm: #2 becomes active, every pin is released
+  rollback  a second rollout (#3), past its canaries, rolled back: #2 re-rendered
+            as #4 and active, every pin released (its create is timed too)
 Agents' acknowledgements between waves are written in bulk and not timed. The
 baseline updates every agent's pin with its own UPDATE (one transaction), the
-least a per-agent implementation would do. Prints seconds and microseconds per
-agent of each, and the per-agent ratio.
+least a per-agent implementation would do. Prints seconds, queries and
+microseconds per agent of each, and the per-agent ratio.
 
     .venv/bin/python bench/rollout_waves.py [--agents 10000]
+        [--database-url postgres://USER@HOST:5432/DB] [--redis-url redis://HOST:6379/N]
 """
 
 import argparse
@@ -30,8 +34,9 @@ def child(agents: int) -> dict:
     django.setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-    from django.db import transaction
+    from django.db import connection, transaction
     from django.db.models import F
+    from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
     from apps.environments.services import environment_create, environment_file_put
@@ -68,7 +73,7 @@ def child(agents: int) -> dict:
     canaries = ids[:max(1, agents // 100)]
 
     def acknowledge(rollout: Rollout, wave: int) -> None:
-        now = timezone.now()
+        now, snapshot = timezone.now(), rollout.snapshot
         wave_ids = list(RolloutTarget.objects.filter(rollout=rollout, wave=wave)
                         .values_list("agent_id", flat=True))
         Deployment.objects.bulk_create([
@@ -80,24 +85,53 @@ def child(agents: int) -> dict:
             last_status="succeeded", last_report_at=now)
 
     steps = []
-    started = time.perf_counter()
-    rollout = services.rollout_create(
-        environment=env, snapshot=snapshot, actor=admin, canary_agents=canaries,
-        waves=[{"percent": 10, "gate": "manual"}, {"percent": 100, "gate": "manual"}])
-    steps.append({"step": "create", "agents": agents, "moved": len(canaries),
-                  "seconds": time.perf_counter() - started})
+
+    def timed(step: str, touched: int, moved: int, action):
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            value = action()
+            seconds = time.perf_counter() - started
+        slowest = sorted(captured.captured_queries, key=lambda q: -float(q["time"]))[:3]
+        steps.append({"step": step, "agents": touched, "moved": moved, "seconds": seconds,
+                      "queries": len(captured.captured_queries),
+                      "sql_seconds": sum(float(q["time"]) for q in captured.captured_queries),
+                      "slowest": [(q["time"], q["sql"][:300]) for q in slowest]})
+        return value
+
+    def start(snapshot):
+        return services.rollout_create(
+            environment=env, snapshot=snapshot, actor=admin, canary_agents=canaries,
+            waves=[{"percent": 10, "gate": "manual"}, {"percent": 100, "gate": "manual"}])
+
+    def fresh(rollout):
+        return Rollout.objects.select_related("snapshot", "environment").get(pk=rollout.pk)
+
+    def confirm(rollout):
+        return services.rollout_confirm(rollout=rollout, expected_version=rollout.version,
+                                        actor=admin)
+
+    rollout = timed("create", agents, len(canaries), lambda: start(snapshot))
     for index in range(len(rollout.waves)):
-        rollout = Rollout.objects.select_related("snapshot", "environment").get(pk=rollout.pk)
+        rollout = fresh(rollout)
         acknowledge(rollout, index)
         size = (rollout.waves[index + 1]["size"] if index + 1 < len(rollout.waves)
                 else agents)
-        started = time.perf_counter()
-        rollout = services.rollout_confirm(rollout=rollout, expected_version=rollout.version,
-                                           actor=admin)
         name = f"wave {index + 1}" if index + 1 < len(rollout.waves) else "complete"
-        steps.append({"step": name, "agents": size, "moved": size,
-                      "seconds": time.perf_counter() - started})
+        rollout = timed(name, size, size, lambda r=rollout: confirm(r))
     assert rollout.state == "completed", rollout.state
+    assert not Agent.objects.filter(pin_rollout__isnull=False).exists()
+
+    env = environment_update(environment=env, config="greeting: hey\n", actor=admin)
+    third = publish()  # 3, staged
+    env.refresh_from_db()
+    rollout = timed("create 2", agents, len(canaries), lambda: start(third))
+    acknowledge(fresh(rollout), 0)
+    rollout = confirm(fresh(rollout))
+    rollout = fresh(rollout)
+    rollout = timed("rollback", agents, len(canaries) + rollout.waves[1]["size"],
+                    lambda: services.rollout_rollback(rollout=rollout, actor=admin,
+                                                      expected_version=rollout.version))
+    assert rollout.state == "rolled_back", rollout.state
     assert not Agent.objects.filter(pin_rollout__isnull=False).exists()
 
     started = time.perf_counter()
@@ -115,6 +149,13 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=10_000,
                         help="agents in the rollout (default 10000; the default bound "
                              "BELLWETHER_ROLLOUT_MAX_TARGETS is 10000)")
+    parser.add_argument("--database-url", help="a PostgreSQL server (and a database to "
+                        "connect to) on which a fresh database is created for the run and "
+                        "dropped after it; default: embedded SQLite")
+    parser.add_argument("--redis-url", help="Redis as the cache (heartbeats, poll states), "
+                        "as in production; default: none (local memory)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show each step's three slowest queries")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.agents < 3:
@@ -125,17 +166,25 @@ def main() -> int:
 
     result = run_child(__file__, ["--agents", str(args.agents)],
                        extra_env={"BELLWETHER_ROLLOUT_MAX_TARGETS":
-                                  str(max(args.agents, 10_000))})
+                                  str(max(args.agents, 10_000))},
+                       database_url=args.database_url, redis_url=args.redis_url)
     if result is None:
         return 1
 
     agents = result["agents"]
-    print(f"{agents} agents, embedded SQLite, one process")
+    database = "PostgreSQL" if args.database_url else "embedded SQLite"
+    cache = "Redis" if args.redis_url else "local-memory"
+    print(f"{agents} agents, {database}, {cache} cache, one process")
     for step in result["steps"]:
         per_agent = step["seconds"] / step["agents"] * 1e6
-        print(f"  {step['step']:<9} {step['seconds']:7.3f} s  {step['moved']:>6} pins moved, "
-              f"{step['agents']:>6} touched  {per_agent:8.1f} us/agent")
-    transitions = [s for s in result["steps"] if s["step"] != "create"]
+        print(f"  {step['step']:<9} {step['seconds']:7.3f} s  {step['queries']:>3} queries  "
+              f"{step['moved']:>6} pins moved, {step['agents']:>6} touched  "
+              f"{per_agent:8.1f} us/agent")
+        if args.verbose:
+            print(f"      {step['sql_seconds']:.3f} s in the database's answers")
+            for seconds, sql in step["slowest"]:
+                print(f"      {seconds} s  {sql}")
+    transitions = [s for s in result["steps"] if s["step"].startswith(("wave", "complete"))]
     set_based = sum(s["seconds"] for s in transitions)
     set_agents = sum(s["agents"] for s in transitions)
     set_per_agent = set_based / set_agents * 1e6

@@ -12,7 +12,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.lookups import IsNull
 from django.utils import timezone
 
 from apps.audit.models import Action
@@ -88,13 +89,19 @@ def _bump(agent_ids) -> None:
 # --- desired state -----------------------------------------------------------------
 
 
-def pushes_supersede(agent_ids, *, keep_snapshot: Snapshot | None = None) -> int:
-    """Close pending pushes of these agents, except those of `keep_snapshot`: a
-    newer desired state means an older announced push will never apply."""
+def pushes_supersede(agent_ids, *, keep_snapshot: Snapshot | None = None,
+                     keep_pinned: bool = False) -> int:
+    """Close pending pushes of these agents, except those of `keep_snapshot` (or,
+    with `keep_pinned`, of the snapshot each agent is pinned to; an agent pinned
+    on nothing keeps its pushes): a newer desired state means an older announced
+    push will never apply."""
     pending = Deployment.objects.filter(agent_id__in=agent_ids, kind=Deployment.Kind.PUSH,
                                         state=Deployment.State.PENDING)
     if keep_snapshot is not None:
         pending = pending.exclude(snapshot=keep_snapshot)
+    if keep_pinned:
+        pending = pending.filter(agent__pinned_snapshot__isnull=False).exclude(
+            snapshot=F("agent__pinned_snapshot"))
     return pending.update(state=Deployment.State.SUPERSEDED)
 
 
@@ -205,21 +212,30 @@ def pushes_create(*, snapshot: Snapshot, agents: list[Agent], actor) -> list[Dep
 # --- pins --------------------------------------------------------------------------
 
 
-def pins_set(agent_ids, *, snapshot: Snapshot | None, rollout=None, actor=None) -> None:
+def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     """Point these agents' pins at `snapshot`, held by `rollout` or by `actor`, in one
-    UPDATE; `snapshot` and `rollout` None release them. Pushes of other snapshots
-    will never apply under a pin, so they are superseded."""
+    UPDATE; `snapshot` and `rollout` None release them. `agent_ids` is a list or a
+    query of ids, `snapshot` a Snapshot, None, or an expression naming each agent's
+    own snapshot id (a rollout freezing its targets): a constant number of queries
+    however many agents. Pushes of other snapshots than the pinned one will never
+    apply under a pin, so they are superseded. Returns how many agents changed."""
     locks.require_transaction()
+    agents = Agent.objects.filter(pk__in=agent_ids).order_by()
+    keys = list(agents.values_list("token_key", flat=True))  # before the pins move
+    each_own = hasattr(snapshot, "resolve_expression")
     holding = snapshot is not None or rollout is not None
-    Agent.objects.filter(pk__in=agent_ids).update(
+    pinned_at = timezone.now() if snapshot is not None else None
+    if each_own:
+        pinned_at = Case(When(IsNull(snapshot, False), then=Value(pinned_at)), default=None)
+    changed = agents.update(
         pinned_snapshot=snapshot, pin_rollout=rollout,
         pinned_by=actor if holding and getattr(actor, "is_authenticated", False) else None,
-        pinned_at=timezone.now() if snapshot is not None else None,
-        generation=F("generation") + 1)
+        pinned_at=pinned_at, generation=F("generation") + 1)
     if snapshot is not None:
-        pushes_supersede(agent_ids, keep_snapshot=snapshot)
-    forget_polls_on_commit(Agent.objects.filter(pk__in=agent_ids)
-                           .values_list("token_key", flat=True))
+        pushes_supersede(agent_ids, keep_snapshot=None if each_own else snapshot,
+                         keep_pinned=each_own)
+    forget_polls_on_commit(keys)
+    return changed
 
 
 def agent_pin_hold(*, agent: Agent, snapshot: Snapshot, actor) -> Agent:

@@ -23,21 +23,32 @@ def freshness_window(rollout: Rollout) -> timedelta:
 
 
 def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
-    """Who in `wave` has reported success for the exact snapshot number and checksum,
-    strictly after activation and within the freshness window (docs/rollouts.md).
-    Decommissioned agents are listed apart: they neither block nor acknowledge."""
+    """Who in `wave` (the current one by default) has reported success for the exact
+    snapshot number and checksum, strictly after activation and within the freshness
+    window (docs/rollouts.md). Decommissioned agents are listed apart: they neither
+    block nor acknowledge."""
     wave = rollout.current_wave if wave is None else wave
-    snapshot = rollout.snapshot
-    now = timezone.now()
-    fresh_after = now - freshness_window(rollout)
-    evidence = WaveEvidence()
-    targets = list(RolloutTarget.objects.filter(rollout=rollout, wave=wave)
-                   .select_related("agent").order_by("agent__name"))
-    # The reports of exactly this snapshot, per agent (one query): a report of any
-    # other snapshot must not make an old acknowledgement look new.
+    return waves_evidence(rollout, [wave])[wave]
+
+
+# What the evidence reads of a target and its agent: a wave of thousands of targets
+# loads as that many small rows (not the agents' labels, drift or messages).
+EVIDENCE_FIELDS = ("agent_id", "wave", "state", "activated_at", "generation", "agent__name",
+                   "agent__generation", "agent__decommissioned_at", "agent__applied_number",
+                   "agent__applied_checksum", "agent__last_seen_at")
+
+
+def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
+    """wave_evidence of each of `waves`, in one pass: two queries and one read of the
+    heartbeats, however many targets and waves."""
+    targets = list(RolloutTarget.objects.filter(rollout=rollout, wave__in=list(waves))
+                   .select_related("agent").only(*EVIDENCE_FIELDS).order_by("agent__name"))
+    # The reports of exactly this snapshot, per agent: a report of any other snapshot
+    # must not make an old acknowledgement look new. (The ids as a list, not a
+    # subquery: PostgreSQL plans the list well even before it has statistics.)
     reports = {
         row["agent_id"]: row for row in Deployment.objects.filter(
-            agent_id__in=[t.agent_id for t in targets], snapshot=snapshot,
+            agent_id__in=[t.agent_id for t in targets], snapshot=rollout.snapshot,
             reported_at__isnull=False,
         ).values("agent_id").annotate(
             succeeded=Max("reported_at", filter=Q(state=Deployment.State.SUCCEEDED)),
@@ -48,29 +59,36 @@ def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
     # An agent reports once per apply, then keeps polling: its acknowledgement stays
     # fresh while it polls (heartbeat) with that snapshot still applied.
     seen = last_seen([t.agent for t in targets])
+    fresh_after = timezone.now() - freshness_window(rollout)
+    evidence = {wave: WaveEvidence() for wave in waves}
     for target in targets:
-        agent, name = target.agent, target.agent.name
-        report = reports.get(agent.pk, {})
-        succeeded, failed = report.get("succeeded"), report.get("failed")
-        if agent.decommissioned_at is not None:
-            evidence.decommissioned.append(name)
-        elif target.state == RolloutTarget.State.RELEASED:
-            evidence.released.append(name)
-        elif target.state != RolloutTarget.State.ACTIVATED:
-            evidence.waiting.append(name)
-        elif agent.generation != target.generation:
-            evidence.changed.append(name)
-        elif failed is not None and failed > target.activated_at and (
-                succeeded is None or failed > succeeded):
-            evidence.failed.append(name)
-        elif (succeeded is not None and succeeded > target.activated_at
-              and (agent.applied_number, agent.applied_checksum) == (snapshot.number,
-                                                                     snapshot.checksum)
-              and max(succeeded, seen.get(agent.pk) or succeeded) >= fresh_after):
-            evidence.acknowledged.append(name)
-        else:
-            evidence.waiting.append(name)
+        kind = _evidence_kind(target, reports.get(target.agent_id, {}), rollout.snapshot,
+                              seen.get(target.agent_id), fresh_after)
+        getattr(evidence[target.wave], kind).append(target.agent.name)
     return evidence
+
+
+def _evidence_kind(target: RolloutTarget, report: dict, snapshot, seen, fresh_after) -> str:
+    """What one target has shown: the name of its WaveEvidence list."""
+    agent = target.agent
+    succeeded, failed = report.get("succeeded"), report.get("failed")
+    if agent.decommissioned_at is not None:
+        return "decommissioned"
+    if target.state == RolloutTarget.State.RELEASED:
+        return "released"
+    if target.state != RolloutTarget.State.ACTIVATED:
+        return "waiting"
+    if agent.generation != target.generation:
+        return "changed"
+    if failed is not None and failed > target.activated_at and (
+            succeeded is None or failed > succeeded):
+        return "failed"
+    if (succeeded is not None and succeeded > target.activated_at
+            and (agent.applied_number, agent.applied_checksum) == (snapshot.number,
+                                                                   snapshot.checksum)
+            and max(succeeded, seen or succeeded) >= fresh_after):
+        return "acknowledged"
+    return "waiting"
 
 
 def failures(rollout: Rollout) -> int:
@@ -100,16 +118,16 @@ def rollout_summary(rollout: Rollout, shown: int = 100) -> dict:
     rows = {row["wave"]: row for row in RolloutTarget.objects.filter(rollout=rollout)
             .values("wave").annotate(targets=Count("pk"),
                                      activated=Count("pk", filter=Q(activated_at__isnull=False)))}
+    reached = waves_evidence(rollout, range(rollout.current_wave + 1))
     waves = []
     for index in range(len(rollout.waves)):
-        evidence = (wave_evidence(rollout, index) if index <= rollout.current_wave
-                    else WaveEvidence())
+        evidence = reached.get(index, WaveEvidence())
         row = rows.get(index, {})
         waves.append({"index": index, "targets": row.get("targets", 0),
                       "activated": row.get("activated", 0),
                       "acknowledged": len(evidence.acknowledged),
                       "failed": len(evidence.failed)})
-    final = wave_evidence(rollout)
+    final = reached[rollout.current_wave]
     return {"waves": waves, "final_evidence": {k: getattr(final, k)[:shown]
                                                for k in EVIDENCE_KINDS}}
 
