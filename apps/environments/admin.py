@@ -88,6 +88,8 @@ class EnvironmentFileForm(forms.ModelForm):
         cleaned = super().clean()
         if self.cleaned_data.get("DELETE") or "path" not in cleaned:
             return cleaned
+        if self.instance.pk is not None and not self.has_changed():
+            return cleaned  # stored as it is: checked (and compiled) when it was saved
         try:
             services.check_file(self.kind, cleaned["path"], cleaned.get(self.text_field, ""),
                                 environment_limits(self.instance))

@@ -379,3 +379,26 @@ def test_a_problem_quoting_braces_shows_on_the_change_page(owner_client, environ
     page = response.content.decode()
     assert "The current config does not render" in page
     assert "{&#x27;a&#x27;: 1}" in page or "{'a': 1}" in page
+
+
+def test_an_untouched_save_compiles_no_stored_template(owner_client, environment,
+                                                       monkeypatch):
+    """Templates are checked when they change; a save that leaves them as they are does
+    not compile each again (40 large ones took 22-39 s in one request)."""
+    from apps.environments import services
+
+    checked = []
+    original = services.check_file
+    monkeypatch.setattr(services, "check_file",
+                        lambda kind, path, *args: checked.append(path) or original(
+                            kind, path, *args))
+    data = environment_form(environment)
+    changed = next(k for k in data if k.endswith("-source"))
+    data[changed] = data[changed] + "# changed\n"
+
+    response = post_change(owner_client, environment, data)
+
+    assert response.status_code == 302
+    # The changed template only (by the form, then by the service that saves it).
+    assert environment.templates.count() > 1
+    assert set(checked) == {data[changed.replace("-source", "-path")]}
