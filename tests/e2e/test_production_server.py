@@ -1,0 +1,103 @@
+"""End to end against the production shape (README "Production shape"): granian serving
+project.asgi with Redis as the cache and DEBUG off. The agent poll's 304 is answered
+by the edge in front of Django (apps/fleet/edge.py); everything it must not answer
+reaches Django and is answered as before."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+
+import pytest
+
+from apps.fleet import enrollment
+from tests import factories
+from tests.e2e.harness import Server, free_port, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+FAILED_AUTH_LIMIT = 5
+
+
+@pytest.fixture
+def production(processes, server_environ, tmp_path, empty_cache) -> Server:
+    """The server, with the failed-authentication counts of earlier runs gone (its
+    readiness probe is one failed authentication itself)."""
+    environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
+               "SECRET_KEY": "e2e-production-" + "s" * 50, "SECURE_COOKIES": "0",
+               "BELLWETHER_THROTTLE_FAILED_AUTH": f"{FAILED_AUTH_LIMIT}/minute"}
+    server = Server.production(port=free_port(), env=environ, log_path=tmp_path / "server.log")
+    processes.append(server)
+    return server.start().wait_ready()
+
+
+def get(server: Server, path: str, headers: dict):
+    request = urllib.request.Request(server.url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read()
+
+
+@pytest.fixture
+def agent(environment, first, superuser):
+    return factories.enrolled_agent(environment, actor=superuser)
+
+
+def test_the_poll_is_200_then_304_and_a_revoked_token_is_refused_at_once(
+        production, agent, superuser):
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    status, headers, body = get(production, "/api/v1/agent/desired", auth)
+    assert status == 200, body
+    etag = headers["ETag"]
+
+    for header in (etag, f'"other", {etag}', f"W/{etag}", "*"):
+        status, headers, body = get(production, "/api/v1/agent/desired",
+                                    {**auth, "If-None-Match": header})
+        assert (status, headers["ETag"], body) == (304, etag, b"")
+    malformed, _, body = get(production, "/api/v1/agent/desired",
+                             {**auth, "If-None-Match": etag.strip('"')})
+    assert malformed == 200 and b'"snapshot"' in body
+
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
+    status, _, body = get(production, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})
+    assert status == 401 and b'"authentication_failed"' in body
+
+
+def test_the_poll_records_the_heartbeat(production, agent):
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    _, headers, _ = get(production, "/api/v1/agent/desired", auth)
+    for _ in range(5):
+        get(production, "/api/v1/agent/desired", {**auth, "If-None-Match": headers["ETag"]})
+
+    def seen():
+        from apps.fleet import cache
+
+        known = cache.heartbeats([agent.agent.pk])
+        return agent.agent.pk in known, known
+
+    wait_for(seen, what="the poll's heartbeat in the cache")
+
+
+def test_bad_tokens_on_the_poll_are_401_with_the_envelope_and_counted(production, agent):
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    _, headers, _ = get(production, "/api/v1/agent/desired", auth)
+    matching = {**auth, "If-None-Match": headers["ETag"]}
+    assert get(production, "/api/v1/agent/desired", matching)[0] == 304
+    bad = ["bwa_nope.nope", "bwu_x.y", f"{agent.token}x", "bwa_", agent.token.upper()]
+    answers = []
+    for presented in bad:  # the readiness probe counted one already
+        status, _, body = get(production, "/api/v1/agent/desired",
+                              {"If-None-Match": headers["ETag"],
+                               "Authorization": f"Bearer {presented}"})
+        answers.append(status)
+        if status == 429:
+            break
+        assert status == 401 and b'"authentication_failed"' in body, body
+    assert answers == [401] * (FAILED_AUTH_LIMIT - 1) + [429]
+
+    # The address is refused now, its valid agent token and cached 304 included.
+    status, retry, body = get(production, "/api/v1/agent/desired", matching)
+    assert status == 429 and b'"throttled"' in body and retry["Retry-After"]
