@@ -21,7 +21,7 @@ from apps.core import locks
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
-from apps.fleet import cache, rules
+from apps.fleet import cache, longpoll, rules
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.models import Snapshot
 
@@ -30,11 +30,18 @@ logger = logging.getLogger(__name__)
 def forget_polls_on_commit(agents_or_keys) -> None:
     """These agents' cached poll answers are stale once the transaction commits:
     record it in the transaction (a PollInvalidation, the debt a sweep settles),
-    and drop the cache entries on commit."""
+    and drop the cache entries on commit, then wake their long-polls."""
     keys = sorted({a.token_key if isinstance(a, Agent) else a for a in agents_or_keys})
     if keys:
         PollInvalidation.objects.create(token_keys=keys)
-        transaction.on_commit(lambda: cache.forget_poll_states(keys))
+        transaction.on_commit(lambda: _forget_and_announce(keys))
+
+
+def _forget_and_announce(keys) -> None:
+    # A cache that failed the drop would make the announcement wait its timeout
+    # too: the sweep announces once the cache answers again.
+    if cache.forget_poll_states(keys):
+        longpoll.announce(keys)
 
 
 SWEEP_BATCH = 500
@@ -52,8 +59,10 @@ def poll_invalidations_sweep() -> int:
                .values_list("pk", "token_keys")[:SWEEP_BATCH])
     if not due:
         return 0
-    if not cache.forget_poll_states(sorted({k for _, keys in due for k in keys})):
+    keys = sorted({k for _, keys in due for k in keys})
+    if not cache.forget_poll_states(keys):
         return 0
+    longpoll.announce(keys)  # a long-poll the commit's announcement missed
     PollInvalidation.objects.filter(pk__in=[pk for pk, _ in due]).delete()
     return len(due)
 

@@ -5,13 +5,17 @@ reaches Django and is answered as before."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from apps.fleet import enrollment
+from apps.releases.services import environment_update
 from tests import factories
 from tests.e2e.harness import Server, free_port, wait_for
 
@@ -101,3 +105,42 @@ def test_bad_tokens_on_the_poll_are_401_with_the_envelope_and_counted(production
     # The address is refused now, its valid agent token and cached 304 included.
     status, retry, body = get(production, "/api/v1/agent/desired", matching)
     assert status == 429 and b'"throttled"' in body and retry["Retry-After"]
+
+
+def test_a_long_poll_is_held_and_woken_by_a_change_committed_elsewhere(
+        production, agent, environment, superuser):
+    """The change commits in this test process — another node, for the server — and
+    is announced through Redis; the held poll answers 200 with the new state."""
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    status, headers, _ = get(production, "/api/v1/agent/desired", auth)
+    assert status == 200 and headers["Bellwether-Long-Poll"] == "60"
+    etag = headers["ETag"]
+    held = {**auth, "If-None-Match": etag}
+
+    started = time.monotonic()
+    status, headers, _ = get(production, "/api/v1/agent/desired?wait=1", held)
+    assert (status, headers["ETag"], headers["Bellwether-Long-Poll"]) == (304, etag, "60")
+    assert 0.9 <= time.monotonic() - started < 5
+
+    answer = {}
+    poller = threading.Thread(target=lambda: answer.update(zip(
+        ("status", "headers", "body", "at"),
+        (*get(production, "/api/v1/agent/desired?wait=30", held), time.monotonic()),
+        strict=True)))
+    poller.start()
+    time.sleep(1.0)  # the poll is held by now
+    changed_at = time.monotonic()
+    environment_update(environment=environment, poll_interval_s=17, actor=superuser)
+    poller.join(40)
+
+    assert answer["status"] == 200, (answer, answer["at"] - changed_at, production.log()[-3000:])
+    assert answer["headers"]["ETag"] != etag
+    assert json.loads(answer["body"])["poll_interval_s"] == 17
+    assert answer["at"] - changed_at < 3
+
+
+def test_a_bad_wait_is_400_naming_wait_on_the_production_server(production, agent):
+    auth = {"Authorization": f"Bearer {agent.token}", "If-None-Match": '"x"'}
+    for wait in ("abc", "-1", "1.5"):
+        status, _, body = get(production, f"/api/v1/agent/desired?wait={wait}", auth)
+        assert status == 400 and json.loads(body)["error"]["details"][0]["field"] == "wait"

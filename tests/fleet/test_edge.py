@@ -6,18 +6,25 @@ then answers (401 with the envelope, 200, 429, 400) is tests/fleet/test_desired.
 and, through the production server, tests/e2e/test_production_server.py's."""
 
 import asyncio
+import threading
 import time
 
 import pytest
+from django.core.cache import cache as django_cache
+from django.db import DatabaseError
 from django.test.utils import override_settings
 
 from apps.core import throttling
 from apps.fleet import cache as fleet_cache
-from apps.fleet import enrollment, polldebt
+from apps.fleet import enrollment, longpoll, polldebt
 from apps.fleet.edge import DESIRED_PATH, PollEdge
 from tests.factories import poll
 
 DJANGO = 599
+
+
+def _key(warm) -> str:
+    return warm.token.removeprefix("bwa_").split(".")[0]
 
 
 async def _django(scope, receive, send):
@@ -151,7 +158,29 @@ def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeyp
     assert status == DJANGO
 
 
-def test_debts_due_for_their_refresh_send_the_poll_to_django(warm, monkeypatch):
+@pytest.mark.parametrize("indebted", [False, True])
+def test_debts_due_are_read_by_the_poll_that_finds_them_due(warm, monkeypatch, indebted):
+    reads = []
+
+    def poll_debts():
+        reads.append(1)
+        return frozenset({_key(warm)} if indebted else set()), []
+
+    monkeypatch.setattr(polldebt.selectors, "poll_debts", poll_debts)
+    monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)  # due
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    again, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert (status, again) == ((DJANGO, DJANGO) if indebted else (304, 304))
+    assert reads == [1]  # once per refresh interval, not per poll
+
+
+def test_debts_the_database_cannot_read_send_the_poll_to_django(warm, monkeypatch):
+    def failing():
+        raise DatabaseError("down")
+
+    monkeypatch.setattr(polldebt.selectors, "poll_debts", failing)
     monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
@@ -159,14 +188,16 @@ def test_debts_due_for_their_refresh_send_the_poll_to_django(warm, monkeypatch):
     assert status == DJANGO
 
 
-def test_a_heartbeat_flush_due_sends_the_poll_to_django(warm):
+def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
     fleet_cache._heartbeats._flushed_at = 0.0
     fleet_cache._heartbeats._pending.clear()
+    django_cache.delete_many([f"fleet:seen:{warm.agent.pk}"])
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert status == DJANGO
-    assert fleet_cache._heartbeats.pending() == {}  # Django's poll records (and flushes) it
+    assert status == 304
+    assert fleet_cache._heartbeats.pending() == {}  # flushed to the cache
+    assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
 
 
 def test_an_address_refused_for_failed_authentications_goes_to_django(warm):
@@ -225,3 +256,83 @@ def test_other_protocols_go_to_the_application(kind):
     status, _ = call_edge(kind=kind)
 
     assert status == DJANGO
+
+
+# -- long-poll (?wait=N) -------------------------------------------------------------------
+
+
+def _long_poll(warm, query, *, during=None, after_s=0.2):
+    """call_edge for a poll with `query`, running `during()` in a thread `after_s`
+    seconds into the wait; returns (status, headers, seconds taken)."""
+    timer = threading.Timer(after_s, during) if during else None
+    started = time.monotonic()
+    if timer:
+        timer.start()
+    try:
+        status, headers = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
+                                    query=query)
+    finally:
+        if timer:
+            timer.join()
+    return status, headers, time.monotonic() - started
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=60)
+def test_a_long_poll_is_304_at_the_end_of_its_wait_with_no_sql(warm, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        status, headers, took = _long_poll(warm, b"wait=1")
+
+    assert (status, headers["etag"], headers["bellwether-long-poll"]) == (304, warm.etag, "60")
+    assert 0.9 <= took < 5
+    assert longpoll._waiters.count() == 0
+
+
+def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
+    def change():
+        fleet_cache.forget_poll_states([_key(warm)])
+        longpoll.announce([_key(warm)])
+
+    status, _, took = _long_poll(warm, b"wait=20", during=change)
+
+    assert status == DJANGO
+    assert took < 5
+
+
+def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
+    status, _, took = _long_poll(warm, b"wait=1",
+                                 during=lambda: longpoll.announce([_key(warm)]))
+
+    assert status == 304
+    assert took >= 0.9
+
+
+def test_an_announcement_for_other_agents_does_not_end_the_wait(warm):
+    status, _, took = _long_poll(warm, b"wait=1",
+                                 during=lambda: longpoll.announce(["someoneelse"]))
+
+    assert (status, took >= 0.9) == (304, True)
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=1)
+def test_a_wait_above_the_maximum_is_served_as_the_maximum(warm):
+    status, headers, took = _long_poll(warm, b"wait=" + b"9" * 40)
+
+    assert (status, headers["bellwether-long-poll"]) == (304, "1")
+    assert 0.9 <= took < 5
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=0)
+def test_long_polling_off_answers_at_once_and_advertises_nothing(warm):
+    status, headers, took = _long_poll(warm, b"wait=30")
+
+    assert status == 304 and "bellwether-long-poll" not in headers
+    assert took < 5
+
+
+@pytest.mark.parametrize("query", [b"wait=abc", b"wait=-1", b"wait=1.5", b"wait=", b"wait",
+                                   b"wait=1&wait=2", b"wait=1&x=2", b"WAIT=1", b"wait=%31",
+                                   b"wait=\xd9\xa3"])
+def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query):
+    status, _, took = _long_poll(warm, query)
+
+    assert status == DJANGO and took < 5
