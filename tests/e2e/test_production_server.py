@@ -5,14 +5,18 @@ reaches Django and is answered as before."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+from django.conf import settings
+from django.test.utils import override_settings
 
 from apps.fleet import enrollment
 from apps.releases.services import environment_update
@@ -22,6 +26,7 @@ from tests.e2e.harness import Server, free_port, wait_for
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 FAILED_AUTH_LIMIT = 5
+SERVER_SECRET_KEY = "e2e-production-" + "s" * 50
 
 
 @pytest.fixture
@@ -29,7 +34,7 @@ def production(processes, server_environ, tmp_path, empty_cache) -> Server:
     """The server, with the failed-authentication counts of earlier runs gone (its
     readiness probe is one failed authentication itself)."""
     environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
-               "SECRET_KEY": "e2e-production-" + "s" * 50, "SECURE_COOKIES": "0",
+               "SECRET_KEY": SERVER_SECRET_KEY, "SECURE_COOKIES": "0",
                "BELLWETHER_THROTTLE_FAILED_AUTH": f"{FAILED_AUTH_LIMIT}/minute"}
     server = Server.production(port=free_port(), env=environ, log_path=tmp_path / "server.log")
     processes.append(server)
@@ -144,3 +149,36 @@ def test_a_bad_wait_is_400_naming_wait_on_the_production_server(production, agen
     for wait in ("abc", "-1", "1.5"):
         status, _, body = get(production, f"/api/v1/agent/desired?wait={wait}", auth)
         assert status == 400 and json.loads(body)["error"]["details"][0]["field"] == "wait"
+
+
+def websocket_handshake(server: Server, *, cookie: str | None, origin: str) -> bytes:
+    """The status line the server answers a websocket upgrade of /ws/live/ with."""
+    head = (f"GET /ws/live/ HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+            f"Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n"
+            + (f"Cookie: {settings.SESSION_COOKIE_NAME}={cookie}\r\n" if cookie else "")
+            + "\r\n")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        answer = b""
+        while b"\r\n" not in answer:
+            data = sock.recv(4096)
+            if not data:
+                break
+            answer += data
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_the_live_websocket_opens_for_a_session_and_is_refused_without(production, superuser):
+    with override_settings(SECRET_KEY=SERVER_SECRET_KEY):  # the session as the server signs it
+        client = factories.session_client(superuser)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    origin = production.url
+
+    anonymous = websocket_handshake(production, cookie=None, origin=origin)
+    elsewhere = websocket_handshake(production, cookie=session, origin="http://evil.example")
+    opened = websocket_handshake(production, cookie=session, origin=origin)
+
+    assert b" 101 " in opened, opened
+    assert b" 101 " not in anonymous and b" 101 " not in elsewhere, (anonymous, elsewhere)
