@@ -85,7 +85,9 @@ def granian(interface: str, target: str, port: int, env: dict) -> subprocess.Pop
     """One granian worker process serving `target`, as production runs it."""
     return subprocess.Popen(
         [sys.executable, "-m", "granian", "--interface", interface, "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1", target],
+         "--port", str(port), "--workers", "1", "--backlog", "4096",
+         *(["--backpressure", "16384"] if interface.startswith("asgi") else []),
+         *os.environ.get("BENCH_GRANIAN_EXTRA", "").split(), target],
         env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -132,7 +134,7 @@ def main() -> int:
     token = setup_data(env)
     port = args.port or free_port()
     base_port = port + 1 if args.port else free_port()
-    servers = [granian("asgi", "project.asgi:application", port, env),
+    servers = [granian("asginl", "project.asgi:application", port, env),
                granian("wsgi", "bench.bare_django:application", base_port,
                        {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"})]
     prod, bare = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{base_port}"

@@ -163,6 +163,7 @@ class Server(Process):
         server = cls(port=port, env=env, log_path=log_path)
         server.command = [sys.executable, "-m", "granian", "--interface", "asginl",
                           "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                          "--backlog", "4096", "--backpressure", "16384",
                           "project.asgi:application"]
         return server
 
