@@ -159,7 +159,9 @@ def websocket_handshake(server: Server, *, cookie: str | None, origin: str) -> b
             f"Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n"
             + (f"Cookie: {settings.SESSION_COOKIE_NAME}={cookie}\r\n" if cookie else "")
             + "\r\n")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+    # Generous: the first socket of a fresh worker sets up the channel layer, slow on
+    # a loaded machine.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(head.encode())
         answer = b""
         while b"\r\n" not in answer:
