@@ -63,6 +63,17 @@ def _inflated(server: str, body: bytes) -> bytes:
     return data
 
 
+LONG_POLL_HEADER = "Bellwether-Long-Poll"
+
+
+def _long_poll_seconds(value) -> int | None:
+    """The advertised long-poll maximum: whole seconds above 0, else None."""
+    value = (value or "").strip()
+    if not value.isdigit() or not value.isascii() or len(value) > 4 or int(value) == 0:
+        return None
+    return int(value)
+
+
 class Client:
     """Speaks to the first of `servers` that answers. A request fails over to the
     next server on no answer or a 5xx; each poll (`desired`) starts again from the
@@ -81,17 +92,22 @@ class Client:
         self.context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
         self.clock = clock
         self.resting_until: dict[int, float] = {}  # server index -> clock time
+        # Seconds the server may hold a poll (its Bellwether-Long-Poll header on the
+        # last desired answer); None: it does not long-poll, or an error since.
+        self.long_poll_s: int | None = None
 
     @property
     def server(self) -> str:
         return self.servers[self.current]
 
     def _request(self, method: str, path: str, body: dict | None = None,
-                 headers: dict | None = None, *, from_first: bool = False):
+                 headers: dict | None = None, *, from_first: bool = False,
+                 timeout: float | None = None):
         error = None
         for index in self._order(from_first):
             try:
-                answer = self._request_one(self.servers[index], method, path, body, headers)
+                answer = self._request_one(self.servers[index], method, path, body, headers,
+                                           timeout=timeout)
             except (Unreachable, ProtocolError) as exc:
                 if isinstance(exc, ProtocolError) and exc.status < 500:
                     raise
@@ -120,7 +136,7 @@ class Client:
         return [i for i in order if i not in resting] + resting
 
     def _request_one(self, server: str, method: str, path: str, body: dict | None,
-                     headers: dict | None):
+                     headers: dict | None, *, timeout: float | None = None):
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(server + path, data=data, method=method)
         request.add_header("Accept", "application/json")
@@ -132,7 +148,7 @@ class Client:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout,
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout,
                                         context=self.context) as response:
                 body = response.read()
                 if response.headers.get("Content-Encoding", "").lower() == "gzip":
@@ -166,11 +182,21 @@ class Client:
             "enrollment_token": enrollment_token, "name": name, "labels": labels})
         return self._json(status, body)
 
-    def desired(self, etag: str | None):
-        """(status, etag, body): status 304 means unchanged since `etag`."""
+    def desired(self, etag: str | None, wait: int | None = None):
+        """(status, etag, body): status 304 means unchanged since `etag`. With `wait`
+        (and `etag`), the server may hold the answer up to `wait` seconds until the
+        desired state changes (a long-poll); the request's timeout covers the wait."""
         headers = {"If-None-Match": etag} if etag else {}
-        status, response_headers, body = self._request("GET", "/api/v1/agent/desired",
-                                                       headers=headers, from_first=True)
+        path, timeout = "/api/v1/agent/desired", None
+        if wait and etag:
+            path, timeout = f"{path}?wait={int(wait)}", self.timeout + wait
+        try:
+            status, response_headers, body = self._request("GET", path, headers=headers,
+                                                           from_first=True, timeout=timeout)
+        except (Unreachable, ProtocolError):
+            self.long_poll_s = None  # plain polling until a server advertises it again
+            raise
+        self.long_poll_s = _long_poll_seconds(response_headers.get(LONG_POLL_HEADER))
         if status == 304:
             return 304, etag, None
         # response_headers is an HTTPMessage: header names match case-insensitively.

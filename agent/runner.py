@@ -1,4 +1,12 @@
-"""The poll loop: conditional GET, apply what changed, report, back off on errors."""
+"""The poll loop: conditional GET, apply what changed, report, back off on errors.
+
+When the server advertises long-polling (`Bellwether-Long-Poll: <max seconds>` on
+its desired answers), each poll asks it to hold the answer (`?wait=N`, N the poll
+interval within the advertised maximum) and the next poll follows at once: a
+change arrives as soon as it is made, and the cycle (drift checks included) keeps
+its interval. A 304 much sooner than asked (a server that could not hold the
+poll) is followed by the plain interval; after an error the agent polls plainly
+until a server advertises long-polling again."""
 
 from __future__ import annotations
 
@@ -21,7 +29,8 @@ MAX_BACKOFF = 300.0
 
 class Agent:
     def __init__(self, *, client: Client, applier: Applier, state: State, save,
-                 poll_interval: float | None = None, sleep=time.sleep, rng=random.random):
+                 poll_interval: float | None = None, sleep=time.sleep, rng=random.random,
+                 clock=time.monotonic):
         self.client = client
         self.applier = applier
         self.state = state
@@ -29,6 +38,8 @@ class Agent:
         self.poll_interval = poll_interval
         self.sleep = sleep
         self.rng = rng
+        self.clock = clock
+        self.last_status: int | None = None
         # What the last cycle did, in a few words (--once prints it).
         self.summary = ""
         self.watch = Watch(client=client, applier=applier, persist=self._persist)
@@ -67,10 +78,12 @@ class Agent:
 
     # --- one cycle --------------------------------------------------------------
 
-    def cycle(self) -> Outcome | None:
-        """Poll once and act. Returns the apply outcome, or None if nothing was applied."""
+    def cycle(self, wait: int | None = None) -> Outcome | None:
+        """Poll once (held up to `wait` seconds by a long-polling server) and act.
+        Returns the apply outcome, or None if nothing was applied."""
         self.flush_unsent()
-        status, etag, desired = self.client.desired(self.state.etag)
+        status, etag, desired = self.client.desired(self.state.etag, wait)
+        self.last_status = status
         if status == 304:
             logger.debug("desired state unchanged")
             self.summary = self._in_sync_summary()
@@ -153,13 +166,27 @@ class Agent:
         base = self.poll_interval or self.state.poll_interval_s or DEFAULT_INTERVAL
         return base * (0.9 + 0.2 * self.rng())
 
+    def _long_poll_wait(self) -> int | None:
+        """Seconds to ask the server to hold the next poll, or None (plain polling)."""
+        advertised = self.client.long_poll_s
+        if not advertised or not self.state.etag:
+            return None
+        return max(1, min(advertised, int(self._interval())))
+
+    def _delay_after(self, wait: int | None, took: float) -> float:
+        if wait and (self.last_status != 304 or took >= wait / 2):
+            return 0.0  # held as asked, or a change arrived: poll again at once
+        return self._interval()
+
     def run(self) -> int:
         failures = 0
         while True:
             try:
-                self.cycle()
+                wait = self._long_poll_wait()
+                started = self.clock()
+                self.cycle(wait)
                 failures = 0
-                delay = self._interval()
+                delay = self._delay_after(wait, self.clock() - started)
             except Unauthorized as exc:
                 logger.error("the server refused this agent's token: %s", exc)
                 return EXIT_UNAUTHORIZED

@@ -1,10 +1,14 @@
-"""Benchmark: the agent poll's 304 path against a plain Django view, same server.
+"""Benchmark: the agent poll's 304 on the production server against a bare Django view.
 
-Starts one Daphne process (the project's ASGI app, default middleware), creates an
-agent with a snapshot, warms its cache entry, then alternates wrk runs against
-  baseline  GET /healthz                   (a plain Django view)
-  poll      GET /api/v1/agent/desired      (Authorization + matching If-None-Match)
-and prints requests/second of each and the ratio poll / baseline (target >= 0.8).
+Starts, one worker process each,
+  baseline  granian --interface wsgi bench.bare_django:application
+            a bare Django view answering 304 (no middleware, no apps): Django's floor
+  poll      granian --interface asgi project.asgi:application
+            the production shape (README "Production shape"), default middleware
+creates an agent with a snapshot, warms its cache entry, then alternates wrk runs
+against GET /poll (matching If-None-Match) and GET /api/v1/agent/desired
+(Authorization + matching If-None-Match), and prints requests/second of each and
+the ratio poll / baseline (target >= 1.0, stretch 2.0).
 
     .venv/bin/python bench/poll_304.py [--duration 10] [--rounds 3] [--connections 32]
         [--redis redis://127.0.0.1:6379/9] [--port N]
@@ -22,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -76,13 +81,45 @@ def wrk(url: str, headers: dict, duration: int, connections: int) -> float:
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])
 
 
+def granian(interface: str, target: str, port: int, env: dict) -> subprocess.Popen:
+    """One granian worker process serving `target`, as production runs it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "granian", "--interface", interface, "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1", "--backlog", "4096",
+         *(["--backpressure", "16384"] if interface.startswith("asgi") else []),
+         *os.environ.get("BENCH_GRANIAN_EXTRA", "").split(), target],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_answering(url: str) -> None:
+    for _ in range(150):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} never answered")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(5)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--redis", help="REDIS_URL for the cache (default: local memory)")
-    parser.add_argument("--port", type=int, help="port for the Daphne server (default: a free one)")
+    parser.add_argument("--port", type=int,
+                        help="port of the production server; the baseline takes the next")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         parser.error("wrk is not installed (apt-get install wrk)")
@@ -90,47 +127,41 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="bellwether-bench-")
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", DEBUG="0",
                SQLITE_PATH=os.path.join(workdir, "bench.sqlite3"), LOG_LEVEL="WARNING",
-               CELERY_TASK_ALWAYS_EAGER="1", PYTHONPATH=str(ROOT))
+               CELERY_TASK_ALWAYS_EAGER="1", PYTHONPATH=str(ROOT), ALLOWED_HOSTS="127.0.0.1",
+               SECRET_KEY="bench-" + "x" * 60, SECURE_COOKIES="0")
     env.pop("DATABASE_URL", None)
     env["REDIS_URL"] = args.redis or ""
     token = setup_data(env)
     port = args.port or free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "project.asgi:application"],
-        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    base_port = port + 1 if args.port else free_port()
+    servers = [granian("asginl", "project.asgi:application", port, env),
+               granian("wsgi", "bench.bare_django:application", base_port,
+                       {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"})]
+    prod, bare = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{base_port}"
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        request = urllib.request.Request(f"{base}/api/v1/agent/desired",
+        wait_answering(f"{prod}/healthz")
+        wait_answering(f"{bare}/poll")
+        request = urllib.request.Request(f"{prod}/api/v1/agent/desired",
                                          headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request) as response:  # warms the cache entry
             etag = response.headers["ETag"]
         poll_headers = {"Authorization": f"Bearer {token}", "If-None-Match": etag}
         baseline, poll = [], []
         for _ in range(args.rounds):
-            baseline.append(wrk(f"{base}/healthz", {}, args.duration, args.connections))
-            poll.append(wrk(f"{base}/api/v1/agent/desired", poll_headers, args.duration,
+            baseline.append(wrk(f"{bare}/poll", {"If-None-Match": '"bench"'}, args.duration,
+                                args.connections))
+            poll.append(wrk(f"{prod}/api/v1/agent/desired", poll_headers, args.duration,
                             args.connections))
         best_base, best_poll = max(baseline), max(poll)
         print(f"cache: {'redis' if args.redis else 'local memory'}; "
               f"{args.rounds} x {args.duration}s, {args.connections} connections, "
-              "one Daphne process")
-        print(f"baseline GET /healthz      req/s: {', '.join(f'{r:.0f}' for r in baseline)}")
-        print(f"poll 304 GET /agent/desired req/s: {', '.join(f'{r:.0f}' for r in poll)}")
+              "one granian worker each")
+        print(f"baseline bare Django WSGI 304 req/s: {', '.join(f'{r:.0f}' for r in baseline)}")
+        print(f"poll 304 production ASGI  req/s: {', '.join(f'{r:.0f}' for r in poll)}")
         print(f"ratio (best poll / best baseline): {best_poll / best_base:.2f}")
     finally:
-        server.terminate()
-        try:
-            server.wait(5)
-        except subprocess.TimeoutExpired:  # Daphne waits for open connections
-            server.kill()
-            server.wait()
+        for server in servers:
+            stop(server)
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

@@ -1,5 +1,6 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels. Request
-bodies are bounded while they are received (project/bodylimits.py)."""
+"""ASGI entry point: HTTP through Django, websockets through Channels. The agent
+poll's 304 is answered in front of Django, on the event loop (apps/fleet/edge.py).
+Request bodies are bounded while they are received (project/bodylimits.py)."""
 
 import os
 
@@ -12,6 +13,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from apps.fleet.edge import PollEdge  # noqa: E402
 from project import daphne_limits  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.origins import SameOriginWebsockets  # noqa: E402
@@ -21,7 +23,7 @@ daphne_limits.install()
 
 application = ProtocolTypeRouter(
     {
-        "http": BoundedBodyASGI(django_asgi_app),
+        "http": PollEdge(BoundedBodyASGI(django_asgi_app)),
         "websocket": SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )),

@@ -4,12 +4,14 @@ Three layers, each refusing with `413` and the error envelope as soon as a body
 passes `DATA_UPLOAD_MAX_MEMORY_SIZE` (`BELLWETHER_MAX_REQUEST_BYTES`), before more
 is buffered:
 
-- `BoundedWebRequest`: Daphne (production and `runserver`). Twisted receives the
-  whole body before Daphne starts the application, so only the Twisted request can
-  count bytes as they arrive; it answers 413 and closes the connection.
-- `BoundedBodyASGI`: any ASGI server. Counts `http.request` bytes, and gives a
-  body sent without `Content-Length` (chunked) its length, so Django and DRF read
-  it instead of taking it for empty.
+- `BoundedWebRequest`: Daphne (`runserver`, and `daphne` if a deployment runs
+  it). Twisted receives the whole body before Daphne starts the application, so
+  only the Twisted request can count bytes as they arrive; it answers 413 and
+  closes the connection.
+- `BoundedBodyASGI`: any ASGI server (granian in production, which hands the body
+  on as it arrives). Counts `http.request` bytes, and gives a body sent without
+  `Content-Length` (chunked) its length, so Django and DRF read it instead of
+  taking it for empty.
 - `BoundedBodyWSGI`: the same for WSGI servers (`project/wsgi.py`); a chunked body
   the server cannot delimit (`wsgi.input_terminated` unset) is refused with `411`.
 """

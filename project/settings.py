@@ -266,6 +266,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# The longest an agent's poll with ?wait=N is held until its desired state changes
+# (apps/fleet/longpoll.py): a larger N is served as this; 0 turns long-polling off.
+# Advertised on every desired answer as `Bellwether-Long-Poll: <seconds>`.
+BELLWETHER_LONG_POLL_MAX_S = env_int("BELLWETHER_LONG_POLL_MAX_S", 60, minimum=0, maximum=300)
+
 # Reports prompt their rollout's reconcile at most once per this many seconds (one
 # run after the window covers every report in it); 0 prompts once per report.
 BELLWETHER_RECONCILE_COALESCE_S = env_int("BELLWETHER_RECONCILE_COALESCE_S", 1, minimum=0,

@@ -7,13 +7,15 @@ cached answer untrustworthy (apps.fleet.polldebt), the view computes the answer
 from the database and caches its ETag.
 """
 
+import functools
 import logging
 
+from django.conf import settings
 from django.db import DatabaseError
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.utils.cache import get_conditional_response, patch_vary_headers
 from django.views.decorators.http import condition
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
@@ -24,8 +26,7 @@ from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
 from apps.environments.models import Environment
-from apps.fleet import cache, drift, enrollment, polldebt, rules, selectors
-from apps.fleet import services as fleet
+from apps.fleet import cache, drift, enrollment, heartbeats, longpoll, polldebt, rules, selectors
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
 from apps.releases import services as releases
@@ -40,7 +41,7 @@ def _heartbeat(agent_id: int) -> None:
     refused = cache.record_heartbeat(agent_id)
     if refused:
         try:
-            fleet.heartbeats_save(refused)
+            heartbeats.heartbeats_save(refused)
         except DatabaseError:
             logger.warning("database unavailable; %d heartbeat(s) kept in this process",
                            len(refused), exc_info=True)
@@ -115,8 +116,15 @@ class DesiredSerializer(serializers.Serializer):
 
 
 class DesiredApi(AgentAPIView):
-    @extend_schema(responses={200: DesiredSerializer, 304: OpenApiResponse(
-        description="Not modified (If-None-Match matched)")},
+    query_parameters = ("wait",)
+
+    @extend_schema(
+        parameters=[OpenApiParameter(
+            "wait", int, description="Long-poll: with If-None-Match, hold the answer until "
+            "the desired state changes or this many seconds pass (at most the "
+            "Bellwether-Long-Poll header's value; more is served as that), then 304")],
+        responses={200: DesiredSerializer, 304: OpenApiResponse(
+            description="Not modified (If-None-Match matched)")},
         summary="The agent's desired snapshot (send If-None-Match)")
     def get(self, request):
         agent = self.agent
@@ -136,9 +144,42 @@ class DesiredApi(AgentAPIView):
         return Response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
 
+def _wait_problem(request) -> str | None:
+    """What is wrong with `?wait=N`: a whole number of seconds, given once (a larger
+    one than the server's maximum is served as the maximum)."""
+    values = request.GET.getlist("wait")
+    if len(values) > 1:
+        return "give it once"
+    if values and longpoll.wait_seconds(values[0]) is None:
+        return "must be a whole number of seconds in digits 0-9"
+    return None
+
+
+def _long_poll_aware(view):
+    """`?wait=N` checked before anything else (400 naming `wait`), and every desired
+    answer saying how long a poll may be held. The wait itself is the edge's
+    (apps.fleet.edge): a poll Django answers is answered at once."""
+
+    @functools.wraps(view)  # keeps csrf_exempt and the view class
+    def advertised(request, *args, **kwargs):
+        problem = _wait_problem(request)
+        if problem is not None:
+            return JsonResponse({"error": {
+                "code": "invalid", "message": f"wait: {problem}",
+                "details": [{"field": "wait", "message": problem}]}}, status=400)
+        response = view(request, *args, **kwargs)
+        cap = settings.BELLWETHER_LONG_POLL_MAX_S
+        if cap and response.status_code in (200, 304):
+            response["Bellwether-Long-Poll"] = str(cap)
+        return response
+
+    return advertised
+
+
 # The 304 is decided by Django's own conditional-request handling (RFC 9110:
-# lists, "*", weak comparison for If-None-Match, HEAD) before DRF runs.
-desired_view = condition(etag_func=desired_etag)(DesiredApi.as_view())
+# lists, "*", weak comparison for If-None-Match, HEAD) before DRF runs; on the
+# production server most are answered before Django (apps.fleet.edge).
+desired_view = _long_poll_aware(condition(etag_func=desired_etag)(DesiredApi.as_view()))
 
 
 class BundleApi(AgentAPIView):

@@ -2,11 +2,14 @@
 per agent, its last heartbeat. The database stays the source of truth: a miss or
 an outage of the cache falls back to it, and cache errors never fail a request."""
 
+import asyncio
 import logging
 import threading
 import time
 
+import redis.asyncio
 from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache, RedisSerializer
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -50,6 +53,69 @@ def poll_state(token_key: str) -> dict | None:
     except Exception:
         logger.warning("cache unavailable; answering polls from the database", exc_info=True)
         return None
+
+
+class _AsyncReader:
+    """The poll state read without a thread, for the edge (apps.fleet.edge): through
+    redis.asyncio, one connection pool per event loop, the reads of one loop turn
+    gathered into one MGET (under load many polls wait on the same round trip); a
+    local-memory cache is read directly (no I/O)."""
+
+    def __init__(self):
+        self._client = None
+        self._built_for = None
+        self._waiting: list[tuple[str, asyncio.Future]] = []
+        self._reads: set[asyncio.Task] = set()
+        self._serializer = RedisSerializer()
+
+    def _redis(self, backend: RedisCache, loop):
+        if self._client is None or self._built_for != (backend, loop):
+            options = backend._options
+            self._client = redis.asyncio.Redis.from_url(
+                backend._servers[0],
+                socket_timeout=options.get("socket_timeout"),
+                socket_connect_timeout=options.get("socket_connect_timeout"))
+            self._built_for, self._waiting = (backend, loop), []
+        return self._client
+
+    async def poll_state(self, token_key: str) -> dict | None:
+        backend = _cache()
+        if not isinstance(backend, RedisCache):
+            return poll_state(token_key)
+        loop = asyncio.get_running_loop()
+        client = self._redis(backend, loop)
+        answer = loop.create_future()
+        if not self._waiting:
+            loop.call_soon(self._read_waiting, client, loop)
+        self._waiting.append((backend.make_and_validate_key(_poll_key(token_key)), answer))
+        raw = await answer
+        return None if raw is None else self._serializer.loads(raw)
+
+    def _read_waiting(self, client, loop) -> None:
+        waiting, self._waiting = self._waiting, []
+        read = loop.create_task(self._mget(client, waiting))
+        self._reads.add(read)  # held until done: the loop keeps only a weak reference
+        read.add_done_callback(self._reads.discard)
+
+    @staticmethod
+    async def _mget(client, waiting) -> None:
+        try:
+            values = await client.mget([key for key, _ in waiting])
+        except Exception:
+            logger.warning("cache unavailable; answering %d poll(s) from the database",
+                           len(waiting), exc_info=True)
+            values = [None] * len(waiting)
+        for (_, answer), value in zip(waiting, values, strict=True):
+            if not answer.done():
+                answer.set_result(value)
+
+
+_async_reader = _AsyncReader()
+
+
+async def poll_state_async(token_key: str) -> dict | None:
+    """poll_state() for an event loop: never blocks it, never needs a thread."""
+    return await _async_reader.poll_state(token_key)
 
 
 def store_poll_state(*, token_key: str, token_hash: str, agent_id: int, etag: str) -> None:
@@ -109,6 +175,16 @@ class _HeartbeatBuffer:
                 self._pending[i] = max(t, self._pending.get(i, t))
         return batch
 
+    def note(self, agent_id: int) -> bool:
+        """Buffer the heartbeat when no flush is due (no I/O); False, and nothing
+        buffered, when one is: the caller then records it through record()."""
+        now = time.time()
+        with self._lock:
+            if now - self._flushed_at >= self.FLUSH_S:
+                return False
+            self._pending[agent_id] = now
+            return True
+
     def pending(self) -> dict[int, float]:
         with self._lock:
             return dict(self._pending)
@@ -121,6 +197,12 @@ def record_heartbeat(agent_id: int) -> dict[int, float]:
     """Record a poll; returns the heartbeats (agent id -> unix time) the cache
     refused just now, which the caller saves to the database instead."""
     return _heartbeats.record(agent_id)
+
+
+def heartbeat_noted(agent_id: int) -> bool:
+    """Record a poll without any I/O; False (nothing recorded) when the buffer is
+    due for its flush, which record_heartbeat() then does."""
+    return _heartbeats.note(agent_id)
 
 
 def heartbeats(agent_ids) -> dict[int, float]:

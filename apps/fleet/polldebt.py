@@ -39,6 +39,13 @@ class _Debts:
         failure = self._refresh() if self.clock() >= self._due else None
         return token_key in self._keys, failure
 
+    def owes_known(self, token_key: str) -> bool | None:
+        """owes() without touching the database: None when the debts are due for
+        their refresh (or were never read), which a call of owes() then does."""
+        if not self._loaded or self.clock() >= self._due:
+            return None
+        return token_key in self._keys
+
     def _refresh(self) -> DatabaseError | None:
         # The first read blocks (a new process knows nothing yet); later ones are
         # done by one thread while the others use the last set.
@@ -81,3 +88,9 @@ _debts = _Debts()
 def owes(token_key: str) -> tuple[bool, DatabaseError | None]:
     """(indebted, the database's error if this call's refresh failed)."""
     return _debts.owes(token_key)
+
+
+def owes_known(token_key: str) -> bool | None:
+    """Whether this agent's cached answer may be stale, from the debts last read;
+    None when they are due for a refresh (only owes() reads the database)."""
+    return _debts.owes_known(token_key)

@@ -17,9 +17,12 @@ Agent row or anything shaped like one) and say what follows.
   invalidation may be settled (its cache keys dropped for good, its row removed).
 - `decommissioned_refusal`: a decommissioned agent takes no further change.
 - `enroll_command`: the command line that enrolls and runs an agent.
+- `if_none_match_matches`: whether a poll's If-None-Match names the current ETag.
 """
 
 import shlex
+
+from django.utils.http import parse_etags
 
 from apps.core.errors import ApplicationError, Conflict, ValidationFailed
 
@@ -296,3 +299,12 @@ def poll_debt_sweepable(seen_at, now) -> bool:
 def poll_debts_need_sweep(seen_ats, now) -> bool:
     """Whether a sweep has work: an invalidation not yet seen, or one past its grace."""
     return any(s is None or poll_debt_sweepable(s, now) for s in seen_ats)
+
+
+def if_none_match_matches(header: str, etag: str) -> bool:
+    """RFC 9110 13.1.2 as Django's condition() decides it: a list of entity tags or
+    `*`, compared weakly (W/ ignored); a malformed header matches nothing."""
+    etags = parse_etags(header)
+    if etags == ["*"]:
+        return True
+    return etag.removeprefix("W/") in (tag.removeprefix("W/") for tag in etags)

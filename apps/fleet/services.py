@@ -9,10 +9,10 @@ when the cache answers.
 """
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Value, When
 from django.db.models.lookups import IsNull
 from django.utils import timezone
 
@@ -22,7 +22,7 @@ from apps.core import locks
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
-from apps.fleet import cache, rules
+from apps.fleet import cache, longpoll, rules
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.models import Snapshot
 
@@ -31,11 +31,18 @@ logger = logging.getLogger(__name__)
 def forget_polls_on_commit(agents_or_keys) -> None:
     """These agents' cached poll answers are stale once the transaction commits:
     record it in the transaction (a PollInvalidation, the debt a sweep settles),
-    and drop the cache entries on commit."""
+    and drop the cache entries on commit, then wake their long-polls."""
     keys = sorted({a.token_key if isinstance(a, Agent) else a for a in agents_or_keys})
     if keys:
         PollInvalidation.objects.create(token_keys=keys)
-        transaction.on_commit(lambda: cache.forget_poll_states(keys))
+        transaction.on_commit(lambda: _forget_and_announce(keys))
+
+
+def _forget_and_announce(keys) -> None:
+    # A cache that failed the drop would make the announcement wait its timeout
+    # too: the sweep announces once the cache answers again.
+    if cache.forget_poll_states(keys):
+        longpoll.announce(keys)
 
 
 SWEEP_BATCH = 500
@@ -53,8 +60,10 @@ def poll_invalidations_sweep() -> int:
                .values_list("pk", "token_keys")[:SWEEP_BATCH])
     if not due:
         return 0
-    if not cache.forget_poll_states(sorted({k for _, keys in due for k in keys})):
+    keys = sorted({k for _, keys in due for k in keys})
+    if not cache.forget_poll_states(keys):
         return 0
+    longpoll.announce(keys)  # a long-poll the commit's announcement missed
     PollInvalidation.objects.filter(pk__in=[pk for pk, _ in due]).delete()
     return len(due)
 
@@ -365,34 +374,3 @@ def report_record(
     logger.info("agent %s reported #%s %s%s", locked.name, number, status,
                 f": {message}" if message else "")
     return deployment, True
-
-
-def heartbeats_save(beats: dict[int, float]) -> None:
-    """Write heartbeats the cache refused straight to agents' last_seen_at, so
-    agents stay online through a cache outage: one UPDATE per thousand agents, at
-    the batch's earliest time (never later than an agent was seen), forward only."""
-    ids = sorted(beats)
-    for start in range(0, len(ids), 1000):
-        batch = ids[start:start + 1000]
-        seen = datetime.fromtimestamp(min(beats[i] for i in batch), tz=UTC)
-        (Agent.objects.filter(pk__in=batch)
-         .filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=seen))
-         .update(last_seen_at=seen))
-
-
-def heartbeats_flush() -> int:
-    """Copy heartbeats from the cache to agents' last_seen_at, in batches."""
-    updated = 0
-    ids = list(Agent.objects.values_list("pk", flat=True))
-    for start in range(0, len(ids), 1000):
-        batch = ids[start:start + 1000]
-        beats = cache.heartbeats(batch)
-        agents = []
-        for agent in Agent.objects.filter(pk__in=beats).only("pk", "last_seen_at"):
-            seen = datetime.fromtimestamp(beats[agent.pk], tz=UTC)
-            if agent.last_seen_at is None or seen > agent.last_seen_at:
-                agent.last_seen_at = seen
-                agents.append(agent)
-        Agent.objects.bulk_update(agents, ["last_seen_at"], batch_size=500)
-        updated += len(agents)
-    return updated

@@ -2,13 +2,13 @@
 
 from celery import shared_task
 
-from apps.fleet import services
+from apps.fleet import heartbeats, services
 
 
 @shared_task
 def heartbeats_flush_task() -> int:
     """Periodic (beat): copy agents' heartbeats from the cache to the database."""
-    return services.heartbeats_flush()
+    return heartbeats.heartbeats_flush()
 
 
 @shared_task

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -188,6 +189,11 @@ class ProtocolServer:
         self.failures = collections.defaultdict(list)
         self.etag_header = "ETag"
         self.raw_desired: bytes | None = None
+        # Long-polling: advertised as Bellwether-Long-Poll when set; a poll with
+        # ?wait=N and a matching If-None-Match is held until `desired` changes or N
+        # seconds pass (or answered at once with `hold` False).
+        self.long_poll_s: int | None = None
+        self.hold = True
         self._push_reports: dict = {}
         self._last_pull = None
         self._httpd = None
@@ -295,6 +301,18 @@ def _handler_for(server: ProtocolServer):
                 return "bundle"
             return "unknown"
 
+        def _held(self, etag: str) -> str:
+            """Hold a long-poll (?wait=N) while the desired state is `etag`; the
+            ETag at the end."""
+            query = self.path.partition("?")[2]
+            if not (server.long_poll_s and server.hold and query.startswith("wait=")
+                    and self.headers.get("If-None-Match") == etag):
+                return etag
+            deadline = time.monotonic() + int(query[len("wait="):])
+            while server.etag() == etag and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return server.etag()
+
         def _handle(self, method: str):
             route = self._route()
             length = int(self.headers.get("Content-Length") or 0)
@@ -324,12 +342,15 @@ def _handler_for(server: ProtocolServer):
             if self.headers.get("Authorization") != f"Bearer {server.token}":
                 return self._answer(401, _error("invalid_token", "unknown or revoked token"))
             if route == "desired":
-                etag = server.etag()
+                etag = self._held(server.etag())
+                advertised = ([("Bellwether-Long-Poll", str(server.long_poll_s))]
+                              if server.long_poll_s else [])
                 if self.headers.get("If-None-Match") == etag:
-                    return self._answer(304, headers=[(server.etag_header, etag)])
+                    return self._answer(304, headers=[(server.etag_header, etag), *advertised])
                 if server.raw_desired is not None:
                     return self._answer(200, server.raw_desired)
-                return self._answer(200, server.desired, [(server.etag_header, etag)])
+                return self._answer(200, server.desired,
+                                    [(server.etag_header, etag), *advertised])
             if route == "bundle":
                 number = int(self.path.split("/")[-2])
                 bundle = server.bundles.get(number)

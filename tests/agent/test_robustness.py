@@ -78,7 +78,7 @@ class _Exploding:
     def report(self, report):
         raise AssertionError("not reached")
 
-    def desired(self, etag):
+    def desired(self, etag, wait=None):
         raise RuntimeError("a bug")
 
 

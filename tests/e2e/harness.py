@@ -1,5 +1,6 @@
-"""Real processes for the end-to-end tests: a Bellwether server (Daphne's runserver)
-on the pytest-django test database, `python -m agent` processes, a small JSON client
+"""Real processes for the end-to-end tests: a Bellwether server (Daphne's runserver, or
+the production server: granian serving project.asgi) on the pytest-django test
+database, `python -m agent` processes, a small JSON client
 for the REST API, and bounded waits.
 
 Nothing here mocks anything: the server is `manage.py runserver`, the agents are the
@@ -155,6 +156,16 @@ class Server(Process):
         super().__init__(f"server :{port}", command, env, log_path)
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+
+    @classmethod
+    def production(cls, *, port: int, env: dict, log_path: Path) -> Server:
+        """The web node as README "Production shape" runs it (one worker here)."""
+        server = cls(port=port, env=env, log_path=log_path)
+        server.command = [sys.executable, "-m", "granian", "--interface", "asginl",
+                          "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                          "--backlog", "4096", "--backpressure", "16384",
+                          "project.asgi:application"]
+        return server
 
     def wait_ready(self, timeout: float = SERVER_READY_S) -> Server:
         def answers():

@@ -1,5 +1,6 @@
-"""End to end against real Daphne processes — `manage.py runserver` (embedded
-mode's server) and the production `daphne project.asgi:application` — with raw
+"""End to end against real servers — `manage.py runserver` (embedded mode's Daphne),
+`daphne project.asgi:application` and the production server (granian serving
+project.asgi) — with raw
 socket clients: request bodies are bounded while they are received (413 with the
 envelope, connection closed, the server's memory flat while 200 MB stream in), and
 chunked bodies are read, never taken for empty."""
@@ -23,10 +24,13 @@ STREAM = 200 * 1024 * 1024
 RSS_GROWTH_MAX_KB = 40 * 1024
 
 
-@pytest.fixture(params=["runserver", "daphne"])
+@pytest.fixture(params=["runserver", "daphne", "granian"])
 def bounded_server(request, processes, server_environ, tmp_path) -> Server:
     environ = {**server_environ, "BELLWETHER_MAX_REQUEST_BYTES": str(LIMIT)}
     server = Server(port=free_port(), env=environ, log_path=tmp_path / "server.log")
+    if request.param == "granian":
+        server = Server.production(port=server.port, env=environ,
+                                   log_path=tmp_path / "server.log")
     if request.param == "daphne":
         server.command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
                           str(server.port), "project.asgi:application"]

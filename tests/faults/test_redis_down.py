@@ -114,7 +114,7 @@ def test_agents_polling_through_a_redis_outage_longer_than_the_offline_threshold
         fleet_cache._shared = None
         assert all(online().values()), online()  # from what reached the database
         poll_all()
-        from apps.fleet.services import heartbeats_flush
+        from apps.fleet.heartbeats import heartbeats_flush
         heartbeats_flush()  # beat's flush with the empty cache takes nothing back
         assert all(online().values()), online()
     finally:

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
 from apps.fleet import cache as fleet_cache
-from apps.fleet import enrollment, polldebt, services
+from apps.fleet import enrollment, heartbeats, polldebt
 from apps.fleet.models import Agent, PollInvalidation
 from apps.releases import services as releases
 from apps.releases.services import environment_update
@@ -428,8 +428,8 @@ def test_heartbeats_flush_copies_last_seen_to_the_database(enroll, first):
     polled, silent = enroll("web-1"), enroll("web-2")
     poll(polled.client)
 
-    flushed = services.heartbeats_flush()
-    again = services.heartbeats_flush()
+    flushed = heartbeats.heartbeats_flush()
+    again = heartbeats.heartbeats_flush()
 
     assert (flushed, again) == (1, 0)
     assert silent.fresh().last_seen_at is None
@@ -443,7 +443,7 @@ def test_heartbeats_flush_never_moves_last_seen_back(enroll, first):
     Agent.objects.filter(pk=agent.agent.pk).update(last_seen_at=later)
     poll(agent.client)
 
-    assert services.heartbeats_flush() == 0
+    assert heartbeats.heartbeats_flush() == 0
     assert agent.fresh().last_seen_at == later
 
 
@@ -499,7 +499,7 @@ def test_matching_etag_is_304_when_the_cache_is_down(enroll, first):
 def test_heartbeat_before_the_outage_still_counts(enroll, first, client_for):
     agent = enroll()
     poll(agent.client)
-    services.heartbeats_flush()
+    heartbeats.heartbeats_flush()
 
     with override_settings(CACHES=CACHE_DOWN):
         status = client_for("viewer").get(AGENTS).json()["results"][0]["status"]
@@ -517,3 +517,57 @@ def test_unknown_agent_token_key_is_not_confused_with_a_cached_one(enroll, first
 
     assert_error(response, 401)
     assert poll(agent.client).status_code == 200
+
+
+# -- long-poll: what Django answers (the wait itself is the edge's, tests/fleet/test_edge.py) --
+
+
+@pytest.mark.parametrize("wait", ["abc", "-1", "1.5", "", "٣", "1e3"])
+def test_a_bad_wait_is_400_naming_wait(wait, enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    response = agent.client.get(f"/api/v1/agent/desired?wait={wait}", HTTP_IF_NONE_MATCH=etag)
+
+    error = assert_error(response, 400)
+    assert [d["field"] for d in error["details"]] == ["wait"], error
+
+
+def test_wait_given_twice_is_400_naming_wait(enroll, first):
+    agent = enroll()
+
+    response = agent.client.get("/api/v1/agent/desired?wait=1&wait=2")
+
+    error = assert_error(response, 400)
+    assert [d["field"] for d in error["details"]] == ["wait"], error
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=45)
+@pytest.mark.parametrize("wait", ["0", "30", "9" * 50])
+def test_a_wait_django_answers_is_answered_at_once_and_advertised(wait, enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    started = time.monotonic()
+    fresh = agent.client.get(f"/api/v1/agent/desired?wait={wait}")
+    same = agent.client.get(f"/api/v1/agent/desired?wait={wait}", HTTP_IF_NONE_MATCH=etag)
+
+    assert (fresh.status_code, same.status_code) == (200, 304)
+    assert fresh["Bellwether-Long-Poll"] == same["Bellwether-Long-Poll"] == "45"
+    assert time.monotonic() - started < 5
+
+
+def test_long_polling_off_is_not_advertised(enroll, first, settings):
+    settings.BELLWETHER_LONG_POLL_MAX_S = 0
+    agent = enroll()
+
+    response = poll(agent.client)
+
+    assert response.status_code == 200 and "Bellwether-Long-Poll" not in response
+
+
+def test_a_refused_poll_advertises_no_long_poll(first):
+    response = bearer_client("bwa_nope.nope").get("/api/v1/agent/desired?wait=5")
+
+    assert_error(response, 401)
+    assert "Bellwether-Long-Poll" not in response

@@ -3,7 +3,7 @@
 import pytest
 
 from apps.core.errors import Conflict
-from apps.fleet import services
+from apps.fleet import heartbeats
 from apps.releases import services as releases
 from apps.releases.services import environment_update
 from tests.factories import poll, publish, publish_variant
@@ -70,7 +70,7 @@ def test_polls_and_reports_leave_the_generation(enroll, first):
     etag = poll(agent.client)["ETag"]
     poll(agent.client, etag)
     report(agent.client, first)
-    services.heartbeats_flush()
+    heartbeats.heartbeats_flush()
 
     assert agent.fresh().generation == before
 

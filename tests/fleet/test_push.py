@@ -2,7 +2,7 @@
 
 import pytest
 
-from apps.fleet import services
+from apps.fleet import heartbeats, services
 from apps.fleet.models import Deployment
 from apps.releases.publishing import publication_abandon
 from apps.releases.services import environment_update, snapshot_publish
@@ -161,7 +161,7 @@ def test_newer_push_supersedes_older_pending_ones(deployer, enroll, first, envir
 def test_push_to_an_offline_agent_stays_pending_until_it_polls(deployer, enroll, first):
     offline = enroll()
     pushed = _push(deployer, 1, [offline]).json()[0]
-    services.heartbeats_flush()
+    heartbeats.heartbeats_flush()
 
     assert Deployment.objects.get(pk=pushed["id"]).state == "pending"
     assert poll(offline.client).json()["deployment_id"] == pushed["id"]

@@ -1,0 +1,212 @@
+"""The agent poll's 304, answered in front of Django on the event loop.
+
+Django's ASGI handler runs every request through a thread whenever a middleware is
+synchronous (WhiteNoise is), which holds a web process to a few hundred polls a
+second. `PollEdge` wraps the ASGI application: a GET or HEAD of
+/api/v1/agent/desired that Django would answer 304 from the cache — a well-formed
+agent token matching its cached poll state, an If-None-Match naming the cached
+ETag, no unsettled poll debt for the token (apps.fleet.polldebt), an allowed Host,
+an address not refused for failed authentications — is answered here with one
+cache read, no SQL and no thread (but for the periodic work of a process: the
+poll that finds the poll debts due reads them on a thread, once a second, and a
+heartbeat flush due runs on a thread, every few seconds). Every other request,
+and every doubt (a header sent twice, a precondition Django would evaluate, the
+database failing), goes to Django unchanged, which answers as before:
+401 with the envelope (counted by FailedAuthenticationMiddleware), 200 with the
+body, 429, 400, a redirect to HTTPS.
+
+A poll with `?wait=N` (apps.fleet.longpoll) that the edge would answer 304 is
+held instead until the agent's token key is announced or N seconds (capped) pass:
+on an announcement the edge decides again (still current: it waits on; otherwise
+Django answers, from the database), at the end of the wait it answers 304.
+"""
+
+import asyncio
+import logging
+import time
+from types import SimpleNamespace
+from typing import NamedTuple
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.http.request import split_domain_port, validate_host
+
+from apps.core import throttling, tokens
+from apps.fleet import cache, heartbeats, longpoll, polldebt, rules
+from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
+
+logger = logging.getLogger(__name__)
+
+DESIRED_PATH = "/api/v1/agent/desired"
+# The headers the decision reads; each must come at most once.
+_READ = frozenset({b"authorization", b"if-none-match", b"host", b"x-forwarded-for",
+                   b"x-forwarded-proto"})
+# Preconditions Django evaluates before If-None-Match (412): left to it.
+_DJANGO_DECIDES = frozenset({b"if-match", b"if-unmodified-since"})
+
+
+def _headers(scope) -> dict[bytes, str] | None:
+    """The headers the decision reads, or None when one is repeated or a
+    precondition only Django evaluates is present."""
+    found: dict[bytes, str] = {}
+    for name, value in scope.get("headers") or ():
+        name = name.lower()
+        if name in _DJANGO_DECIDES:
+            return None
+        if name in _READ:
+            if name in found:
+                return None
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def _host_allowed(host: str | None) -> bool:
+    domain, _ = split_domain_port(host or "")
+    allowed = settings.ALLOWED_HOSTS
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host()
+    return bool(domain) and validate_host(domain, allowed)
+
+
+def _is_secure(scope, headers) -> bool:
+    if scope.get("scheme") == "https":
+        return True
+    proxy = settings.SECURE_PROXY_SSL_HEADER
+    forwarded = headers.get(b"x-forwarded-proto")
+    return bool(proxy and forwarded and forwarded.split(",", 1)[0].strip() == proxy[1])
+
+
+def _address_refused(scope, headers) -> bool:
+    client = scope.get("client")
+    meta = {"REMOTE_ADDR": client[0] if client else "",
+            "HTTP_X_FORWARDED_FOR": headers.get(b"x-forwarded-for", "")}
+    address = throttling.client_ip(SimpleNamespace(META=meta))
+    return throttling.blocked_addresses.wait(address, time.time()) is not None
+
+
+def _presented_token(headers) -> tuple[str, str] | None:
+    scheme, _, presented = headers.get(b"authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return tokens.parse(presented.strip(), AGENT_TOKEN_PREFIX)
+
+
+def requested_wait(scope) -> int | None:
+    """Seconds the poll may be held: 0 without a query string, N (capped) for
+    exactly `wait=N`; None for anything else (Django answers: 400 naming `wait`
+    for a bad number)."""
+    query = scope.get("query_string") or b""
+    if not query:
+        return 0
+    name, _, value = query.decode("latin-1").partition("=")
+    return longpoll.wait_seconds(value) if name == "wait" else None
+
+
+class Current(NamedTuple):
+    """What the edge answers 304 with, and whose change would end a wait."""
+
+    key: str
+    agent_id: int
+    etag: str
+
+
+async def current_answer(scope) -> Current | None:
+    """The poll's cached answer when it is 304 (the heartbeat recorded), or None
+    when Django must answer."""
+    if scope["path"] != DESIRED_PATH or scope["method"] not in ("GET", "HEAD"):
+        return None
+    headers = _headers(scope)
+    if headers is None or b"if-none-match" not in headers:
+        return None
+    if not _host_allowed(headers.get(b"host")) or _address_refused(scope, headers):
+        return None
+    if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
+        return None
+    parsed = _presented_token(headers)
+    if parsed is None:
+        return None
+    key, secret = parsed
+    if await _owes(key) is not False:
+        return None
+    state = await cache.poll_state_async(key)
+    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        return None
+    if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
+        return None
+    _record_heartbeat(state["agent_id"])
+    return Current(key, state["agent_id"], state["etag"])
+
+
+async def _owes(key: str) -> bool | None:
+    """Whether the token's cached answer may be stale; None when the database could
+    not say. Debts due for their refresh (once a second per process) are read on a
+    thread by the poll that finds them due."""
+    owed = polldebt.owes_known(key)
+    if owed is None:
+        owed, failure = await asyncio.to_thread(polldebt.owes, key)
+        return None if failure is not None else owed
+    return owed
+
+
+_flushes: set[asyncio.Future] = set()
+
+
+def _record_heartbeat(agent_id: int) -> None:
+    """Buffer the heartbeat; when the buffer is due for its flush (every few
+    seconds per process), flush it on a thread, as the view does."""
+    if not cache.heartbeat_noted(agent_id):
+        flush = asyncio.get_running_loop().run_in_executor(None, _heartbeat_flushed, agent_id)
+        _flushes.add(flush)
+        flush.add_done_callback(_flushes.discard)
+
+
+def _heartbeat_flushed(agent_id: int) -> None:
+    refused = cache.record_heartbeat(agent_id)
+    if refused:
+        try:
+            heartbeats.heartbeats_save(refused)
+        except DatabaseError:
+            logger.warning("database unavailable; %d heartbeat(s) kept in this process",
+                           len(refused), exc_info=True)
+
+
+async def held_answer(scope) -> Current | None:
+    """For a poll with ?wait=N: the answer to give at the end of the wait (304), or
+    None as soon as Django must answer (the desired state may have changed)."""
+    wait = requested_wait(scope)
+    current = await current_answer(scope) if wait is not None else None
+    if current is None or not wait:
+        return current
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0 or not await longpoll.wait_for_change(
+                current.key, current.agent_id, remaining):
+            return current
+        current = await current_answer(scope)
+        if current is None:
+            return None
+
+
+def long_poll_header() -> list[tuple[bytes, bytes]]:
+    cap = settings.BELLWETHER_LONG_POLL_MAX_S
+    return [(b"bellwether-long-poll", str(cap).encode())] if cap else []
+
+
+class PollEdge:
+    """ASGI middleware: answers the poll's 304 when it can (holding a long-poll
+    first), hands on the rest."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            current = await held_answer(scope)
+            if current is not None:
+                await send({"type": "http.response.start", "status": 304, "headers": [
+                    (b"etag", current.etag.encode("latin-1")),
+                    (b"cache-control", b"no-cache"), *long_poll_header()]})
+                await send({"type": "http.response.body", "body": b""})
+                return None
+        return await self.app(scope, receive, send)

@@ -1,0 +1,194 @@
+"""Long-polling: a poll held until the agent's desired state changes.
+
+A change's transaction drops the cached poll states of the agents it concerns on
+commit, and announces their token keys (`announce`, apps.fleet.services): published
+on Redis (channel `<KEY_PREFIX>:fleet:wake`) when the cache is Redis, so every web
+node hears it, or handed to this process's event loop in embedded mode. Each
+process holds its waiting polls in `_Waiters` (a future per poll, no thread, no
+query) and wakes those whose token key was announced; the
+edge (apps.fleet.edge) then decides again from the cache.
+
+One task per process and event loop listens on Redis; when it loses Redis it
+wakes every waiter (a change announced meanwhile would be missed), and each
+re-checks. It also records the waiting agents' heartbeats every FLUSH_S
+seconds, so an agent held a minute is not taken for offline.
+"""
+
+import asyncio
+import logging
+import threading
+
+import redis
+import redis.asyncio
+from django.conf import settings
+from django.core.cache.backends.redis import RedisCache
+
+from apps.fleet import cache
+
+logger = logging.getLogger(__name__)
+
+RECONNECT_S = 1.0
+HEARTBEAT_S = 5.0
+
+
+def wait_seconds(raw: str | None) -> int | None:
+    """The wait a poll asks for (`?wait=N`), capped at BELLWETHER_LONG_POLL_MAX_S;
+    None when `raw` is not a whole number in ASCII digits."""
+    if raw is None or not raw or not raw.isascii() or not raw.isdigit():
+        return None
+    cap = settings.BELLWETHER_LONG_POLL_MAX_S
+    return cap if len(raw) > 6 else min(int(raw), cap)
+
+
+def _channel() -> str:
+    prefix = settings.CACHES["default"].get("KEY_PREFIX", "")
+    return f"{prefix}:fleet:wake" if prefix else "fleet:wake"
+
+
+class _Waiters:
+    """The polls this process holds, by token key, on one event loop."""
+
+    def __init__(self):
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._by_key: dict[str, dict[asyncio.Future, int]] = {}
+        self._listener: asyncio.Task | None = None
+        self._lock = threading.Lock()
+
+    def _adopt(self, loop) -> None:
+        if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
+            self._loop, self._by_key, self._listener = loop, {}, None
+        if self._listener is None or self._listener.done():
+            self._listener = loop.create_task(self._background())
+
+    async def wait(self, token_key: str, agent_id: int, seconds: float) -> bool:
+        """Hold until `token_key` is announced (True) or `seconds` pass (False)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._adopt(loop)
+            woken = loop.create_future()
+            self._by_key.setdefault(token_key, {})[woken] = agent_id
+        try:
+            await asyncio.wait_for(woken, seconds)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                waiting = self._by_key.get(token_key, {})
+                waiting.pop(woken, None)
+                if not waiting:
+                    self._by_key.pop(token_key, None)
+
+    def count(self) -> int:
+        return sum(len(w) for w in self._by_key.values())
+
+    def wake(self, token_keys) -> None:
+        """On the loop: wake the polls of these keys (None: every poll)."""
+        with self._lock:
+            keys = list(self._by_key) if token_keys is None else token_keys
+            for key in keys:
+                for woken in self._by_key.get(key, {}):
+                    if not woken.done():
+                        woken.set_result(True)
+
+    def wake_threadsafe(self, token_keys) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.wake, list(token_keys))
+
+    def waiting_agents(self) -> set[int]:
+        with self._lock:
+            return {a for waiting in self._by_key.values() for a in waiting.values()}
+
+    async def _background(self) -> None:
+        beats = asyncio.get_running_loop().create_task(self._heartbeats())
+        try:
+            backend = cache._cache()
+            if isinstance(backend, RedisCache):
+                await self._listen(backend._servers[0])
+            else:
+                await asyncio.Event().wait()  # embedded: woken in-process only
+        finally:
+            beats.cancel()
+
+    async def _listen(self, url: str) -> None:
+        while True:
+            try:
+                client = redis.asyncio.Redis.from_url(
+                    url, socket_connect_timeout=settings.REDIS_TIMEOUT_S,
+                    health_check_interval=30)
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(_channel())
+                    self.wake(None)  # anything announced before now was missed
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            self.wake(message["data"].decode("ascii", "replace").split())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("Redis unavailable; long-polls woken to check again",
+                               exc_info=True)
+                self.wake(None)
+            await asyncio.sleep(RECONNECT_S)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            agents = self.waiting_agents()
+            # Written by a thread (one per process, every HEARTBEAT_S): the batch
+            # write is the cache's synchronous client. A batch it refuses stays
+            # buffered; while the cache fails the waiters are woken and their
+            # polls go to Django, which saves heartbeats to the database.
+            if agents:
+                await asyncio.to_thread(_record_heartbeats, agents)
+
+
+def _record_heartbeats(agent_ids) -> None:
+    for agent_id in agent_ids:
+        cache.record_heartbeat(agent_id)
+
+
+_waiters = _Waiters()
+
+
+async def wait_for_change(token_key: str, agent_id: int, seconds: float) -> bool:
+    """Hold a poll until its agent's desired state may have changed (True) or
+    `seconds` pass (False). Costs a future, no thread and no query."""
+    return await _waiters.wait(token_key, agent_id, seconds)
+
+
+class _Publisher:
+    """The synchronous Redis client announcements go out through (one per process)."""
+
+    def __init__(self):
+        self._client = None
+        self._url = None
+
+    def publish(self, url: str, message: str) -> None:
+        if self._client is None or self._url != url:
+            self._client = redis.Redis.from_url(
+                url, socket_timeout=settings.REDIS_TIMEOUT_S,
+                socket_connect_timeout=settings.REDIS_TIMEOUT_S)
+            self._url = url
+        self._client.publish(_channel(), message)
+
+
+_publisher = _Publisher()
+
+
+def announce(token_keys) -> None:
+    """Wake the long-polls of these agents on every web node: their desired state
+    changed (called on commit). Best effort: a poll not woken is answered at the
+    end of its wait, and a sweep announces again (apps.fleet.services)."""
+    keys = sorted(set(token_keys))
+    if not keys:
+        return
+    backend = cache._cache()
+    if not isinstance(backend, RedisCache):
+        _waiters.wake_threadsafe(keys)
+        return
+    try:
+        _publisher.publish(backend._servers[0], " ".join(keys))
+    except Exception:
+        logger.warning("Redis unavailable; %d long-poll(s) not woken", len(keys),
+                       exc_info=True)

@@ -1,0 +1,186 @@
+"""End to end against the production shape (README "Production shape"): granian serving
+project.asgi with Redis as the cache and DEBUG off. The agent poll's 304 is answered
+by the edge in front of Django (apps/fleet/edge.py); everything it must not answer
+reaches Django and is answered as before."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from django.conf import settings
+from django.test.utils import override_settings
+
+from apps.fleet import enrollment
+from apps.releases.services import environment_update
+from tests import factories
+from tests.e2e.harness import Server, free_port, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+FAILED_AUTH_LIMIT = 5
+SERVER_SECRET_KEY = "e2e-production-" + "s" * 50
+
+
+@pytest.fixture
+def production(processes, server_environ, tmp_path, empty_cache) -> Server:
+    """The server, with the failed-authentication counts of earlier runs gone (its
+    readiness probe is one failed authentication itself)."""
+    environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
+               "SECRET_KEY": SERVER_SECRET_KEY, "SECURE_COOKIES": "0",
+               "BELLWETHER_THROTTLE_FAILED_AUTH": f"{FAILED_AUTH_LIMIT}/minute"}
+    server = Server.production(port=free_port(), env=environ, log_path=tmp_path / "server.log")
+    processes.append(server)
+    return server.start().wait_ready()
+
+
+def get(server: Server, path: str, headers: dict):
+    request = urllib.request.Request(server.url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read()
+
+
+@pytest.fixture
+def agent(environment, first, superuser):
+    return factories.enrolled_agent(environment, actor=superuser)
+
+
+def test_the_poll_is_200_then_304_and_a_revoked_token_is_refused_at_once(
+        production, agent, superuser):
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    status, headers, body = get(production, "/api/v1/agent/desired", auth)
+    assert status == 200, body
+    etag = headers["ETag"]
+
+    for header in (etag, f'"other", {etag}', f"W/{etag}", "*"):
+        status, headers, body = get(production, "/api/v1/agent/desired",
+                                    {**auth, "If-None-Match": header})
+        assert (status, headers["ETag"], body) == (304, etag, b"")
+    malformed, _, body = get(production, "/api/v1/agent/desired",
+                             {**auth, "If-None-Match": etag.strip('"')})
+    assert malformed == 200 and b'"snapshot"' in body
+
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
+    status, _, body = get(production, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})
+    assert status == 401 and b'"authentication_failed"' in body
+
+
+def test_the_poll_records_the_heartbeat(production, agent):
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    _, headers, _ = get(production, "/api/v1/agent/desired", auth)
+    for _ in range(5):
+        get(production, "/api/v1/agent/desired", {**auth, "If-None-Match": headers["ETag"]})
+
+    def seen():
+        from apps.fleet import cache
+
+        known = cache.heartbeats([agent.agent.pk])
+        return agent.agent.pk in known, known
+
+    wait_for(seen, what="the poll's heartbeat in the cache")
+
+
+def test_bad_tokens_on_the_poll_are_401_with_the_envelope_and_counted(production, agent):
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    _, headers, _ = get(production, "/api/v1/agent/desired", auth)
+    matching = {**auth, "If-None-Match": headers["ETag"]}
+    assert get(production, "/api/v1/agent/desired", matching)[0] == 304
+    bad = ["bwa_nope.nope", "bwu_x.y", f"{agent.token}x", "bwa_", agent.token.upper()]
+    answers = []
+    for presented in bad:  # the readiness probe counted one already
+        status, _, body = get(production, "/api/v1/agent/desired",
+                              {"If-None-Match": headers["ETag"],
+                               "Authorization": f"Bearer {presented}"})
+        answers.append(status)
+        if status == 429:
+            break
+        assert status == 401 and b'"authentication_failed"' in body, body
+    assert answers == [401] * (FAILED_AUTH_LIMIT - 1) + [429]
+
+    # The address is refused now, its valid agent token and cached 304 included.
+    status, retry, body = get(production, "/api/v1/agent/desired", matching)
+    assert status == 429 and b'"throttled"' in body and retry["Retry-After"]
+
+
+def test_a_long_poll_is_held_and_woken_by_a_change_committed_elsewhere(
+        production, agent, environment, superuser):
+    """The change commits in this test process — another node, for the server — and
+    is announced through Redis; the held poll answers 200 with the new state."""
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    status, headers, _ = get(production, "/api/v1/agent/desired", auth)
+    assert status == 200 and headers["Bellwether-Long-Poll"] == "60"
+    etag = headers["ETag"]
+    held = {**auth, "If-None-Match": etag}
+
+    started = time.monotonic()
+    status, headers, _ = get(production, "/api/v1/agent/desired?wait=1", held)
+    assert (status, headers["ETag"], headers["Bellwether-Long-Poll"]) == (304, etag, "60")
+    assert 0.9 <= time.monotonic() - started < 5
+
+    answer = {}
+    poller = threading.Thread(target=lambda: answer.update(zip(
+        ("status", "headers", "body", "at"),
+        (*get(production, "/api/v1/agent/desired?wait=30", held), time.monotonic()),
+        strict=True)))
+    poller.start()
+    time.sleep(1.0)  # the poll is held by now
+    changed_at = time.monotonic()
+    environment_update(environment=environment, poll_interval_s=17, actor=superuser)
+    poller.join(40)
+
+    assert answer["status"] == 200, (answer, answer["at"] - changed_at, production.log()[-3000:])
+    assert answer["headers"]["ETag"] != etag
+    assert json.loads(answer["body"])["poll_interval_s"] == 17
+    assert answer["at"] - changed_at < 3
+
+
+def test_a_bad_wait_is_400_naming_wait_on_the_production_server(production, agent):
+    auth = {"Authorization": f"Bearer {agent.token}", "If-None-Match": '"x"'}
+    for wait in ("abc", "-1", "1.5"):
+        status, _, body = get(production, f"/api/v1/agent/desired?wait={wait}", auth)
+        assert status == 400 and json.loads(body)["error"]["details"][0]["field"] == "wait"
+
+
+def websocket_handshake(server: Server, *, cookie: str | None, origin: str) -> bytes:
+    """The status line the server answers a websocket upgrade of /ws/live/ with."""
+    head = (f"GET /ws/live/ HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+            f"Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n"
+            + (f"Cookie: {settings.SESSION_COOKIE_NAME}={cookie}\r\n" if cookie else "")
+            + "\r\n")
+    # Generous: the first socket of a fresh worker sets up the channel layer, slow on
+    # a loaded machine.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        answer = b""
+        while b"\r\n" not in answer:
+            data = sock.recv(4096)
+            if not data:
+                break
+            answer += data
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_the_live_websocket_opens_for_a_session_and_is_refused_without(production, superuser):
+    with override_settings(SECRET_KEY=SERVER_SECRET_KEY):  # the session as the server signs it
+        client = factories.session_client(superuser)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    origin = production.url
+
+    anonymous = websocket_handshake(production, cookie=None, origin=origin)
+    elsewhere = websocket_handshake(production, cookie=session, origin="http://evil.example")
+    opened = websocket_handshake(production, cookie=session, origin=origin)
+
+    assert b" 101 " in opened, opened
+    assert b" 101 " not in anonymous and b" 101 " not in elsewhere, (anonymous, elsewhere)

@@ -1,0 +1,338 @@
+"""The poll edge (apps/fleet/edge.py): the agent poll's 304 answered on the event loop
+in front of Django, and every request it must not answer handed to Django unchanged.
+
+Django here is a stub that answers 599, so each test sees who answered; what Django
+then answers (401 with the envelope, 200, 429, 400) is tests/fleet/test_desired.py's
+and, through the production server, tests/e2e/test_production_server.py's."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from django.core.cache import cache as django_cache
+from django.db import DatabaseError
+from django.test.utils import override_settings
+
+from apps.core import throttling
+from apps.fleet import cache as fleet_cache
+from apps.fleet import enrollment, longpoll, polldebt
+from apps.fleet.edge import DESIRED_PATH, PollEdge
+from tests.factories import poll
+
+DJANGO = 599
+
+
+def _key(warm) -> str:
+    return warm.token.removeprefix("bwa_").split(".")[0]
+
+
+async def _django(scope, receive, send):
+    await send({"type": "http.response.start", "status": DJANGO, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def call_edge(*, headers=(), method="GET", path=DESIRED_PATH, query=b"", scheme="http",
+              client=("10.0.0.7", 50000), kind="http"):
+    """(status, headers) of the answer of PollEdge around the stub Django."""
+    scope = {"type": kind, "method": method, "path": path, "query_string": query,
+             "scheme": scheme, "client": client,
+             "headers": [(n.lower().encode(), v.encode()) for n, v in headers]}
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(PollEdge(_django)(scope, receive, send))
+    start = sent[0]
+    return start["status"], {n.decode(): v.decode() for n, v in start["headers"]}
+
+
+@pytest.fixture
+def warm(enroll, first, monkeypatch):
+    """An agent whose poll state is cached, with this process's poll debts read and
+    its heartbeats flushed a moment ago: what a web node polled for a while looks like."""
+    monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=lambda: 0.0))
+    agent = enroll()
+    response = poll(agent.client)
+    assert response.status_code == 200
+    fleet_cache._heartbeats._flushed_at = time.time()
+    agent.etag = response["ETag"]
+    agent.headers = [("Host", "testserver"), ("Authorization", f"Bearer {agent.token}")]
+    return agent
+
+
+@pytest.mark.parametrize("form", ["exact", "list", "star", "weak"])
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_matching_poll_is_304_from_the_edge_with_no_sql_and_a_heartbeat(
+        warm, form, method, django_assert_num_queries):
+    header = {"exact": warm.etag, "list": f'"nope", {warm.etag}', "star": "*",
+              "weak": f"W/{warm.etag}"}[form]
+    fleet_cache._heartbeats._pending.clear()
+
+    with django_assert_num_queries(0):
+        status, headers = call_edge(headers=[*warm.headers, ("If-None-Match", header)],
+                                    method=method)
+
+    assert (status, headers["etag"], headers["cache-control"]) == (304, warm.etag, "no-cache")
+    assert warm.agent.pk in fleet_cache._heartbeats.pending()
+
+
+@pytest.mark.parametrize("case", [
+    "no If-None-Match", "another ETag", "a malformed If-None-Match", "an unterminated tag",
+    "a query string", "POST", "another path", "If-Match", "If-Unmodified-Since",
+    "Authorization twice", "If-None-Match twice", "no Authorization", "Basic", "a user token",
+    "a wrong secret", "an unknown key", "a NUL in the token", "a host not allowed", "no Host",
+])
+def test_what_django_must_decide_goes_to_django(warm, case):
+    auth = f"Bearer {warm.token}"
+    key = warm.token.split(".")[0]
+    headers = {"Host": "testserver", "Authorization": auth, "If-None-Match": warm.etag}
+    extra, method, path, query = [], "GET", DESIRED_PATH, b""
+    if case == "no If-None-Match":
+        del headers["If-None-Match"]
+    elif case == "another ETag":
+        headers["If-None-Match"] = '"nope"'
+    elif case == "a malformed If-None-Match":
+        headers["If-None-Match"] = warm.etag.strip('"')
+    elif case == "an unterminated tag":
+        headers["If-None-Match"] = warm.etag[:-1]
+    elif case == "a query string":
+        query = b"x=1"
+    elif case == "POST":
+        method = "POST"
+    elif case == "another path":
+        path = DESIRED_PATH + "/"
+    elif case == "If-Match":
+        extra = [("If-Match", '"other"')]
+    elif case == "If-Unmodified-Since":
+        extra = [("If-Unmodified-Since", "Thu, 01 Jan 1970 00:00:00 GMT")]
+    elif case == "Authorization twice":
+        extra = [("Authorization", auth)]
+    elif case == "If-None-Match twice":
+        extra = [("If-None-Match", warm.etag)]
+    elif case == "no Authorization":
+        del headers["Authorization"]
+    elif case == "Basic":
+        headers["Authorization"] = "Basic " + warm.token
+    elif case == "a user token":
+        headers["Authorization"] = auth.replace("bwa_", "bwu_")
+    elif case == "a wrong secret":
+        headers["Authorization"] = f"Bearer {key}.{'x' * 43}"
+    elif case == "an unknown key":
+        headers["Authorization"] = auth.replace(key, "bwa_000000000000")
+    elif case == "a NUL in the token":
+        headers["Authorization"] = auth + "\x00"
+    elif case == "a host not allowed":
+        headers["Host"] = "evil.example"
+    elif case == "no Host":
+        del headers["Host"]
+
+    status, _ = call_edge(headers=[*headers.items(), *extra], method=method, path=path,
+                          query=query)
+
+    assert status == DJANGO
+
+
+def test_a_revoked_token_goes_to_django_on_its_next_poll(warm, superuser,
+                                                         django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        enrollment.agent_token_revoke(agent=warm.agent, actor=superuser)
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert status == DJANGO
+
+
+def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeypatch):
+    """A change's PollInvalidation not yet settled: the cached ETag may be stale
+    (its drop may have failed), so the database answers."""
+    key = warm.token.removeprefix("bwa_").split(".")[0]
+    monkeypatch.setattr(polldebt._debts, "_keys", frozenset({key}))
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert status == DJANGO
+
+
+@pytest.mark.parametrize("indebted", [False, True])
+def test_debts_due_are_read_by_the_poll_that_finds_them_due(warm, monkeypatch, indebted):
+    reads = []
+
+    def poll_debts():
+        reads.append(1)
+        return frozenset({_key(warm)} if indebted else set()), []
+
+    monkeypatch.setattr(polldebt.selectors, "poll_debts", poll_debts)
+    monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)  # due
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    again, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert (status, again) == ((DJANGO, DJANGO) if indebted else (304, 304))
+    assert reads == [1]  # once per refresh interval, not per poll
+
+
+def test_debts_the_database_cannot_read_send_the_poll_to_django(warm, monkeypatch):
+    def failing():
+        raise DatabaseError("down")
+
+    monkeypatch.setattr(polldebt.selectors, "poll_debts", failing)
+    monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert status == DJANGO
+
+
+def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
+    fleet_cache._heartbeats._flushed_at = 0.0
+    fleet_cache._heartbeats._pending.clear()
+    django_cache.delete_many([f"fleet:seen:{warm.agent.pk}"])
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert status == 304
+    assert fleet_cache._heartbeats.pending() == {}  # flushed to the cache
+    assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
+
+
+def test_an_address_refused_for_failed_authentications_goes_to_django(warm):
+    throttling.blocked_addresses.block("10.0.0.7", time.time() + 60)
+
+    refused, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    other, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
+                         client=("10.0.0.8", 1))
+
+    assert (refused, other) == (DJANGO, 304)
+
+
+@override_settings(BELLWETHER_PROXY_COUNT=1)
+def test_the_refused_address_behind_a_proxy_is_the_forwarded_one(warm):
+    throttling.blocked_addresses.block("203.0.113.9", time.time() + 60)
+    headers = [*warm.headers, ("If-None-Match", warm.etag)]
+
+    refused, _ = call_edge(headers=[*headers, ("X-Forwarded-For", "203.0.113.9")])
+    other, _ = call_edge(headers=[*headers, ("X-Forwarded-For", "203.0.113.10")])
+
+    assert (refused, other) == (DJANGO, 304)
+
+
+@override_settings(SECURE_SSL_REDIRECT=True, SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO",
+                                                                      "https"))
+def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm):
+    headers = [*warm.headers, ("If-None-Match", warm.etag)]
+
+    plain, _ = call_edge(headers=headers)
+    https, _ = call_edge(headers=headers, scheme="https")
+    proxied, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "https")])
+
+    assert (plain, https, proxied) == (DJANGO, 304, 304)
+
+
+def test_a_cache_entry_gone_goes_to_django(warm):
+    fleet_cache.forget_poll_states([warm.token.removeprefix("bwa_").split(".")[0]])
+
+    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert status == DJANGO
+
+
+def test_a_cache_down_goes_to_django(warm):
+    with override_settings(CACHES={"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens here
+    }}):
+        status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+
+    assert status == DJANGO
+
+
+@pytest.mark.parametrize("kind", ["websocket", "lifespan"])
+def test_other_protocols_go_to_the_application(kind):
+    status, _ = call_edge(kind=kind)
+
+    assert status == DJANGO
+
+
+# -- long-poll (?wait=N) -------------------------------------------------------------------
+
+
+def _long_poll(warm, query, *, during=None, after_s=0.2):
+    """call_edge for a poll with `query`, running `during()` in a thread `after_s`
+    seconds into the wait; returns (status, headers, seconds taken)."""
+    timer = threading.Timer(after_s, during) if during else None
+    started = time.monotonic()
+    if timer:
+        timer.start()
+    try:
+        status, headers = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
+                                    query=query)
+    finally:
+        if timer:
+            timer.join()
+    return status, headers, time.monotonic() - started
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=60)
+def test_a_long_poll_is_304_at_the_end_of_its_wait_with_no_sql(warm, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        status, headers, took = _long_poll(warm, b"wait=1")
+
+    assert (status, headers["etag"], headers["bellwether-long-poll"]) == (304, warm.etag, "60")
+    assert 0.9 <= took < 5
+    assert longpoll._waiters.count() == 0
+
+
+def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
+    def change():
+        fleet_cache.forget_poll_states([_key(warm)])
+        longpoll.announce([_key(warm)])
+
+    status, _, took = _long_poll(warm, b"wait=20", during=change)
+
+    assert status == DJANGO
+    assert took < 5
+
+
+def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
+    status, _, took = _long_poll(warm, b"wait=1",
+                                 during=lambda: longpoll.announce([_key(warm)]))
+
+    assert status == 304
+    assert took >= 0.9
+
+
+def test_an_announcement_for_other_agents_does_not_end_the_wait(warm):
+    status, _, took = _long_poll(warm, b"wait=1",
+                                 during=lambda: longpoll.announce(["someoneelse"]))
+
+    assert (status, took >= 0.9) == (304, True)
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=1)
+def test_a_wait_above_the_maximum_is_served_as_the_maximum(warm):
+    status, headers, took = _long_poll(warm, b"wait=" + b"9" * 40)
+
+    assert (status, headers["bellwether-long-poll"]) == (304, "1")
+    assert 0.9 <= took < 5
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=0)
+def test_long_polling_off_answers_at_once_and_advertises_nothing(warm):
+    status, headers, took = _long_poll(warm, b"wait=30")
+
+    assert status == 304 and "bellwether-long-poll" not in headers
+    assert took < 5
+
+
+@pytest.mark.parametrize("query", [b"wait=abc", b"wait=-1", b"wait=1.5", b"wait=", b"wait",
+                                   b"wait=1&wait=2", b"wait=1&x=2", b"WAIT=1", b"wait=%31",
+                                   b"wait=\xd9\xa3"])
+def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query):
+    status, _, took = _long_poll(warm, query)
+
+    assert status == DJANGO and took < 5
