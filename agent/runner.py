@@ -6,7 +6,7 @@ interval within the advertised maximum) and the next poll follows at once: a
 change arrives as soon as it is made, and the cycle (drift checks included) keeps
 its interval. A 304 much sooner than asked (a server that could not hold the
 poll) is followed by the plain interval; after an error the agent polls plainly
-until a server advertises long-polling again."""
+until a server advertises long-polling again, and then starts holding at once."""
 
 from __future__ import annotations
 
@@ -176,6 +176,8 @@ class Agent:
     def _delay_after(self, wait: int | None, took: float) -> float:
         if wait and (self.last_status != 304 or took >= wait / 2):
             return 0.0  # held as asked, or a change arrived: poll again at once
+        if not wait and self._long_poll_wait():
+            return 0.0  # the server has just advertised long-polling: start holding now
         return self._interval()
 
     def run(self) -> int:
