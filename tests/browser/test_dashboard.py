@@ -692,6 +692,13 @@ def test_an_idle_page_keeps_its_live_socket_on_the_redis_channel_layer(
 
         assert fleet.api.publish()["number"] == 2
         expect(page.locator("#snapshot-2 .badge.active")).to_be_visible()
+        # The panels may refresh on the publication's own events first: the snapshot's
+        # event may come a moment later (polled from here: the page's CSP forbids the
+        # eval that wait_for_function's polling needs).
+        for _ in range(50):
+            if received(page.evaluate("window.__live") or [], kind="snapshot", number=2):
+                break
+            page.wait_for_timeout(200)
         assert_not_reloaded(page)
         live = assert_stayed_live(page)
         assert received(live, kind="snapshot", number=2), live

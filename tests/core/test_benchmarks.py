@@ -37,7 +37,8 @@ def test_the_fleet_simulator_sees_every_agent_notified_and_reported():
         env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "bench"})
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
-    assert lines[0] == "agents: 20 on 1 web node(s); plain polling every 0.2-0.5 s", lines
+    # The server advertises long-polling: every simulated agent holds its polls.
+    assert lines[0] == "agents: 20 on 1 web node(s); long-poll (wait 30 s) for 20 of 20", lines
     assert any(line.startswith("publish -> notified (20/20): p50 ") for line in lines), lines
     assert any(line.startswith("publish -> reported (20/20): p50 ") for line in lines), lines
     assert any(line.startswith("server RSS (KiB, per node): before agents [") for line in lines)

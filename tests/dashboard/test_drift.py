@@ -14,7 +14,7 @@ from tests.fleet.support import report
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_cache")]
 
 DRIFT = "/api/v1/agent/drift"
-EDITED = [{"path": "nginx/site.conf", "change": "modified", "summary": "+3 -1 lines"}]
+EDITED = [{"path": "nginx/shop.conf", "change": "modified", "summary": "+3 -1 lines"}]
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_drifted_agents_are_marked_and_counted_on_the_agents_panel(fleet, as_dep
     assert re.search(r'id="drifted-count"[^>]*>1 drifted<', panel)
     rows = dict(re.findall(r'<tr id="agent-\d+" data-agent="([^"]+)"(.*?)</tr>', panel, re.S))
     assert 'data-drift="drifted"' in rows["web-1"]
-    assert "nginx/site.conf: modified (+3 -1 lines)" in rows["web-1"]
+    assert "nginx/shop.conf: modified (+3 -1 lines)" in rows["web-1"]
     assert 'data-drift="restored"' in rows["web-2"]
     assert "data-drift" not in rows["web-3"]
 

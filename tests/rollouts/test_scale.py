@@ -28,7 +28,8 @@ TARGET_INSERT = 'INSERT INTO "rollouts_rollouttarget"'
 
 
 def _bulk_agents(environment, count: int) -> list[int]:
-    name, key = environment.name, f"k{environment.pk:03d}"
+    # token_key is 16 characters at most; PostgreSQL's ids grow past 999 in a long run.
+    name, key = environment.name, f"k{environment.pk % 1000:03d}"
     Agent.objects.bulk_create([
         Agent(environment=environment, name=f"{name}-{i}", token_key=f"{key}{i:012d}",
               token_hash="0" * 64) for i in range(count)
