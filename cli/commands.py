@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.text import Text
 
 from cli import endpoints
-from cli.errors import CliError, TimedOut, UsageError
+from cli.errors import CliError, Refused, TimedOut, UsageError
 from cli.render import Output, detail_line, shown
 
 PAGE = 500
@@ -107,9 +107,13 @@ def publish(client, args, out: Output) -> int:
     else:
         path = Path(args.file)
         data = descriptor_bytes(path)
-        body = client.post_raw(endpoints.DESCRIPTORS, data,
-                               DESCRIPTOR_TYPES.get(path.suffix.lower(), "application/yaml"),
-                               dry_run="1" if args.dry_run else None)
+        try:
+            body = client.post_raw(endpoints.DESCRIPTORS, data,
+                                   DESCRIPTOR_TYPES.get(path.suffix.lower(), "application/yaml"),
+                                   dry_run="1" if args.dry_run else None)
+        except Refused as exc:  # the server's "YAML body:6" is this file's line 6
+            exc.message = f"{path}: {exc.message}"
+            raise
         if args.dry_run:
             return dry_run_shown(body, out)
     body = publication_finished(client, body, timeout_s=args.timeout, out=out)
