@@ -226,8 +226,13 @@ def rollout_commands(sub, parents) -> None:
                     "  bellwether approve 42 --comment 'change ticket CHG-7'\n", parents)
     p.add_argument("rollout", type=positive, help="rollout id")
     p.add_argument("--comment", help="why, for the audit log")
-    rollout = sub.add_parser("rollout", help="Start, watch, confirm or roll back a staged "
-                             "rollout.", description="Staged rollouts (docs/rollouts.md).")
+    rollout = sub.add_parser(
+        "rollout", help="Start, watch, confirm or roll back a staged rollout.",
+        description="Staged rollouts (docs/rollouts.md).", parents=parents,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  bellwether rollout start shop/prod --canary-gate auto --wait\n"
+               "  bellwether rollout status shop/prod --watch\n"
+               "  bellwether rollout confirm 42\n  bellwether rollout rollback 42\n")
     actions = rollout.add_subparsers(dest="action", metavar="ACTION", required=True)
     rollout_start_command(actions, parents)
     p = add_command(actions, "status", rollouts.status,

@@ -231,7 +231,7 @@ def test_no_token_or_no_server_is_a_usage_error_saying_where_to_put_it(shared_li
 
 def test_every_command_has_help_with_examples(shared_live, capsys):
     commands = [["environments"], ["preview"], ["diff"], ["publish"], ["agents"],
-                ["promote"], ["approve"], ["config"], ["rollout", "start"],
+                ["promote"], ["approve"], ["config"], ["rollout"], ["rollout", "start"],
                 ["rollout", "status"], ["rollout", "confirm"], ["rollout", "rollback"]]
     for command in commands:
         code, _, _ = shared_live.call(*command, "--help")
