@@ -6,11 +6,13 @@ BIN := $(VENV)/bin
 
 .PHONY: run test lint worker beat clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python >= 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
+	# The project itself (editable): the `bellwether` command in $(BIN) (docs/ci.md).
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt

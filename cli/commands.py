@@ -1,0 +1,224 @@
+"""The commands about environments, snapshots, descriptors and agents: each reads
+its arguments, calls the API through the client and shows the answer."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.text import Text
+
+from cli import endpoints
+from cli.errors import CliError, Refused, TimedOut, UsageError
+from cli.render import Output, detail_line, shown
+
+PAGE = 500
+DESCRIPTOR_TYPES = {".json": "application/json"}  # anything else is sent as YAML
+
+
+def all_pages(client, path: str, **query) -> list[dict]:
+    """Every item of a paginated list (limit/offset; the server clamps at 500)."""
+    items, offset = [], 0
+    while True:
+        page = client.get(path, limit=PAGE, offset=offset or None, **query)
+        items += page["results"]
+        if not page.get("next") or not page["results"]:
+            return items
+        offset += len(page["results"])
+
+
+def snapshot_ref(snapshot: dict | None) -> str:
+    return "-" if not snapshot else f"#{snapshot['number']}"
+
+
+def environments(client, args, out: Output) -> int:
+    found = all_pages(client, endpoints.ENVIRONMENTS)
+    if out.is_json:
+        out.data(found)
+        return 0
+    rows = []
+    for env in found:
+        rollout = env.get("active_rollout")
+        rows.append([env["full_name"], env["release_policy"], snapshot_ref(env["active_snapshot"]),
+                     env["snapshot_counter"],
+                     f"{rollout['id']} {rollout['state']} #{rollout['snapshot']}" if rollout
+                     else "-"])
+    out.table(["environment", "policy", "active", "snapshots", "rollout"], rows)
+    return 0
+
+
+def preview(client, args, out: Output) -> int:
+    body = client.get(endpoints.environment(args.environment) + "/preview")
+    if out.is_json:
+        out.data(body)
+    else:
+        out.line(f"{args.environment}: {'valid' if body['valid'] else 'INVALID'}"
+                 + (f", checksum {body['checksum']}" if body.get("checksum") else ""))
+        problems_shown(out, body.get("errors", []))
+        for item in body.get("files", []):
+            out.line(f"  {item['path']} ({len(item['content'].encode())} bytes)")
+    return 0 if body["valid"] else invalid_exit(out, "the rendered configuration is invalid")
+
+
+def invalid_exit(out: Output, message: str) -> int:
+    if not out.is_json:
+        out.note(message)
+    return 1
+
+
+def problems_shown(out: Output, problems: list[dict]) -> None:
+    for problem in problems:
+        out.line(Text("  ! ", style="red") + shown(detail_line(problem)))
+
+
+def diff(client, args, out: Output) -> int:
+    body = client.get(endpoints.snapshot(args.environment, args.snapshot) + "/diff",
+                      against=args.against)
+    if out.is_json:
+        out.data(body)
+        return 0
+    against = "nothing" if body["against"] is None else f"#{body['against']}"
+    out.line(f"{args.environment} #{body['snapshot']} against {against}: "
+             f"{len(body['files'])} file(s) changed")
+    for item in body["files"]:
+        out.line(f"{item['status']}: {item['path']}", style="bold")
+        if item.get("too_large"):
+            out.line(f"  too large to compare line by line: {item.get('old_bytes')} -> "
+                     f"{item.get('new_bytes')} bytes")
+        for text in item.get("diff", "").splitlines():
+            style = ("green" if text.startswith("+") and not text.startswith("+++")
+                     else "red" if text.startswith("-") and not text.startswith("---")
+                     else None)
+            out.line(shown(text), style=style)
+    return 0
+
+
+# --- publishing -------------------------------------------------------------------------
+
+
+def publish(client, args, out: Output) -> int:
+    if bool(args.environment) == bool(args.file):
+        raise UsageError("publish takes an environment (its current inputs) or -f "
+                         "DESCRIPTOR, not both and not neither")
+    if args.dry_run and not args.file:
+        raise UsageError("--dry-run previews a descriptor: give -f DESCRIPTOR")
+    if args.environment:
+        body = client.post(endpoints.environment(args.environment) + "/publish")
+    else:
+        path = Path(args.file)
+        data = descriptor_bytes(path)
+        try:
+            body = client.post_raw(endpoints.DESCRIPTORS, data,
+                                   DESCRIPTOR_TYPES.get(path.suffix.lower(), "application/yaml"),
+                                   dry_run="1" if args.dry_run else None)
+        except Refused as exc:  # the server's "YAML body:6" is this file's line 6
+            exc.message = f"{path}: {exc.message}"
+            raise
+        if args.dry_run:
+            return dry_run_shown(body, out)
+    body = publication_finished(client, body, timeout_s=args.timeout, out=out)
+    publication_shown(body, out)
+    return 0
+
+
+def descriptor_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"descriptor file {path} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"descriptor file {path} cannot be read: {exc.strerror}") from None
+
+
+def dry_run_shown(body: dict, out: Output) -> int:
+    if out.is_json:
+        out.data(body)
+    else:
+        against = "nothing" if body.get("against") is None else f"#{body['against']}"
+        out.line(f"dry run: {'valid' if body['valid'] else 'INVALID'}; "
+                 f"{len(body.get('diff', []))} file(s) differ from {against}")
+        problems_shown(out, body.get("errors", []))
+        for item in body.get("diff", []):
+            out.line(f"  {item.get('status')}: {item.get('path')}")
+    return 0 if body["valid"] else invalid_exit(out, "the descriptor would not publish")
+
+
+def publication_finished(client, body: dict, *, timeout_s: float, out: Output,
+                         interval_s: float = 0.5) -> dict:
+    """A publication still rendering (202) is asked again until it is stored."""
+    deadline = time.monotonic() + timeout_s
+    while body.get("state") == "rendering":
+        if time.monotonic() >= deadline:
+            raise TimedOut(f"publication {body['id']} still renders after {timeout_s:g} s "
+                           f"(ask again: GET {body['url']})", body={"publication": body})
+        out.note(f"rendering ({body.get('progress') or 'queued'})…")
+        time.sleep(interval_s)
+        body = client.get(endpoints.publication(body["id"]))
+    if body.get("state") in ("invalid", "superseded"):
+        raise CliError(f"publication {body['id']} is {body['state']}",
+                       details=body.get("errors", []), body={"publication": body})
+    return body
+
+
+def publication_shown(body: dict, out: Output) -> None:
+    if out.is_json:
+        out.data(body)
+        return
+    snapshot = body["snapshot"]
+    out.line(f"{body['environment']} #{snapshot['number']} ({snapshot['label']}) "
+             f"{snapshot['state']}{' (identical content existed)' if body['deduplicated'] else ''}"
+             f", checksum {snapshot['checksum']}")
+    release = body.get("release") or {}
+    if body.get("activated"):
+        out.line("activated: agents following the environment apply it now")
+    else:
+        ways = " or ".join(release.get("released_by", [])) or "nothing"
+        out.line(f"not activated ({release.get('policy')}): released by {ways}"
+                 + (f"; {release['note']}" if release.get("note") else ""))
+
+
+# --- agents, approvals, promotions ------------------------------------------------------
+
+
+def agents(client, args, out: Output) -> int:
+    drifted = {"drifted": "1", "not-drifted": "0"}.get(args.drift)
+    found = all_pages(client, endpoints.environment(args.environment) + "/agents",
+                      drifted=drifted)
+    if out.is_json:
+        out.data(found)
+        return 0
+    rows = []
+    for agent in found:
+        status = agent.get("status", {})
+        held = status.get("held_by") or {}
+        rows.append([agent["id"], agent["name"], status.get("sync"),
+                     snapshot_ref(status.get("applied")), snapshot_ref(status.get("desired")),
+                     status.get("last_status") or "-", "yes" if status.get("online") else "no",
+                     held.get("kind", "-"), "yes" if status.get("drift") else "-"])
+    out.table(["id", "name", "sync", "applied", "desired", "last report", "online", "held",
+               "drift"], rows, title=f"{args.environment}: {len(found)} agent(s)")
+    return 0
+
+
+def approve(client, args, out: Output) -> int:
+    """Not on the server yet (endpoints.APPROVALS): today it answers 404."""
+    body = client.post(endpoints.approvals(args.rollout),
+                       {"comment": args.comment} if args.comment else {})
+    if out.is_json:
+        out.data(body)
+    else:
+        out.line(f"rollout {args.rollout}: approved")
+    return 0
+
+
+def promote(client, args, out: Output) -> int:
+    """Not on the server yet (endpoints.PROMOTIONS): today it answers 404."""
+    request = {"from": args.source}
+    if args.snapshot is not None:
+        request["snapshot"] = args.snapshot
+    body = client.post(endpoints.promotions(args.target), request)
+    if out.is_json:
+        out.data(body)
+    else:
+        out.line(f"promoted {args.source} to {args.target}")
+    return 0
