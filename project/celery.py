@@ -3,9 +3,25 @@
 import os
 
 from celery import Celery
+from celery.signals import setup_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 app = Celery("bellwether", task_cls="celery.contrib.django.task:DjangoTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def _django_logging(**kwargs):
+    """The worker and beat log as the web does (settings.LOGGING) instead of in
+    Celery's own format."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+# Only for JSON logs: with the plain format, Celery's own lines stay as they are.
+if os.environ.get("BELLWETHER_LOG_FORMAT", "").strip() == "json":
+    setup_logging.connect(_django_logging, weak=False)

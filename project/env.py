@@ -11,6 +11,7 @@ to False and its int cast lets a bare ValueError out, the two things these
 readers exist to refuse.
 """
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -104,6 +105,17 @@ def env_list(name: str, default: list[str], *, item: re.Pattern | None = None,
         if item is not None and not item.fullmatch(entry):
             raise invalid(name, value, f"item {redact(entry)!r}: expected {expected}")
     return items
+
+
+def env_networks(name: str, default: list[str]) -> list:
+    """Comma-separated networks in CIDR notation (an address alone is one host)."""
+    networks = []
+    for entry in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError as exc:
+            raise invalid(name, _value(name) or "", f"item {redact(entry)!r}: {exc}") from None
+    return networks
 
 
 def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:

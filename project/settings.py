@@ -21,6 +21,7 @@ from project.env import (
     env_choice,
     env_int,
     env_list,
+    env_networks,
     env_path,
     env_rate,
     env_secret,
@@ -93,6 +94,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "project.requestid.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "apps.core.handlers.UnstorableTextMiddleware",
     # Before the session and any view: an address refused for its failed
@@ -422,16 +424,32 @@ BELLWETHER_ROLLOUT_LIMITS = {
 }
 
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+# `json`: one JSON object a line (time, level, logger, message, request_id — the
+# X-Request-ID of the request or the id of the task being run, project/requestid.py).
+BELLWETHER_LOG_FORMAT = env_choice("BELLWETHER_LOG_FORMAT", "plain", ("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "project.requestid.RequestIdFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                 "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+                 "rename_fields": {"asctime": "time", "levelname": "level",
+                                   "name": "logger"}},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             "formatter": BELLWETHER_LOG_FORMAT,
+                             "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# GET /metrics (Prometheus, project/metrics.py): with a token set, only requests
+# presenting it (Authorization: Bearer); without one, only clients in these networks.
+BELLWETHER_METRICS_TOKEN = env_secret("BELLWETHER_METRICS_TOKEN")
+BELLWETHER_METRICS_NETWORKS = env_networks("BELLWETHER_METRICS_NETWORKS",
+                                           ["127.0.0.0/8", "::1/128"])
 
 # API request rates, per user (tokens and sessions), per agent and per client
 # address for callers not signed in (enrollment); `off` for none. An agent polls

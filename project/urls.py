@@ -1,5 +1,6 @@
 """URL configuration: admin, the REST API under /api/v1/ (each app's urls), its
-schema and docs, /healthz (liveness), /readyz (readiness), and the dashboard at the root."""
+schema and docs, /healthz (liveness), /readyz (readiness), /metrics (Prometheus),
+and the dashboard at the root."""
 
 from csp.decorators import csp_update
 from django.contrib import admin
@@ -8,6 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from apps.core.handlers import favicon, healthz, not_found_api, readyz
+from project.metrics import metrics
 
 API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts"]
 
@@ -15,6 +17,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("favicon.ico", favicon),
+    path("metrics", csrf_exempt(metrics), name="metrics"),
     path("admin/", admin.site.urls),
     *[path("api/v1/", include(f"apps.{app}.urls")) for app in API_APPS],
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -29,6 +29,7 @@ from django.contrib.auth import (
 from django.utils.crypto import constant_time_compare
 from redis.exceptions import RedisError
 
+from apps.core import metrics
 from apps.core.events import environment_group, serving_loop_is, user_group
 from apps.environments.models import Environment
 
@@ -114,6 +115,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close()
             return
         await self.accept()
+        metrics.WEBSOCKETS.inc()
+        self.counted = True
         await self.send_json({"kind": "hello", "environments": sorted(self.environment_ids)})
 
     async def _subscribe(self, user, *, refresh: bool) -> None:
@@ -146,6 +149,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         return True
 
     async def disconnect(self, code):
+        if getattr(self, "counted", False):
+            metrics.WEBSOCKETS.dec()
+            self.counted = False
         if not hasattr(self, "environment_ids"):
             return
         await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)

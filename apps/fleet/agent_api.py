@@ -21,7 +21,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core import tokens
+from apps.core import metrics, tokens
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
@@ -268,6 +268,8 @@ class ReportApi(AgentAPIView):
             agent=self.agent, deployment_id=v["deployment_id"], number=v["snapshot"],
             checksum=v["checksum"], status=v["status"], message=v["message"],
             health=None if v["health"] is None else dict(v["health"]))
+        if created:
+            metrics.report_accepted(v["status"])
         return Response(
             {"deployment_id": str(deployment.pk), "state": deployment.state,
              "duplicate": not created},

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 
-from apps.core import throttling, tokens
+from apps.core import metrics, throttling, tokens
 from apps.fleet import cache, heartbeats, longpoll, polldebt, rules
 from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
 
@@ -208,5 +208,17 @@ class PollEdge:
                     (b"etag", current.etag.encode("latin-1")),
                     (b"cache-control", b"no-cache"), *long_poll_header()]})
                 await send({"type": "http.response.body", "body": b""})
+                metrics.poll_answered(304)
                 return None
+            if scope.get("path") == DESIRED_PATH:
+                return await self.app(scope, receive, _counting_polls(send))
         return await self.app(scope, receive, send)
+
+
+def _counting_polls(send):
+    """`send`, counting the poll Django answers by its status."""
+    async def counted(message):
+        if message["type"] == "http.response.start":
+            metrics.poll_answered(message["status"])
+        await send(message)
+    return counted

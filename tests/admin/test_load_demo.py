@@ -154,3 +154,26 @@ def test_load_demo_with_a_new_password_sets_it(load_demo, monkeypatch):
     load_demo()
 
     assert get_user_model().objects.get(username="dev").check_password("another-pw-9c1d")
+
+
+def test_the_readmes_descriptor_changes_the_demo_apps_config(load_demo):
+    """README "Release with a descriptor": its descriptor, dry-run by the demo's
+    deployer, changes shop/config.json (the templates use the params)."""
+    import re
+    from pathlib import Path
+
+    from tests.factories import api_client_for
+
+    load_demo()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [printf] = re.findall(r"printf '([^']*)' > /tmp/rel-1.yaml", readme)
+    body = printf.encode().decode("unicode_escape")
+    dev = get_user_model().objects.get(username="dev")
+    response = api_client_for(dev).post("/api/v1/descriptors?dry_run=1", body,
+                                         content_type="application/yaml")
+    assert response.status_code == 200, response.content
+    app = {f["path"]: f["content"] for f in response.json()["files"]}["shop/config.json"]
+    assert '"channel": "beta"' in app and '"version": "2.4.0"' in app
+    changed = {d["path"]: d for d in response.json()["diff"]}
+    assert changed["shop/config.json"]["status"] == "modified", changed
+    assert '+    "channel": "beta",' in changed["shop/config.json"]["diff"]

@@ -79,7 +79,8 @@ RATES = {"BELLWETHER_THROTTLE_USER": ("user", "1200/minute"),
          "BELLWETHER_THROTTLE_ANON": ("anon", "300/minute"),
          "BELLWETHER_THROTTLE_FAILED_AUTH": ("failed_auth", "60/minute")}
 STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
-           "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR"]
+           "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR",
+           "BELLWETHER_LOG_FORMAT", "BELLWETHER_METRICS_TOKEN", "BELLWETHER_METRICS_NETWORKS"]
 
 
 @pytest.fixture
@@ -463,3 +464,15 @@ def test_check_deploy_passes_without_warnings_as_the_docs_configure_production(t
     documented = (ROOT / "docs" / "operations.md").read_text()
     for name in ("SECURE_HSTS_SECONDS", "SECURE_SSL_REDIRECT", "BELLWETHER_PROXY_COUNT"):
         assert f"{name}=" in documented, name
+
+
+def test_log_format_and_metrics_networks_are_checked_at_start_up(load_settings):
+    module = load_settings(BELLWETHER_LOG_FORMAT="JSON",
+                           BELLWETHER_METRICS_NETWORKS="10.0.0.0/8, 192.0.2.7")
+    assert module.LOGGING["handlers"]["console"]["formatter"] == "json"
+    assert [str(n) for n in module.BELLWETHER_METRICS_NETWORKS] == ["10.0.0.0/8",
+                                                                    "192.0.2.7/32"]
+    with pytest.raises(ImproperlyConfigured, match="BELLWETHER_LOG_FORMAT"):
+        load_settings(BELLWETHER_LOG_FORMAT="xml")
+    with pytest.raises(ImproperlyConfigured, match="BELLWETHER_METRICS_NETWORKS"):
+        load_settings(BELLWETHER_METRICS_NETWORKS="10.0.0.0/33")

@@ -643,3 +643,16 @@ def test_same_origin_compares_scheme_host_and_port(headers, secure, proxies, exp
     from project.origins import same_origin
 
     assert same_origin(headers, secure=secure, proxy_count=proxies) is expected
+
+
+async def test_an_open_socket_is_counted_for_metrics_until_it_closes(live, viewer):
+    from prometheus_client import REGISTRY
+
+    def open_sockets() -> float:
+        return REGISTRY.get_sample_value("bellwether_websocket_connections") or 0.0
+
+    before = open_sockets()
+    communicator, _ = await live(await session_of(viewer))
+    assert open_sockets() == before + 1
+    await communicator.disconnect()
+    assert open_sockets() == before

@@ -5,6 +5,7 @@ PostgreSQL test database and Redis broker as this process; nothing runs inline.
 """
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -94,6 +95,15 @@ def worker_queue():
 
 @pytest.fixture
 def celery_worker(transactional_db, worker_queue, tmp_path):
+    yield from _worker(worker_queue, tmp_path)
+
+
+@pytest.fixture
+def json_logging_worker(transactional_db, worker_queue, tmp_path):
+    yield from _worker(worker_queue, tmp_path, BELLWETHER_LOG_FORMAT="json")
+
+
+def _worker(worker_queue, tmp_path, **extra_env):
     log_path = tmp_path / "worker.log"
     env = {
         **os.environ,
@@ -106,6 +116,7 @@ def celery_worker(transactional_db, worker_queue, tmp_path):
         "CELERY_TASK_ALWAYS_EAGER": "0",
         "LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
+        **extra_env,
     }
     command = [
         sys.executable, "-m", "celery", "-A", "project", "worker",
@@ -177,6 +188,33 @@ def test_publish_is_rendered_by_a_celery_worker(
     here = [r.getMessage() for r in caplog.records if r.name.startswith("apps.snapshots")]
     assert any(f"publication {body['id']} (publish) queued" in m for m in here), here
     assert not any("stored as" in m for m in here), here
+
+
+def test_with_json_logs_the_worker_writes_a_json_object_a_line_naming_the_task(
+    json_logging_worker, environment, member, api_client
+):
+    client = api_client(member(Role.DEPLOYER))
+    response = client.post("/api/v1/environments/shop/prod/publish")
+    assert response.status_code == 202, response.content
+    body = _poll_until_finished(client, response["Location"], json_logging_worker)
+    assert body["state"] == Publication.State.READY, body
+
+    def stored_line():
+        # Celery's start-up banner is printed, not logged; every log line is JSON.
+        for line in json_logging_worker.log().splitlines():
+            if not line.startswith("{"):
+                continue
+            entry = json.loads(line)
+            if "stored as ready" in entry["message"]:
+                return entry
+        return None
+
+    deadline = time.monotonic() + 10
+    while (entry := stored_line()) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert entry is not None, json_logging_worker.log()
+    assert entry["level"] == "INFO" and entry["logger"] == "apps.snapshots.services"
+    assert re.fullmatch(r"[0-9a-f-]{36}", entry["request_id"]), entry
 
 
 def test_a_snapshot_rendered_by_the_worker_reaches_live_subscribers_through_redis(

@@ -49,7 +49,14 @@ APP_CONFIG = """\
     "name": {{ app.database.name | tojson }},
     "password": {{ app.database.password | tojson }}
   },
-  "features": {{ app.features | tojson }}
+  "features": {{ app.features | tojson }},
+  {#- What an app team's descriptor released: its version and its params. #}
+  {%- set released = params | default({}) %}
+  "release": {
+    "version": {{ (descriptor | default({})).version | default(none) | tojson }},
+    "channel": {{ released.release_channel | default("stable") | tojson }},
+    "feature_flags": {{ released.feature_flags | default({}) | tojson }}
+  }
 }
 """
 
