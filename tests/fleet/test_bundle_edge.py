@@ -426,3 +426,17 @@ def test_the_number_read_from_the_path(path, number):
     scope = {"method": "GET", "path": path, "query_string": b""}
 
     assert bundle_edge.requested_number(scope) == number
+
+
+def test_an_answer_sent_in_several_parts_is_kept_whole(agent, django_app):
+    async def chunked_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"etag", b'"x"')]})
+        await send({"type": "http.response.body", "body": b"ab", "more_body": True})
+        await send({"type": "http.response.body", "body": b"cd"})
+
+    first = sent(chunked_app, headers=agent.headers)
+    again = sent(django_app, headers=agent.headers)
+
+    assert first == again == (200, [(b"etag", b'"x"')], b"abcd")
+    assert django_app.calls == 0
