@@ -26,7 +26,7 @@ from apps.releases import services as releases
 from apps.releases.publishing import publication_abandon
 from apps.releases.services import snapshot_publish
 from apps.snapshots.models import Snapshot
-from tests.factories import enrolled_agent, poll
+from tests.factories import enrolled_agent, poll, publish_variant
 from tests.fleet.support import bundle_url
 
 
@@ -183,6 +183,20 @@ def test_a_new_agent_of_the_environment_costs_one_query_then_none(
         sent(django_app, headers=other.headers)
 
     assert django_app.calls == 1
+
+
+def test_any_ready_snapshot_of_the_environment_is_served_desired_or_not(
+        agent, first, environment, superuser, django_app):
+    """As the view: every ready snapshot of the agent's environment, not only the one
+    it desires (an agent rolls back to, or restores, an older one)."""
+    second = publish_variant(environment, superuser, workers=8)
+    answers = {n: [sent(django_app, headers=agent.headers, number=n) for _ in range(2)]
+               for n in (first.number, second.number)}
+
+    assert django_app.calls == 2
+    for number, (from_django, from_edge) in answers.items():
+        assert from_django == from_edge and from_edge[0] == 200
+        assert json.loads(gzip.decompress(from_edge[2]))["number"] == number
 
 
 # --- what the edge must leave to Django ---------------------------------------------------
