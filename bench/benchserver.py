@@ -1,6 +1,7 @@
 """Servers for the benchmarks that speak HTTP: a fresh database with one direct
-environment, Daphne web nodes (the README's production server), and in the
-PostgreSQL + Redis shape a Celery worker and beat, all in a temporary directory.
+environment, web nodes (Daphne, or granian as the README's "Production shape" runs
+it: `server="granian"`), and in the PostgreSQL + Redis shape a Celery worker and
+beat, all in a temporary directory.
 
     with BenchServers(nodes=2, database_url=..., redis_url=...) as servers:
         servers.setup(agents=500, template=..., config=...)   # tokens, snapshot #1
@@ -81,17 +82,31 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+# One worker process per web node: the production command (README "Production
+# shape") with --workers 1, or Daphne.
+WEB_SERVERS = {
+    "daphne": lambda port: ["daphne", "-b", "127.0.0.1", "-p", str(port),
+                            "project.asgi:application"],
+    "granian": lambda port: ["granian", "--interface", "asginl", "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1", "--backlog", "4096",
+                             "--backpressure", "16384", "project.asgi:application"],
+}
+
+
 class BenchServers:
-    """`nodes` Daphne processes over one fresh database: embedded SQLite (tasks
+    """`nodes` web processes (Daphne or granian) over one fresh database: embedded SQLite (tasks
     inline, local-memory cache; one node only) or PostgreSQL + Redis (the database
     is flushed; a Celery worker and beat on a queue of this run's own)."""
 
     def __init__(self, *, nodes: int = 1, database_url: str = "", redis_url: str = "",
-                 ports: list[int] | None = None, extra_env: dict | None = None):
+                 ports: list[int] | None = None, extra_env: dict | None = None,
+                 server: str = "daphne"):
         if nodes > 1 and not (database_url and redis_url):
             raise SystemExit("--nodes > 1 needs --database-url and --redis-url "
                              "(nodes share the database and the cache)")
-        self.nodes, self.ports = nodes, ports
+        if server not in WEB_SERVERS:
+            raise SystemExit(f"server: one of {', '.join(WEB_SERVERS)}")
+        self.nodes, self.ports, self.server = nodes, ports, server
         self.workdir = tempfile.mkdtemp(prefix="bellwether-bench-")
         self.env = dict(
             os.environ, DJANGO_SETTINGS_MODULE="project.settings", DEBUG="0",
@@ -129,8 +144,7 @@ class BenchServers:
             port = free_port(self.ports, taken=[int(u.rsplit(":", 1)[1]) for u in self.urls])
             log = open(os.path.join(self.workdir, f"web-{index}.log"), "wb")  # noqa: SIM115
             self.web.append(subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                 "project.asgi:application"],
+                [sys.executable, "-m", *WEB_SERVERS[self.server](port)],
                 env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log))
             self.urls.append(f"http://127.0.0.1:{port}")
         if self.env["DATABASE_URL"]:

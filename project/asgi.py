@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP through Django, websockets through Channels. The agent
-poll's 304 is answered in front of Django, on the event loop (apps/fleet/edge.py).
+poll's 304 is answered in front of Django, on the event loop (apps/fleet/edge.py), and
+so is a bundle Django has answered before (apps/fleet/bundle_edge.py).
 Request bodies are bounded while they are received (project/bodylimits.py)."""
 
 import os
@@ -13,6 +14,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from apps.fleet.bundle_edge import BundleEdge  # noqa: E402
 from apps.fleet.edge import PollEdge  # noqa: E402
 from project import daphne_limits  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
@@ -23,7 +25,7 @@ daphne_limits.install()
 
 application = ProtocolTypeRouter(
     {
-        "http": PollEdge(BoundedBodyASGI(django_asgi_app)),
+        "http": PollEdge(BundleEdge(BoundedBodyASGI(django_asgi_app))),
         "websocket": SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )),

@@ -223,3 +223,13 @@ def heartbeats(agent_ids) -> dict[int, float]:
         if times:
             seen[i] = max(times)
     return seen
+
+
+def async_redis():
+    """(the Redis cache backend, its redis.asyncio client for this event loop), for
+    the edge's other reads and writes (apps.fleet.bundle_edge); None when the cache
+    is not Redis (local memory is used directly: no I/O)."""
+    backend = _cache()
+    if not isinstance(backend, RedisCache):
+        return None
+    return backend, _async_reader._redis(backend, asyncio.get_running_loop())

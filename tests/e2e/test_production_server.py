@@ -6,6 +6,7 @@ reaches Django and is answered as before."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import socket
@@ -72,6 +73,33 @@ def test_the_poll_is_200_then_304_and_a_revoked_token_is_refused_at_once(
 
     enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
     status, _, body = get(production, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})
+    assert status == 401 and b'"authentication_failed"' in body
+
+
+def test_a_bundle_is_replayed_as_django_sent_it_and_refused_once_revoked(
+        production, agent, first, superuser):
+    """Django answers the first request, the bundle edge the next ones
+    (apps/fleet/bundle_edge.py): the same bytes and headers, and a revoked token is
+    refused from its next request."""
+    auth = {"Authorization": f"Bearer {agent.token}", "Accept-Encoding": "gzip"}
+    assert get(production, "/api/v1/agent/desired", auth)[0] == 200  # its poll state
+    url = f"/api/v1/agent/snapshots/{first.number}/bundle"
+
+    answers = [get(production, url, auth) for _ in range(3)]
+    etag = f'"{first.checksum}+gzip"'
+    not_modified = [get(production, url, {**auth, "If-None-Match": etag}) for _ in range(2)]
+
+    def shown(answer):
+        status, headers, body = answer
+        return status, [(n, v) for n, v in headers.items() if n.lower() != "date"], body
+
+    assert answers[0][0] == 200 and answers[0][1]["Content-Encoding"] == "gzip"
+    assert gzip.decompress(answers[0][2]) == bytes(first.bundle)
+    assert shown(answers[0]) == shown(answers[1]) == shown(answers[2])
+    assert not_modified[0][0] == 304 and shown(not_modified[0]) == shown(not_modified[1])
+
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
+    status, _, body = get(production, url, auth)
     assert status == 401 and b'"authentication_failed"' in body
 
 

@@ -1,0 +1,304 @@
+"""A snapshot's bundle, answered in front of Django on the event loop once Django has
+answered it in this process.
+
+A snapshot is immutable and never deleted, and an agent never changes environment:
+Django's answer to GET /api/v1/agent/snapshots/<n>/bundle (the stored gzip bytes,
+with every header the view and the middleware set) is its answer to every agent of
+the same environment. `BundleEdge` keeps Django's 200 and 304 per (environment,
+number, HTTPS) — at most ANSWERS_MAX_BYTES of bodies per process, the least recently
+used dropped first — and replays them, with no SQL and no thread, to a request that
+
+- is a GET with no query string of a number up to MAX_NUMBER, accepting gzip, with
+  no `Accept` or one DRF answers with JSON, and no precondition Django evaluates;
+- passes the checks of the poll's 304 (apps.fleet.edge): an allowed Host, an
+  address not refused, HTTPS when required, an agent token matching its cached poll
+  state with no unsettled poll debt (apps.fleet.polldebt) — so a revoked, rotated or
+  decommissioned token goes to Django (401) from its next request, as on the poll;
+- comes from an agent of that environment (read once per agent and process);
+- is within the agent's API rate (AgentRateThrottle's count, in its cache key).
+
+304 when If-None-Match names the representation's ETag (as Django decides it:
+apps.fleet.rules.if_none_match_matches), else 200. Everything else — a first
+request, a client refusing gzip, a token the cache does not vouch for, a throttled
+agent, another environment's or an unready snapshot — goes to Django unchanged,
+which answers as before (401, 404, 406, 429 with the error envelope).
+"""
+
+import asyncio
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from types import SimpleNamespace
+from typing import NamedTuple
+
+from django.conf import settings
+from django.core.cache.backends.redis import RedisSerializer
+from django.db import DatabaseError, connection
+
+from apps.core import tokens
+from apps.core.breaker import best_effort_redis
+from apps.core.compression import accepts_gzip
+from apps.core.throttling import AgentRateThrottle
+from apps.fleet import cache, edge, rules
+from apps.fleet.models import Agent
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_PATH = re.compile(r"/api/v1/agent/snapshots/([0-9]{1,10})/bundle")
+MAX_NUMBER = 2**31 - 1  # a snapshot's number is a PositiveIntegerField
+ANSWERS_MAX_BYTES = 64 * 1024 * 1024
+# `Accept` values for which DRF's negotiation lets the view answer (others may be 406).
+_JSON_ACCEPTED = frozenset({None, "*/*", "application/json"})
+_ALSO_READ = frozenset({b"accept", b"accept-encoding"})
+
+
+class BundleAsk(NamedTuple):
+    agent_id: int
+    key: tuple[int, int, bool]  # (environment id, snapshot number, HTTPS)
+    if_none_match: str | None
+
+
+class Answer(NamedTuple):
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def requested_number(scope) -> int | None:
+    """The snapshot number of a GET of a bundle with no query string, or None (a
+    longer number than any snapshot's is Django's: 404)."""
+    if scope["method"] != "GET" or scope.get("query_string"):
+        return None
+    match = BUNDLE_PATH.fullmatch(scope["path"])
+    if match is None:
+        return None
+    number = int(match[1])
+    return number if 1 <= number <= MAX_NUMBER else None
+
+
+def _negotiation_headers(scope) -> dict[bytes, str] | None:
+    """Accept and Accept-Encoding, or None when one is repeated."""
+    found: dict[bytes, str] = {}
+    for name, value in scope.get("headers") or ():
+        name = name.lower()
+        if name in _ALSO_READ:
+            if name in found:
+                return None
+            found[name] = value.decode("latin-1")
+    return found
+
+
+async def _vouched_agent(scope, headers) -> int | None:
+    """The agent whose token its cached poll state vouches for, under the checks of
+    the poll's 304 (apps.fleet.edge.current_answer), or None."""
+    if not edge._host_allowed(headers.get(b"host")) or edge._address_refused(scope, headers):
+        return None
+    if settings.SECURE_SSL_REDIRECT and not edge._is_secure(scope, headers):
+        return None
+    parsed = edge._presented_token(headers)
+    if parsed is None:
+        return None
+    key, secret = parsed
+    if await edge._owes(key) is not False:
+        return None
+    state = await cache.poll_state_async(key)
+    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        return None
+    return state["agent_id"]
+
+
+def _environment_read(agent_id: int) -> int | None:
+    try:
+        return (Agent.objects.filter(pk=agent_id).order_by()
+                .values_list("environment_id", flat=True).first())
+    except DatabaseError:
+        connection.close()  # this thread's connection: the next read opens a new one
+        raise
+
+
+class _Environments:
+    """agent id -> its environment's id, for the agents this process has asked about
+    (an agent never changes environment). At most MAX; emptied when full."""
+
+    MAX = 100_000
+
+    def __init__(self):
+        self._of: dict[int, int] = {}
+
+    async def of(self, agent_id: int) -> int | None:
+        found = self._of.get(agent_id)
+        if found is None:
+            try:
+                found = await asyncio.to_thread(_environment_read, agent_id)
+            except DatabaseError:
+                logger.warning("database unavailable; bundle left to Django", exc_info=True)
+                return None
+            if found is None:
+                return None
+            if len(self._of) >= self.MAX:
+                self._of.clear()
+            self._of[agent_id] = found
+        return found
+
+    def forget(self) -> None:
+        self._of.clear()
+
+
+async def bundle_ask(scope) -> BundleAsk | None:
+    """The bundle request, when the edge may answer it (Django's earlier answer
+    permitting), or None when it is Django's."""
+    number = requested_number(scope)
+    if number is None:
+        return None
+    headers, negotiation = edge._headers(scope), _negotiation_headers(scope)
+    if headers is None or negotiation is None:
+        return None
+    if negotiation.get(b"accept") not in _JSON_ACCEPTED:
+        return None
+    if not accepts_gzip(negotiation.get(b"accept-encoding")):
+        return None  # the identity bytes are Django's: agents ask for gzip
+    agent_id = await _vouched_agent(scope, headers)
+    if agent_id is None:
+        return None
+    environment_id = await _environments.of(agent_id)
+    if environment_id is None:
+        return None
+    return BundleAsk(agent_id, (environment_id, number, edge._is_secure(scope, headers)),
+                     headers.get(b"if-none-match"))
+
+
+class _Answers:
+    """Django's 200 and 304 per BundleAsk key, the least recently used dropped first
+    once their bodies pass `max_bytes`."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple, dict[int, Answer]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key) -> dict[int, Answer]:
+        with self._lock:
+            answers = self._kept.get(key)
+            if answers is None:
+                return {}
+            self._kept.move_to_end(key)
+            return dict(answers)
+
+    def keep(self, key, answer: Answer) -> None:
+        if len(answer.body) > self.max_bytes:
+            return
+        with self._lock:
+            answers = self._kept.setdefault(key, {})
+            replaced = answers.get(answer.status)
+            self._bytes += len(answer.body) - (len(replaced.body) if replaced else 0)
+            answers[answer.status] = answer
+            self._kept.move_to_end(key)
+            while self._bytes > self.max_bytes:
+                _, dropped = self._kept.popitem(last=False)
+                self._bytes -= sum(len(a.body) for a in dropped.values())
+
+    def forget(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+
+
+def replayed(answers: dict[int, Answer], if_none_match: str | None) -> Answer | None:
+    """Django's answer to this request when it gave one already: its 304 when
+    If-None-Match names the representation's ETag, its 200 otherwise."""
+    if if_none_match is None:
+        return answers.get(200)
+    etag = next((value.decode("latin-1") for answer in answers.values()
+                 for name, value in answer.headers if name.lower() == b"etag"), None)
+    if etag is None:
+        return None
+    return answers.get(304 if rules.if_none_match_matches(if_none_match, etag) else 200)
+
+
+_redis_serializer = RedisSerializer()
+
+
+async def within_rate(agent_id: int) -> bool:
+    """AgentRateThrottle's decision, counted as DRF counts it (the times of the
+    agent's requests within the period, in the same cache key); True when no rate is
+    set or the cache fails (as the throttle), False over the rate (Django: 429)."""
+    throttle = AgentRateThrottle()
+    throttle.rate = settings.BELLWETHER_THROTTLE_RATES.get(throttle.scope)
+    if throttle.rate is None:
+        return True
+    caller = SimpleNamespace(user=SimpleNamespace(agent=SimpleNamespace(pk=agent_id)))
+    redis = cache.async_redis()
+    if redis is None:  # local memory: no I/O
+        return throttle.allow_request(caller, None)
+    if not best_effort_redis.allows():
+        return True
+    limit, duration = throttle.parse_rate(throttle.rate)
+    backend, client = redis
+    key = backend.make_and_validate_key(throttle.get_cache_key(caller, None))
+    try:
+        raw = await client.get(key)
+        history = [] if raw is None else _redis_serializer.loads(raw)
+        now = time.time()
+        while history and history[-1] <= now - duration:
+            history.pop()
+        if len(history) >= limit:
+            return False
+        history.insert(0, now)
+        await client.set(key, _redis_serializer.dumps(history), ex=duration)
+    except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
+        best_effort_redis.failed(exc)
+    return True
+
+
+_environments = _Environments()
+_answers = _Answers(ANSWERS_MAX_BYTES)
+
+
+def forget() -> None:
+    """Drop what this process keeps (tests: ids are reused from test to test)."""
+    _environments.forget()
+    _answers.forget()
+
+
+async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
+    """Django answers; its 200 or 304 (setting no cookie) is kept for `ask.key`."""
+    start, body = None, []
+
+    async def keeping(message):
+        nonlocal start
+        if message["type"] == "http.response.start":
+            start = message
+        elif message["type"] == "http.response.body":
+            body.append(message.get("body", b""))
+        await send(message)
+
+    result = await app(scope, receive, keeping)
+    if start is not None and start["status"] in (200, 304) and not any(
+            name.lower() == b"set-cookie" for name, _ in start.get("headers", ())):
+        _answers.keep(ask.key, Answer(start["status"],
+                                      [(bytes(n), bytes(v)) for n, v in start["headers"]],
+                                      b"".join(body)))
+    return result
+
+
+class BundleEdge:
+    """ASGI middleware: replays Django's bundle answers when it may, hands on the rest
+    (and keeps Django's answers to the bundle requests it may replay later)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        ask = await bundle_ask(scope) if scope["type"] == "http" else None
+        if ask is None:
+            return await self.app(scope, receive, send)
+        answer = replayed(_answers.get(ask.key), ask.if_none_match)
+        if answer is not None and await within_rate(ask.agent_id):
+            await send({"type": "http.response.start", "status": answer.status,
+                        "headers": answer.headers})
+            await send({"type": "http.response.body", "body": answer.body})
+            return None
+        return await _answered_by_django(self.app, scope, receive, send, ask)
