@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.db.models import Q
 
 from apps.audit.models import AuditEvent
-from apps.core.admin import ReadOnlyAdminMixin
+from apps.core.admin import ReadOnlyAdminMixin, pretty_json
 from apps.environments.models import Environment
 
 
@@ -15,7 +15,12 @@ class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["action"]
     list_select_related = ["environment__application"]
     search_fields = ["summary", "object_repr", "actor_name"]
-    readonly_fields = [f.name for f in AuditEvent._meta.fields]
+    fields = [f.name if f.name != "data" else "data_shown" for f in AuditEvent._meta.fields]
+    readonly_fields = fields
+
+    @admin.display(description="data")
+    def data_shown(self, obj):
+        return pretty_json(obj.data)
 
     def get_queryset(self, request):
         events = super().get_queryset(request)

@@ -2,7 +2,10 @@
 rules for the numbers of every form (names, labels and paths carry theirs on the
 model fields: apps.core.validators)."""
 
+import json
+
 from django.db import models
+from django.utils.html import format_html
 
 from apps.core.validators import WholeNumberFormField
 
@@ -72,3 +75,11 @@ class OwnedInlineMixin(StrictFieldsMixin):
 
     def has_delete_permission(self, request, obj=None):
         return self._parent_allows(request, obj)
+
+
+def pretty_json(value) -> str:
+    """A JSON value as the admin shows it read-only: indented, keys sorted."""
+    if value is None:
+        return "-"
+    return format_html('<pre class="bw-json">{}</pre>',
+                       json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))

@@ -6,7 +6,12 @@ the environments the user owns.
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import path
 from django.utils.html import format_html, format_html_join
+from django.views.decorators.http import require_POST
 
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, StrictFieldsMixin
 from apps.core.errors import ApplicationError
@@ -70,6 +75,18 @@ class EnvironmentForm(forms.ModelForm):
         except ApplicationError as exc:
             raise forms.ValidationError(exc.message) from None
         return config
+
+    def clean(self):
+        """A config that breaks the schema is refused here, naming the key, rather
+        than saved to make the next publish invalid."""
+        cleaned = super().clean()
+        if "config" in cleaned and "config_schema" in cleaned:
+            for problem in services.config_schema_problems(
+                    cleaned["config"], cleaned["config_schema"],
+                    environment_limits(self.instance)):
+                where = f"{problem.key}: " if problem.key else ""
+                self.add_error("config", f"Breaks the config schema: {where}{problem.message}")
+        return cleaned
 
     def clean_config_schema(self):
         schema = self.cleaned_data["config_schema"]
@@ -271,19 +288,41 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Publish a snapshot of the selected environments")
     def publish(self, request, queryset):
         for environment in queryset:
+            self._publish(request, environment)
+
+    def _publish(self, request, environment) -> None:
+        """Publish `environment` and say what came of it."""
+        try:
             publication = releases.snapshot_publish(environment=environment, actor=request.user)
-            publication.refresh_from_db()
-            if publication.snapshot is None:
-                self.message_user(request, f"{environment}: publication queued for rendering.")
-            elif publication.deduplicated:
-                self.message_user(request, f"{environment}: nothing changed since "
-                                           f"#{publication.snapshot.number}.")
-            elif publication.state == "invalid":
-                self.message_user(request, f"{environment}: #{publication.snapshot.number} is "
-                                           "invalid; see its report.", messages.ERROR)
-            else:
-                self.message_user(request, f"{environment}: published "
-                                           f"#{publication.snapshot.number}.", messages.SUCCESS)
+        except ApplicationError as exc:
+            self.message_user(request, f"{environment}: {exc.message}", messages.ERROR)
+            return
+        publication.refresh_from_db()
+        if publication.snapshot is None:
+            self.message_user(request, f"{environment}: publication queued for rendering.")
+        elif publication.deduplicated:
+            self.message_user(request, f"{environment}: nothing changed since "
+                                       f"#{publication.snapshot.number}.")
+        elif publication.state == "invalid":
+            self.message_user(request, f"{environment}: #{publication.snapshot.number} is "
+                                       "invalid; see its report.", messages.ERROR)
+        else:
+            self.message_user(request, f"{environment}: published "
+                                       f"#{publication.snapshot.number}.", messages.SUCCESS)
+
+    def get_urls(self):
+        publish = self.admin_site.admin_view(require_POST(self.publish_view))
+        return [path("<path:object_id>/publish/", publish,
+                     name="environments_environment_publish"), *super().get_urls()]
+
+    def publish_view(self, request, object_id):
+        """The Publish button of the environment's page (POST, CSRF-checked): the
+        publish action for this one environment, by whoever may change it."""
+        environment = self.get_object(request, unquote(object_id))
+        if environment is None or not self.has_change_permission(request, environment):
+            raise Http404("No such environment.")
+        self._publish(request, environment)
+        return redirect("admin:environments_environment_change", environment.pk)
 
 
 class PlatformPolicyForm(forms.ModelForm):

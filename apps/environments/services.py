@@ -50,6 +50,18 @@ def check_config(config: str, limits: dict) -> None:
         )
 
 
+def config_schema_problems(config: str, schema, limits: dict) -> list:
+    """Where the environment's own config breaks its JSON Schema, as a publish
+    without a descriptor would find it (a well-formed config and schema assumed:
+    check_config and check_config_schema say what is wrong with those)."""
+    if not schema:
+        return []
+    value, problems = load_config(config, limits=limits)
+    if problems or not isinstance(value, dict):
+        return []
+    return [p for p in schema_problems(schema, value) if p.code == "config_schema"]
+
+
 def check_config_schema(schema) -> None:
     """Raise ValidationFailed when `schema` is not a JSON Schema (None means none)."""
     if schema is None:

@@ -7,14 +7,16 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from apps.core.admin import OwnedAdminMixin, ReadOnlyAdminMixin
+from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 from apps.core.validators import WholeNumberFormField
 from apps.environments.models import Environment
 from apps.fleet import enrollment, selectors, services
-from apps.fleet.models import Agent, EnrollmentToken
+from apps.fleet.models import HELD, Agent, Deployment, EnrollmentToken
 from apps.fleet.rules import enroll_command, health_text
 from apps.releases import services as releases
+
+DEPLOYMENT_HISTORY = 20
 
 
 class EnrollmentTokenForm(forms.ModelForm):
@@ -49,6 +51,14 @@ class EnrollmentTokenAdmin(OwnedAdminMixin, admin.ModelAdmin):
         if obj is None:
             return ["environment", "name", "max_uses", "expires_in_hours"]
         return ["key", "environment", "name", "uses", "max_uses", "expires_at", "revoked_at"]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The token's page shows the command to run on a host; the secret was shown
+        once, at creation, so it is a placeholder here."""
+        command = enroll_command(server=request.build_absolute_uri("/"),
+                                 enrollment_token="<the enrollment token shown at creation>")
+        return super().change_view(request, object_id, form_url,
+                                   {**(extra_context or {}), "enroll_command": command})
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.name == "environment":
@@ -94,17 +104,74 @@ class DecommissionedFilter(admin.SimpleListFilter):
         return queryset.in_service()
 
 
+class HeldFilter(admin.SimpleListFilter):
+    """Agents held on a snapshot (by an operator or a rollout), or following."""
+
+    title = "held"
+    parameter_name = "held"
+
+    def lookups(self, request, model_admin):
+        return [("operator", "By an operator"), ("rollout", "By a rollout"),
+                ("no", "Not held")]
+
+    def queryset(self, request, queryset):
+        return {"operator": queryset.filter(pinned_snapshot__isnull=False,
+                                            pin_rollout__isnull=True),
+                "rollout": queryset.filter(pin_rollout__isnull=False),
+                "no": queryset.exclude(HELD)}.get(self.value(), queryset)
+
+
+class DeploymentInline(OwnedInlineMixin, admin.TabularInline):
+    """The agent's deployment history, newest first (the last DEPLOYMENT_HISTORY)."""
+
+    model = Deployment
+    fields = ["created_at", "snapshot", "kind", "state", "message", "health", "created_by"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    ordering = ["-created_at"]
+    verbose_name_plural = f"Deployments (the last {DEPLOYMENT_HISTORY}, newest first)"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("snapshot", "created_by")
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        parent = obj
+
+        class Newest(formset):
+            def get_queryset(self):
+                recent = Deployment.objects.filter(agent=parent).order_by("-created_at")
+                ids = recent.values_list("pk", flat=True)[:DEPLOYMENT_HISTORY]
+                return super().get_queryset().filter(pk__in=list(ids))
+
+        return Newest
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Agent)
 class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "environment", "mode", "enabled", "online", "desired", "applied",
-                    "last_status", "last_report_at"]
-    list_filter = [DecommissionedFilter, "mode", "enabled", "last_status"]
+    list_display = ["name", "environment", "labels_text", "mode", "enabled", "online",
+                    "held", "desired", "applied", "last_status", "last_report_at"]
+    list_filter = [DecommissionedFilter, ("environment", admin.RelatedOnlyFieldListFilter),
+                   HeldFilter, "mode", "enabled", "last_status"]
+    list_select_related = ["environment__application", "pinned_snapshot"]
     search_fields = ["name", "environment__name", "environment__application__name"]
-    fields = ["name", "environment", "labels", "mode", "enabled", "generation", "online",
-              "desired", "applied", "last_status", "last_message", "last_report_at",
+    fields = ["name", "environment", "labels_text", "mode", "enabled", "generation", "online",
+              "held", "desired", "applied", "last_status", "last_message", "last_report_at",
               "health", "blocked", "token_key", "token_revoked_at", "created_at",
               "decommissioned_at"]
     readonly_fields = fields
+    inlines = [DeploymentInline]
     actions = ["deploy_now", "switch_to_manual", "switch_to_auto_pull", "rotate_token",
                "revoke_token", "release_pin", "decommission"]
 
@@ -137,6 +204,19 @@ class AgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def applied(self, obj):
         applied = self._status(obj)["applied"]
         return f"#{applied['number']}" if applied else "-"
+
+    @admin.display(description="labels")
+    def labels_text(self, obj):
+        return ", ".join(f"{k}={v}" for k, v in sorted(obj.labels.items())) or "-"
+
+    @admin.display(description="held")
+    def held(self, obj):
+        """What holds the agent on a snapshot: an operator's pin or a rollout's."""
+        if obj.pin_rollout_id:
+            return f"by rollout {obj.pin_rollout_id}"
+        if obj.pinned_snapshot_id:
+            return f"on #{obj.pinned_snapshot.number} (operator)"
+        return "-"
 
     @admin.display(description="health (last report)")
     def health(self, obj):

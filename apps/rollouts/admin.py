@@ -3,7 +3,7 @@ release the remaining pins through the services (at the version shown)."""
 
 from django.contrib import admin, messages
 
-from apps.core.admin import OwnedInlineMixin, ReadOnlyAdminMixin
+from apps.core.admin import OwnedInlineMixin, ReadOnlyAdminMixin, pretty_json
 from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.rollouts import services
@@ -33,13 +33,21 @@ class RolloutAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "created_at", "finished_at"]
     list_filter = ["state"]
     list_select_related = ["environment__application", "snapshot"]
-    fields = ["environment", "snapshot", "previous_snapshot", "state", "version", "waves",
-              "current_wave", "wave_started_at", "wave_timeout_s", "failure_threshold",
-              "reason", "rollback_snapshot", "created_by", "created_at", "finished_at",
-              "final_summary"]
+    fields = ["environment", "snapshot", "previous_snapshot", "state", "version",
+              "waves_shown", "current_wave", "wave_started_at", "wave_timeout_s",
+              "failure_threshold", "reason", "rollback_snapshot", "created_by", "created_at",
+              "finished_at", "final_summary_shown"]
     readonly_fields = fields
     inlines = [RolloutTargetInline]
     actions = ["confirm", "roll_back", "release_pins"]
+
+    @admin.display(description="waves")
+    def waves_shown(self, obj):
+        return pretty_json(obj.waves)
+
+    @admin.display(description="final summary")
+    def final_summary_shown(self, obj):
+        return pretty_json(obj.final_summary)
 
     def get_queryset(self, request):
         return Rollout.objects.filter(environment__in=Environment.objects.owned_by(request.user))

@@ -402,3 +402,69 @@ def test_an_untouched_save_compiles_no_stored_template(owner_client, environment
     # The changed template only (by the form, then by the service that saves it).
     assert environment.templates.count() > 1
     assert set(checked) == {data[changed.replace("-source", "-path")]}
+
+
+def test_a_config_that_breaks_the_schema_is_refused_at_save_naming_the_key(
+        owner_client, environment, superuser):
+    releases.environment_update(
+        environment=environment, actor=superuser,
+        config_schema={"type": "object", "properties": {
+            "workers": {"type": "integer", "minimum": 1}}})
+    environment.refresh_from_db()
+    config_before, since = environment.config, last_event_id()
+
+    response = post_change(owner_client, environment, environment_form(
+        environment, config=environment.config.replace("workers: 4", "workers: many")))
+
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["config"]
+    assert error.startswith("Breaks the config schema: workers: 'many' is not of type"), error
+    environment.refresh_from_db()
+    assert environment.config == config_before and new_events(since) == []
+
+
+def test_a_new_schema_the_saved_config_breaks_is_refused_with_it(owner_client, environment):
+    since = last_event_id()
+    schema = '{"type": "object", "required": ["region"]}'
+    response = post_change(owner_client, environment,
+                           environment_form(environment, config_schema=schema))
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["config"]
+    assert "'region' is a required property" in error
+    environment.refresh_from_db()
+    assert environment.config_schema is None and new_events(since) == []
+
+
+def test_a_config_that_meets_the_schema_saves(owner_client, environment):
+    schema = '{"type": "object", "properties": {"workers": {"type": "integer"}}}'
+    response = post_change(owner_client, environment, environment_form(
+        environment, config_schema=schema,
+        config=environment.config.replace("workers: 4", "workers: 5")))
+    assert response.status_code == 302, response.context and response.context[
+        "adminform"].form.errors
+    environment.refresh_from_db()
+    assert "workers: 5" in environment.config
+
+
+def test_the_change_page_has_a_publish_button_that_publishes(
+        owner_client, environment, django_capture_on_commit_callbacks):
+    page = owner_client.get(change_url(ENVIRONMENTS, environment.pk)).content.decode()
+    publish_url = f"{ENVIRONMENTS}{environment.pk}/publish/"
+    assert f'action="{publish_url}"' in page and "Publish a snapshot" in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner_client.post(publish_url, follow=True)
+
+    assert response.redirect_chain[-1][0] == change_url(ENVIRONMENTS, environment.pk)
+    snapshot = environment.snapshots.get()
+    assert (snapshot.number, snapshot.state) == (1, "ready")
+    assert owner_client.get(publish_url).status_code == 405  # a button, not a link
+
+
+def test_only_who_may_change_the_environment_can_press_publish(
+        login, staff_member, staff_outsider, environment):
+    publish_url = f"{ENVIRONMENTS}{environment.pk}/publish/"
+    for user in (staff_member("deployer"), staff_outsider):
+        assert login(user).post(publish_url).status_code in (302, 404)
+        assert not environment.snapshots.exists()
+    assert login(staff_outsider).post(f"{ENVIRONMENTS}99999/publish/").status_code == 404

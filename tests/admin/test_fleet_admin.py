@@ -165,3 +165,52 @@ def test_an_agents_page_shows_its_last_health_probe(login, tenant_owner, agent):
     page = login(tenant_owner).get(f"{AGENTS}{agent.pk}/change/").content.decode()
 
     assert "failed after 2 attempts (url) — HTTP 503" in page
+
+
+def test_the_agents_list_shows_labels_and_what_holds_each_and_filters_by_it(
+        login, tenant_owner, agent, environment, superuser):
+    other = enrolled_agent(environment, "web-2", actor=superuser,
+                           labels={"zone": "b", "role": "edge"}).agent
+    agent_pin(agent=agent, snapshot=Snapshot.objects.get(number=1),
+              expected_generation=agent.generation, actor=superuser)
+    client = login(tenant_owner)
+
+    page = client.get(AGENTS).content.decode()
+    assert "on #1 (operator)" in page and "role=edge, zone=b" in page
+    assert listed(client.get(AGENTS + "?held=operator")) == [agent]
+    assert listed(client.get(AGENTS + "?held=no")) == [other]
+    assert listed(client.get(AGENTS + "?held=rollout")) == []
+    assert listed(client.get(AGENTS + f"?environment__id__exact={environment.pk}")) == sorted(
+        [agent, other], key=lambda a: a.name)
+
+
+def test_an_agents_page_lists_its_latest_deployments_newest_first(
+        login, tenant_owner, agent, environment, superuser, django_assert_max_num_queries):
+    from apps.fleet.admin import DEPLOYMENT_HISTORY
+    from apps.releases.services import snapshot_deploy
+
+    first = Snapshot.objects.get(number=1)
+    agent.mode = Agent.Mode.MANUAL
+    agent.save(update_fields=["mode"])
+    for _ in range(DEPLOYMENT_HISTORY + 3):
+        snapshot_deploy(snapshot=first, agent_ids=[agent.pk], actor=superuser)
+    newest = Deployment.objects.filter(agent=agent).order_by("-created_at")
+
+    page = login(tenant_owner).get(f"{AGENTS}{agent.pk}/change/")
+    shown = [form.instance.pk for form in page.context["inline_admin_formsets"][0].formset]
+    assert shown == list(newest.values_list("pk", flat=True)[:DEPLOYMENT_HISTORY])
+    assert f"Deployments (the last {DEPLOYMENT_HISTORY}, newest first)" in page.content.decode()
+
+
+def test_an_enrollment_tokens_page_shows_the_command_without_its_secret(
+        login, tenant_owner, environment):
+    client = login(tenant_owner)
+    client.post(f"{TOKENS}add/", {"environment": environment.pk, "name": "racks",
+                                  "max_uses": 1, "expires_in_hours": 2}, follow=True)
+    token = EnrollmentToken.objects.get()  # its secret was in the messages just shown
+
+    page = client.get(f"{TOKENS}{token.pk}/change/").content.decode()
+
+    assert ("bellwether-agent --server http://testserver --enrollment-token "
+            "&#x27;&lt;the enrollment token shown at creation&gt;&#x27;") in page
+    assert f"bwe_{token.key}." not in page

@@ -65,3 +65,14 @@ def test_releasing_a_rolled_back_rollouts_kept_pins_from_the_admin(login, tenant
     assert not Agent.objects.filter(pin_rollout=rollout).exists()
     assert any("pins released" in m for m in messages_of(response))
     assert any("holds no pins" in m for m in messages_of(again))
+
+
+def test_a_rollouts_waves_and_summary_are_shown_as_indented_json(login, tenant_owner, rollout):
+    page = login(tenant_owner).get(f"/admin/rollouts/rollout/{rollout.pk}/change/")
+    import json
+
+    from django.utils.html import escape
+
+    waves = json.dumps(rollout.waves, indent=2, sort_keys=True)
+    assert "\n" in waves
+    assert f'<pre class="bw-json">{escape(waves)}</pre>' in page.content.decode()
