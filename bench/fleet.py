@@ -15,14 +15,16 @@ after) and its growth per connected agent.
 
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
         [--nodes 2 --database-url postgres://... --redis-url redis://...]
-        [--duration 60] [--ports 18900-18999]
+        [--duration 60] [--ports 18900-18999] [--workers 2] [--ramp 60]
     .venv/bin/python bench/fleet.py --url http://host:8000 [--url ...] --api-token T \
         --enrollment-token E --environment APP/ENV [--server-pid PID ...]
 
-Without --url it starts the servers itself in a temporary directory: Daphne (the
-README's production server), embedded SQLite with tasks inline, or with
---database-url/--redis-url (the database is flushed) --nodes web nodes sharing
-them plus a Celery worker and beat; agents are spread over the nodes round-robin.
+Without --url it starts the servers itself in a temporary directory: granian as
+README "Production shape" runs it (--server daphne for the old shape), embedded
+SQLite with tasks inline, or with --database-url/--redis-url (the database is
+flushed) --nodes web nodes of --workers processes sharing them plus a Celery worker
+and beat; agents are spread over the nodes round-robin, and enroll evenly over
+--ramp seconds (a fleet is rolled out over time), retrying as the agent does.
 Everything is bounded: --agents, the setup (--setup-timeout) and the wait for
 reports after the publish (--duration).
 """
