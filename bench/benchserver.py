@@ -1,9 +1,10 @@
 """Servers for the benchmarks that speak HTTP: a fresh database with one direct
-environment, web nodes (Daphne, or granian as the README's "Production shape" runs
-it: `server="granian"`), and in the PostgreSQL + Redis shape a Celery worker and
-beat, all in a temporary directory.
+environment, web nodes (Daphne, or granian as README "Production shape" runs it),
+and in the PostgreSQL + Redis shape a Celery worker and beat, all in a temporary
+directory.
 
-    with BenchServers(nodes=2, database_url=..., redis_url=...) as servers:
+    with BenchServers(nodes=2, database_url=..., redis_url=..., server="granian",
+                      workers=2) as servers:
         servers.setup(agents=500, template=..., config=...)   # tokens, snapshot #1
         servers.urls, servers.rss_kib(), servers.api_token, servers.enrollment_token
 """
@@ -75,38 +76,47 @@ def free_port(ports: list[int] | None = None, taken: list[int] = ()) -> int:
 
 
 def rss_kib(pid: int) -> int:
-    """The resident set of process `pid` in KiB (VmRSS of /proc/<pid>/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    """The resident set of process `pid` and its children (granian's workers) in KiB
+    (VmRSS of /proc/<pid>/status)."""
+    total = 0
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    for each in [pid, *(int(c) for c in children.read_text().split())]:
+        for line in Path(f"/proc/{each}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
 
 
-# One worker process per web node: the production command (README "Production
-# shape") with --workers 1, or Daphne.
-WEB_SERVERS = {
-    "daphne": lambda port: ["daphne", "-b", "127.0.0.1", "-p", str(port),
-                            "project.asgi:application"],
-    "granian": lambda port: ["granian", "--interface", "asginl", "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1", "--backlog", "4096",
-                             "--backpressure", "16384", "project.asgi:application"],
-}
+# README "Production shape": granian serving the ASGI application, HTTP/1.1 only
+# (agents and the load balancer speak it; `--http auto` holds per connection twice
+# the memory, docs/benchmarks.md "Memory per held long-poll").
+def granian_command(port: int, workers: int) -> list[str]:
+    return [sys.executable, "-m", "granian", "--interface", "asginl", "--http", "1",
+            "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+            "--backlog", "4096", "--backpressure", "16384", "--log-level", "warning",
+            "project.asgi:application"]
+
+
+def daphne_command(port: int) -> list[str]:
+    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            "project.asgi:application"]
 
 
 class BenchServers:
-    """`nodes` web processes (Daphne or granian) over one fresh database: embedded SQLite (tasks
-    inline, local-memory cache; one node only) or PostgreSQL + Redis (the database
-    is flushed; a Celery worker and beat on a queue of this run's own)."""
+    """`nodes` web nodes (Daphne processes, or granian with `workers` processes each)
+    over one fresh database: embedded SQLite (tasks inline, local-memory cache; one
+    node of one process only) or PostgreSQL + Redis (the database is flushed; a
+    Celery worker and beat on a queue of this run's own)."""
 
     def __init__(self, *, nodes: int = 1, database_url: str = "", redis_url: str = "",
                  ports: list[int] | None = None, extra_env: dict | None = None,
-                 server: str = "daphne"):
-        if nodes > 1 and not (database_url and redis_url):
-            raise SystemExit("--nodes > 1 needs --database-url and --redis-url "
-                             "(nodes share the database and the cache)")
-        if server not in WEB_SERVERS:
-            raise SystemExit(f"server: one of {', '.join(WEB_SERVERS)}")
-        self.nodes, self.ports, self.server = nodes, ports, server
+                 server: str = "daphne", workers: int = 1):
+        if (nodes > 1 or workers > 1) and not (database_url and redis_url):
+            raise SystemExit("--nodes or --workers > 1 needs --database-url and "
+                             "--redis-url (web processes share the database and the cache)")
+        if server not in ("daphne", "granian"):
+            raise SystemExit("server: daphne or granian")
+        self.nodes, self.ports, self.server, self.workers = nodes, ports, server, workers
         self.workdir = tempfile.mkdtemp(prefix="bellwether-bench-")
         self.env = dict(
             os.environ, DJANGO_SETTINGS_MODULE="project.settings", DEBUG="0",
@@ -143,9 +153,10 @@ class BenchServers:
         for index in range(self.nodes):
             port = free_port(self.ports, taken=[int(u.rsplit(":", 1)[1]) for u in self.urls])
             log = open(os.path.join(self.workdir, f"web-{index}.log"), "wb")  # noqa: SIM115
+            command = (granian_command(port, self.workers) if self.server == "granian"
+                       else daphne_command(port))
             self.web.append(subprocess.Popen(
-                [sys.executable, "-m", *WEB_SERVERS[self.server](port)],
-                env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log))
+                command, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log))
             self.urls.append(f"http://127.0.0.1:{port}")
         if self.env["DATABASE_URL"]:
             queue = self.env["CELERY_TASK_DEFAULT_QUEUE"]
@@ -159,7 +170,7 @@ class BenchServers:
             self._wait_ready(url)
 
     def _wait_ready(self, url: str) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded machine
         while True:
             try:
                 urllib.request.urlopen(f"{url}/healthz", timeout=1).read()
@@ -171,7 +182,7 @@ class BenchServers:
                 time.sleep(0.1)
 
     def rss_kib(self) -> list[int]:
-        """Each web node's resident set, KiB."""
+        """Each web node's resident set (with its workers), KiB."""
         return [rss_kib(p.pid) for p in self.web]
 
     def log_tail(self, chars: int = 2000) -> str:
@@ -184,7 +195,7 @@ class BenchServers:
         for process in self.web + self.others:
             try:
                 process.wait(5)
-            except subprocess.TimeoutExpired:  # Daphne waits for open connections
+            except subprocess.TimeoutExpired:  # a server waiting for open connections
                 process.kill()
                 process.wait()
 

@@ -15,14 +15,16 @@ after) and its growth per connected agent.
 
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
         [--nodes 2 --database-url postgres://... --redis-url redis://...]
-        [--duration 60] [--ports 18900-18999]
+        [--duration 60] [--ports 18900-18999] [--workers 2] [--ramp 60]
     .venv/bin/python bench/fleet.py --url http://host:8000 [--url ...] --api-token T \
         --enrollment-token E --environment APP/ENV [--server-pid PID ...]
 
-Without --url it starts the servers itself in a temporary directory: Daphne (the
-README's production server), embedded SQLite with tasks inline, or with
---database-url/--redis-url (the database is flushed) --nodes web nodes sharing
-them plus a Celery worker and beat; agents are spread over the nodes round-robin.
+Without --url it starts the servers itself in a temporary directory: granian as
+README "Production shape" runs it (--server daphne for the old shape), embedded
+SQLite with tasks inline, or with --database-url/--redis-url (the database is
+flushed) --nodes web nodes of --workers processes sharing them plus a Celery worker
+and beat; agents are spread over the nodes round-robin, and enroll evenly over
+--ramp seconds (a fleet is rolled out over time), retrying as the agent does.
 Everything is bounded: --agents, the setup (--setup-timeout) and the wait for
 reports after the publish (--duration).
 """
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchserver import APPLICATION, ENVIRONMENT, BenchServers, rss_kib  # noqa: E402
 
 MAX_AGENTS = 20_000
+ENROLL_ATTEMPTS = 5
 USER_AGENT = "bellwether-fleet-sim/1"
 TEMPLATE = "generation = {{ generation }}\n"
 
@@ -294,18 +297,29 @@ async def active_number(url: str, token: str, env_path: str, deadline: float) ->
         await asyncio.sleep(0.2)
 
 
-async def enroll_all(agents, enrollment_token: str, concurrency: int, fleet: Fleet) -> None:
-    """Enroll every agent, at most `concurrency` at once; one that cannot is an error
-    that stops the benchmark."""
-    gate = asyncio.Semaphore(concurrency)
-    async def one(agent):
-        async with gate:
-            try:
-                await agent.enroll(enrollment_token)
-            except Exception as exc:  # noqa: BLE001
-                fleet.errors["enroll " + error_kind(exc)] += 1
-    await asyncio.gather(*(one(agent) for agent in agents))
-    if fleet.errors:
+async def enroll_all(agents, enrollment_token: str, concurrency: int, fleet: Fleet,
+                     ramp_s: float = 0.0, then=None) -> None:
+    """Enroll every agent, at most `concurrency` at once, agent i not before i/N of
+    `ramp_s` (a fleet is rolled out over time, not in one second); `then(agent)`
+    runs as soon as an agent is enrolled (its polling). One that cannot enroll is an
+    error that stops the benchmark."""
+    gate, started = asyncio.Semaphore(concurrency), time.monotonic()
+    async def one(index, agent):
+        await asyncio.sleep(max(0.0, started + ramp_s * index / len(agents) - time.monotonic()))
+        for attempt in range(1, ENROLL_ATTEMPTS + 1):  # as the agent retries
+            async with gate:
+                try:
+                    await agent.enroll(enrollment_token)
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    fleet.errors["enroll " + error_kind(exc)] += 1
+            await asyncio.sleep(min(30.0, 2.0 ** attempt) * random.uniform(0.5, 1.0))
+        else:
+            return
+        if then is not None:
+            then(agent)
+    await asyncio.gather(*(one(index, agent) for index, agent in enumerate(agents)))
+    if not all(agent.token for agent in agents):
         raise SystemExit(f"enrollment failed: {dict(fleet.errors)}")
 
 
@@ -327,9 +341,10 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     agents = [SimulatedAgent(i, urls[i % len(urls)], fleet) for i in range(args.agents)]
     rss_idle = rss()
     started = time.monotonic()
-    await enroll_all(agents, enrollment_token, args.enroll_concurrency, fleet)
+    tasks = []
+    await enroll_all(agents, enrollment_token, args.enroll_concurrency, fleet, args.ramp,
+                     then=lambda agent: tasks.append(asyncio.create_task(agent.run())))
     enrolled_s = time.monotonic() - started
-    tasks = [asyncio.create_task(agent.run()) for agent in agents]
     setup_deadline = started + args.setup_timeout
     if not await wait_until(lambda: len(fleet.synced) == args.agents, setup_deadline):
         raise SystemExit(f"only {len(fleet.synced)} of {args.agents} agents synced within "
@@ -339,7 +354,8 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     await asyncio.sleep(args.interval[1])
     await wait_until(lambda: fleet.waiting == args.agents or not agents[0].wait_s,
                      time.monotonic() + 10)
-    rss_steady, steady_errors = rss(), sum(fleet.errors.values())
+    rss_steady, setup_errors = rss(), Counter(fleet.errors)
+    load_at_publish = Path("/proc/loadavg").read_text().split()[:3]
     long_polling = sum(1 for agent in agents if agent.wait_s)
     if args.change_config:
         await api(urls[0], api_token, "PATCH", env_path,
@@ -359,7 +375,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),
-            "steady_errors": steady_errors}
+            "setup_errors": setup_errors, "load": load_at_publish}
 
 
 def print_result(args, result: dict, nodes: int) -> int:
@@ -381,7 +397,12 @@ def print_result(args, result: dict, nodes: int) -> int:
         per_agent = (sum(steady) - sum(idle)) / agents
         print(f"server RSS (KiB, per node): before agents {idle}, with agents {steady}, "
               f"after publish {after}; growth per connected agent {per_agent:.1f} KiB")
-    errors = ", ".join(f"{kind}: {n}" for kind, n in fleet.errors.most_common())
+    print(f"load average at the publish: {' '.join(result['load'])}")
+    if result["setup_errors"]:
+        print("errors before the publish (enrollment, first sync): " + ", ".join(
+            f"{kind}: {n}" for kind, n in result["setup_errors"].most_common()))
+    after = fleet.errors - result["setup_errors"]
+    errors = ", ".join(f"{kind}: {n}" for kind, n in after.most_common())
     print(f"errors: {errors or 'none'}")
     return 0 if len(fleet.reported) == agents else 1
 
@@ -411,7 +432,13 @@ def parse_args(argv=None):
     parser.add_argument("--setup-timeout", type=float, default=300.0,
                         help="seconds to enroll the fleet and see every agent synced")
     parser.add_argument("--enroll-concurrency", type=int, default=16)
+    parser.add_argument("--ramp", type=float, default=0.0,
+                        help="seconds over which the agents enroll (and first sync), evenly")
     parser.add_argument("--nodes", type=int, default=1, help="web nodes to start (1-4)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="granian: worker processes per web node (1-4)")
+    parser.add_argument("--server", choices=("granian", "daphne"), default="granian",
+                        help="the web server it starts (default granian, as in production)")
     parser.add_argument("--database-url", default="",
                         help="PostgreSQL the benchmark may flush (default: embedded SQLite)")
     parser.add_argument("--redis-url", default="", help="Redis for cache, broker, channels")
@@ -428,8 +455,10 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if not 1 <= args.agents <= MAX_AGENTS:
         parser.error(f"--agents must be between 1 and {MAX_AGENTS}")
-    if not 1 <= args.nodes <= 4:
-        parser.error("--nodes must be between 1 and 4")
+    if not (1 <= args.nodes <= 4 and 1 <= args.workers <= 4):
+        parser.error("--nodes and --workers must be between 1 and 4")
+    if not 0 <= args.ramp <= 3600:
+        parser.error("--ramp is seconds, at most 3600")
     if not (0 < args.duration <= 3600 and 0 < args.setup_timeout <= 3600):
         parser.error("--duration and --setup-timeout are seconds, at most 3600")
     if not 1 <= args.wait <= 300:
@@ -463,10 +492,11 @@ def main(argv=None) -> int:
     args.change_config = True
     with BenchServers(nodes=args.nodes, database_url=args.database_url,
                       redis_url=args.redis_url, ports=args.ports,
-                      extra_env=args.server_env) as servers:
+                      extra_env=args.server_env, server=args.server,
+                      workers=args.workers) as servers:
         servers.setup(uses=args.agents, config="generation: 1\n", template=TEMPLATE)
-        servers.start()
         try:
+            servers.start()
             result = asyncio.run(measure(args, servers.urls, servers.api_token,
                                          servers.enrollment_token,
                                          f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib))

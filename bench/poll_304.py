@@ -84,7 +84,8 @@ def wrk(url: str, headers: dict, duration: int, connections: int) -> float:
 def granian(interface: str, target: str, port: int, env: dict) -> subprocess.Popen:
     """One granian worker process serving `target`, as production runs it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "granian", "--interface", interface, "--host", "127.0.0.1",
+        [sys.executable, "-m", "granian", "--interface", interface, "--http", "1",
+         "--host", "127.0.0.1",
          "--port", str(port), "--workers", "1", "--backlog", "4096",
          *(["--backpressure", "16384"] if interface.startswith("asgi") else []),
          *os.environ.get("BENCH_GRANIAN_EXTRA", "").split(), target],

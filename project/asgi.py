@@ -1,7 +1,8 @@
 """ASGI entry point: HTTP through Django, websockets through Channels. The agent
 poll's 304 is answered in front of Django, on the event loop (apps/fleet/edge.py), and
-so is a bundle Django has answered before (apps/fleet/bundle_edge.py).
-Request bodies are bounded while they are received (project/bodylimits.py)."""
+so is a bundle Django has answered before (apps/fleet/bundle_edge.py). Request bodies
+are bounded while they are received (project/bodylimits.py), and requests enter
+Django a few at a time per process (project/admission.py)."""
 
 import os
 
@@ -17,6 +18,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from apps.fleet.bundle_edge import BundleEdge  # noqa: E402
 from apps.fleet.edge import PollEdge  # noqa: E402
 from project import daphne_limits  # noqa: E402
+from project.admission import DjangoAdmission  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.origins import SameOriginWebsockets  # noqa: E402
 from project.routing import websocket_urlpatterns  # noqa: E402
@@ -25,7 +27,7 @@ daphne_limits.install()
 
 application = ProtocolTypeRouter(
     {
-        "http": PollEdge(BundleEdge(BoundedBodyASGI(django_asgi_app))),
+        "http": PollEdge(BundleEdge(DjangoAdmission(BoundedBodyASGI(django_asgi_app)))),
         "websocket": SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )),

@@ -143,6 +143,11 @@ CONN_MAX_AGE = env_int("CONN_MAX_AGE", 60, minimum=0)
 # request waits for a pooled one at most DATABASE_POOL_TIMEOUT_S.
 DATABASE_CONNECT_TIMEOUT_S = env_int("DATABASE_CONNECT_TIMEOUT_S", 2, minimum=2, maximum=30)
 DATABASE_POOL_TIMEOUT_S = env_int("DATABASE_POOL_TIMEOUT_S", 1, minimum=1, maximum=30)
+# HTTP requests inside Django at once per web process (the rest wait on the event
+# loop, at most BELLWETHER_DJANGO_QUEUE_S, then 503): project/admission.py.
+BELLWETHER_DJANGO_CONCURRENCY = env_int("BELLWETHER_DJANGO_CONCURRENCY", DATABASE_POOL_SIZE,
+                                        minimum=1)
+BELLWETHER_DJANGO_QUEUE_S = env_int("BELLWETHER_DJANGO_QUEUE_S", 15, minimum=1, maximum=300)
 if EMBEDDED:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

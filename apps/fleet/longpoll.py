@@ -4,8 +4,8 @@ A change's transaction drops the cached poll states of the agents it concerns on
 commit, and announces their token keys (`announce`, apps.fleet.services): published
 on Redis (channel `<KEY_PREFIX>:fleet:wake`) when the cache is Redis, so every web
 node hears it, or handed to this process's event loop in embedded mode. Each
-process holds its waiting polls in `_Waiters` (a future per poll, no thread, no
-query) and wakes those whose token key was announced; the
+process holds its waiting polls in `_Waiters` (a future per poll, no timer, no
+thread, no query) and wakes those whose token key was announced; the
 edge (apps.fleet.edge) then decides again from the cache.
 
 One task per process and event loop listens on Redis; when it loses Redis it
@@ -16,6 +16,7 @@ seconds, so an agent held a minute is not taken for offline.
 
 import asyncio
 import logging
+import math
 import threading
 
 import redis
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_S = 1.0
 HEARTBEAT_S = 5.0
+TICK_S = 1.0  # the resolution of a wait's end
 
 
 def wait_seconds(raw: str | None) -> int | None:
@@ -46,38 +48,54 @@ def _channel() -> str:
 
 
 class _Waiters:
-    """The polls this process holds, by token key, on one event loop."""
+    """The polls this process holds, by token key, on one event loop.
+
+    A held poll costs one future and two slots: one under its token key (woken by
+    an announcement), one in the bucket of the TICK_S second its wait ends (no timer
+    of its own: one task per process ends the due buckets' waits every TICK_S)."""
 
     def __init__(self):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_key: dict[str, dict[asyncio.Future, int]] = {}
+        self._due: dict[int, list[tuple[str, asyncio.Future]]] = {}
         self._listener: asyncio.Task | None = None
         self._lock = threading.Lock()
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
-            self._loop, self._by_key, self._listener = loop, {}, None
+            self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
-    async def wait(self, token_key: str, agent_id: int, seconds: float) -> bool:
-        """Hold until `token_key` is announced (True) or `seconds` pass (False)."""
+    def wait(self, token_key: str, agent_id: int, seconds: float) -> asyncio.Future:
+        """A future that is True once `token_key` is announced, False about `seconds`
+        later (at most TICK_S late). Cancelling it (the client left) is cleaned up
+        with its bucket."""
         loop = asyncio.get_running_loop()
         with self._lock:
             self._adopt(loop)
             woken = loop.create_future()
             self._by_key.setdefault(token_key, {})[woken] = agent_id
-        try:
-            await asyncio.wait_for(woken, seconds)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            with self._lock:
-                waiting = self._by_key.get(token_key, {})
-                waiting.pop(woken, None)
-                if not waiting:
-                    self._by_key.pop(token_key, None)
+            bucket = math.ceil((loop.time() + seconds) / TICK_S)
+            self._due.setdefault(bucket, []).append((token_key, woken))
+        return woken
+
+    def _forget(self, token_key: str, woken: asyncio.Future) -> None:
+        waiting = self._by_key.get(token_key)
+        if waiting is not None:
+            waiting.pop(woken, None)
+            if not waiting:
+                del self._by_key[token_key]
+
+    def end_due(self, now: float) -> None:
+        """On the loop: end the waits whose bucket is due (False)."""
+        with self._lock:
+            due = [b for b in self._due if b * TICK_S <= now]
+            for bucket in due:
+                for token_key, woken in self._due.pop(bucket):
+                    self._forget(token_key, woken)
+                    if not woken.done():
+                        woken.set_result(False)
 
     def count(self) -> int:
         return sum(len(w) for w in self._by_key.values())
@@ -87,7 +105,7 @@ class _Waiters:
         with self._lock:
             keys = list(self._by_key) if token_keys is None else token_keys
             for key in keys:
-                for woken in self._by_key.get(key, {}):
+                for woken in self._by_key.pop(key, {}):
                     if not woken.done():
                         woken.set_result(True)
 
@@ -101,7 +119,8 @@ class _Waiters:
             return {a for waiting in self._by_key.values() for a in waiting.values()}
 
     async def _background(self) -> None:
-        beats = asyncio.get_running_loop().create_task(self._heartbeats())
+        loop = asyncio.get_running_loop()
+        beats, ticks = loop.create_task(self._heartbeats()), loop.create_task(self._ticks())
         try:
             backend = cache._cache()
             if isinstance(backend, RedisCache):
@@ -110,6 +129,13 @@ class _Waiters:
                 await asyncio.Event().wait()  # embedded: woken in-process only
         finally:
             beats.cancel()
+            ticks.cancel()
+
+    async def _ticks(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.end_due(loop.time())
 
     async def _listen(self, url: str) -> None:
         while True:
@@ -151,10 +177,11 @@ def _record_heartbeats(agent_ids) -> None:
 _waiters = _Waiters()
 
 
-async def wait_for_change(token_key: str, agent_id: int, seconds: float) -> bool:
-    """Hold a poll until its agent's desired state may have changed (True) or
-    `seconds` pass (False). Costs a future, no thread and no query."""
-    return await _waiters.wait(token_key, agent_id, seconds)
+def wait_for_change(token_key: str, agent_id: int, seconds: float) -> asyncio.Future:
+    """To await: hold a poll until its agent's desired state may have changed
+    (True) or `seconds` pass (False, up to TICK_S later). Costs a future, no timer,
+    no thread and no query."""
+    return _waiters.wait(token_key, agent_id, seconds)
 
 
 class _Publisher:

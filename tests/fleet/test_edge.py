@@ -336,3 +336,23 @@ def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query):
     status, _, took = _long_poll(warm, query)
 
     assert status == DJANGO and took < 5
+
+
+def test_a_held_poll_has_no_timer_its_wait_ends_with_its_second_bucket():
+    async def scenario():
+        waiters = longpoll._Waiters()
+        loop = asyncio.get_running_loop()
+        ended, woken = waiters.wait("k1", 1, 0.5), waiters.wait("k2", 2, 60)
+        left = waiters.wait("k3", 3, 0.5)
+        left.cancel()  # the client went away
+        assert not loop._scheduled  # no timer per held poll
+        waiters.end_due(loop.time() + 0.4)
+        assert not ended.done()
+        waiters.end_due(loop.time() + longpoll.TICK_S + 0.6)
+        assert ended.result() is False and not woken.done()
+        assert waiters.waiting_agents() == {2}
+        waiters.wake(["k2"])
+        assert woken.result() is True and waiters.count() == 0
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+    asyncio.run(scenario())
