@@ -1,7 +1,7 @@
 """Real processes for the end-to-end tests: a Bellwether server (Daphne's runserver, or
 the production server: granian serving project.asgi) on the pytest-django test
-database, `python -m agent` processes, a small JSON client
-for the REST API, and bounded waits.
+database, Celery's worker and beat, a Redis of a test's own, `python -m agent`
+processes, a small JSON client for the REST API, and bounded waits.
 
 Nothing here mocks anything: the server is `manage.py runserver`, the agents are the
 agent program, and every check goes over HTTP or looks at files on disk.
@@ -179,6 +179,69 @@ class Server(Process):
             return status == 401, status
 
         wait_for(answers, what=f"{self.label} to answer", timeout=timeout,
+                 diagnostics=self.dump)
+        return self
+
+
+class CeleryProcess(Process):
+    """`celery -A project worker|beat` as README "Production shape" runs it; ready once
+    its log shows `ready_marker`."""
+
+    def __init__(self, label: str, arguments: list[str], *, env: dict, log_path: Path,
+                 ready_marker: str):
+        command = [sys.executable, "-m", "celery", "-A", "project", *arguments]
+        super().__init__(label, command, env, log_path)
+        self.ready_marker = ready_marker
+
+    @classmethod
+    def worker(cls, *, env: dict, log_path: Path) -> CeleryProcess:
+        return cls("celery worker", ["worker", "-l", "INFO", "--concurrency", "1"], env=env,
+                   log_path=log_path, ready_marker=" ready.")
+
+    @classmethod
+    def beat(cls, *, env: dict, log_path: Path, schedule: Path) -> CeleryProcess:
+        """Its schedule file where the test says (by default it lands in the cwd)."""
+        return cls("celery beat", ["beat", "-l", "INFO", "--schedule", str(schedule)],
+                   env=env, log_path=log_path, ready_marker="beat: Starting")
+
+    def wait_ready(self, timeout: float = SERVER_READY_S) -> CeleryProcess:
+        def started():
+            if not self.running():
+                pytest.fail(f"{self.label} exited with {self.process.returncode}\n"
+                            f"{self.dump()}")
+            return self.ready_marker in self.log(), None
+
+        wait_for(started, what=f"{self.label} to start", timeout=timeout,
+                 diagnostics=self.dump)
+        return self
+
+
+class RedisServer(Process):
+    """A `redis-server` of the test's own on a free port: nothing on disk, nothing
+    shared with other tests or other runs."""
+
+    def __init__(self, *, binary: str, port: int, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no", "--dir", str(directory)]
+        super().__init__(f"redis :{port}", command, dict(os.environ),
+                         directory / "redis.log")
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def wait_ready(self, timeout: float = WAIT_S) -> RedisServer:
+        import redis
+
+        def pong():
+            if not self.running():
+                pytest.fail(f"{self.label} exited with {self.process.returncode}\n"
+                            f"{self.dump()}")
+            try:
+                return bool(redis.Redis(port=self.port, socket_timeout=1).ping()), None
+            except redis.RedisError as exc:
+                return False, str(exc)
+
+        wait_for(pong, what=f"{self.label} to answer PING", timeout=timeout,
                  diagnostics=self.dump)
         return self
 
