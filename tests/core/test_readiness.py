@@ -3,6 +3,7 @@ view: 503 with the error envelope, never a 500. The real outage is
 tests/faults/test_database_down.py."""
 
 import json
+from pathlib import Path
 
 import pytest
 from django.contrib.sessions.backends.db import SessionStore
@@ -33,7 +34,7 @@ def test_the_favicon_is_a_real_svg_icon():
     from django.contrib.staticfiles import finders
 
     path = finders.find("bellwether/favicon.svg")
-    assert path and open(path).read().startswith("<svg xmlns=")
+    assert path and Path(path).read_text().startswith("<svg xmlns=")
 
 
 def test_a_database_error_in_an_api_view_is_503_unavailable():
