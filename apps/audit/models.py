@@ -45,6 +45,7 @@ class Action(models.TextChoices):
     ROLLOUT_CREATE = "rollout.create"
     ROLLOUT_ADVANCE = "rollout.advance"
     ROLLOUT_PAUSE = "rollout.pause"
+    ROLLOUT_RESUME = "rollout.resume"
     ROLLOUT_COMPLETE = "rollout.complete"
     ROLLOUT_ROLLBACK = "rollout.rollback"
     ROLLOUT_RELEASE = "rollout.release"

@@ -13,7 +13,8 @@ from django.core.exceptions import (
     TooManyFilesSent,
 )
 from django.db import InterfaceError, OperationalError, connection
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
@@ -32,9 +33,11 @@ def healthz(request):
 
 
 def favicon(request):
-    """No icon, said without an error: browsers ask every page's origin for one, and
-    a 404 would be logged here and on every browser's console."""
-    return HttpResponse(status=204, headers={"Cache-Control": "public, max-age=86400"})
+    """The icon browsers ask every origin for (pages that link none, like the API's
+    JSON): the dashboard's SVG icon, by a redirect to its static, versioned URL."""
+    response = HttpResponseRedirect(static("bellwether/favicon.svg"))
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 def _database_problem() -> str | None:

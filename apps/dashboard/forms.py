@@ -26,8 +26,8 @@ class NumberField(forms.IntegerField):
     """A whole number from 1 to `maximum` written in ASCII digits. Every way to get
     it wrong (missing, malformed, out of bounds) is the one `message`."""
 
-    def __init__(self, message: str, *, maximum: int = NUMBER_MAX, **kwargs):
-        super().__init__(min_value=1, max_value=maximum, error_messages=dict.fromkeys(
+    def __init__(self, message: str, *, maximum: int = NUMBER_MAX, minimum: int = 1, **kwargs):
+        super().__init__(min_value=minimum, max_value=maximum, error_messages=dict.fromkeys(
             ("required", "invalid", "min_value", "max_value"), message), **kwargs)
 
     def to_python(self, value):
@@ -170,25 +170,56 @@ class DiffForm(DashboardForm):
 GATES = {Rollout.Gate.MANUAL: "manual: an operator confirms each wave",
          Rollout.Gate.AUTO: "automatic: on fresh acknowledgements from the whole wave"}
 WAVES_MESSAGE = "percentages from 1 to 100, separated by commas."
+WEEK_S = 7 * 86400  # the API's bound on bake times and wave timeouts
+MAX_CANARY_LABELS = 20
+LABELS_MESSAGE = "labels as key=value, separated by commas."
+
+
+def _labels(text: str) -> dict[str, str]:
+    """"team=web, zone=a" as {"team": "web", "zone": "a"}; a part that is not
+    key=value (both non-empty, at most 63 characters) is LABELS_MESSAGE."""
+    labels = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not (sep and key and value) or len(key) > 63 or len(value) > 63:
+            raise ValidationError(LABELS_MESSAGE)
+        labels[key] = value
+    if len(labels) > MAX_CANARY_LABELS:
+        raise ValidationError(f"at most {MAX_CANARY_LABELS} labels.")
+    return labels
 
 
 class RolloutForm(DashboardForm):
     """A staged rollout: a snapshot (offered: `snapshots`, the ready ones newer than
     the active one and not quarantined, newest first and chosen), canaries by agent
-    (offered: `agents`), then waves by percent behind one gate.
+    (offered: `agents`), by labels or by percent of the agents, then waves by
+    percent behind one gate; a bake time every wave waits after it is acknowledged,
+    the failures tolerated and how long a wave may wait before the rollout pauses.
     cleaned_data["plan"] is the waves as rollout_create takes them."""
 
     snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
-    canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, error_messages={
-        "required": "Name the canaries: pick at least one agent."},
-        widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
+    canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
+                             widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
+    canary_labels = forms.CharField(required=False, max_length=2000, widget=forms.TextInput(
+        attrs={"placeholder": "e.g. zone=eu-1, tier=canary"}))
+    canary_percent = NumberField("a percentage from 1 to 100.", maximum=100, required=False)
     waves = forms.CharField(initial="50, 100", error_messages={"required": WAVES_MESSAGE})
     gate = forms.ChoiceField(choices=[(gate, GATES[gate]) for gate in Rollout.Gate.values],
                              initial=Rollout.Gate.MANUAL, error_messages={
                                  "invalid_choice": f"one of {', '.join(Rollout.Gate.values)}.",
                                  "required": f"one of {', '.join(Rollout.Gate.values)}."})
-    # A post that leaves these out (from a script, say) gets one wave behind a manual gate.
-    defaults = {"waves": "100", "gate": Rollout.Gate.MANUAL}
+    bake_s = NumberField(f"seconds, from 0 to {WEEK_S}.", minimum=0, maximum=WEEK_S,
+                         initial=0)
+    failure_threshold = NumberField("a number of agents, from 0 to 100000.", minimum=0,
+                                    maximum=100_000, initial=0)
+    wave_timeout_s = NumberField(f"seconds, from 60 to {WEEK_S}.", minimum=60, maximum=WEEK_S,
+                                 initial=3600)
+    # A post that leaves these out (from a script, say) gets one wave behind a manual
+    # gate, no bake time, no failure tolerated, an hour per wave.
+    defaults = {"waves": "100", "gate": Rollout.Gate.MANUAL, "bake_s": "0",
+                "failure_threshold": "0", "wave_timeout_s": "3600"}
     refusal_fields = {"not_found": "snapshot", "quarantined": "snapshot",
                       "nothing_to_roll_out": "snapshot",
                       "no_canaries": "canary", "canary_not_target": "canary"}
@@ -221,11 +252,18 @@ class RolloutForm(DashboardForm):
         number = NumberField(WAVES_MESSAGE, maximum=100)
         return [number.clean(part) for part in parts]
 
+    def clean_canary_labels(self) -> dict[str, str]:
+        return _labels(self.cleaned_data["canary_labels"])
+
     def clean(self):
         cleaned = super().clean()
-        if "waves" in cleaned and "gate" in cleaned:
-            cleaned["plan"] = [{"percent": percent, "gate": cleaned["gate"], "bake_s": 0}
-                               for percent in cleaned["waves"]]
+        if not any(self.has_error(f) for f in ("canary", "canary_labels", "canary_percent")) \
+                and not (cleaned.get("canary") or cleaned.get("canary_labels")
+                         or cleaned.get("canary_percent")):
+            self.add_error("canary", "Name the canaries: pick at least one agent.")
+        if "waves" in cleaned and "gate" in cleaned and "bake_s" in cleaned:
+            cleaned["plan"] = [{"percent": percent, "gate": cleaned["gate"],
+                                "bake_s": cleaned["bake_s"]} for percent in cleaned["waves"]]
         return cleaned
 
 

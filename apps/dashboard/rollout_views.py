@@ -5,12 +5,20 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from apps.core.errors import ApplicationError
-from apps.dashboard import forms, selectors
-from apps.dashboard.views import _act, _environment, _page_context, _signed_in_action
+from apps.dashboard import forms, rollout_reads, selectors
+from apps.dashboard.views import (
+    _act,
+    _environment,
+    _page_context,
+    _partial,
+    _signed_in_action,
+)
 from apps.environments.selectors import require_role
+from apps.rollouts import pausing
 from apps.rollouts.services import (
     rollout_confirm,
     rollout_create,
@@ -38,10 +46,7 @@ def rollout_new(request, application, environment):
         require_role(user=request.user, environment=env, required=Role.DEPLOYER)
         if not form.is_valid():
             return render(request, "dashboard/rollout_new.html", context, status=400)
-        data = form.cleaned_data
-        rollout = rollout_create(
-            environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
-            canary_agents=data["canary"], waves=data["plan"], actor=request.user)
+        rollout = _start(env, form.cleaned_data, request.user)
     except ApplicationError as error:
         if not form.add_refusal(error):
             context["error"] = error
@@ -49,6 +54,19 @@ def rollout_new(request, application, environment):
     messages.success(request, f"Rollout {rollout.pk} of #{rollout.snapshot.number} started: "
                               "the canaries have it now.")
     return redirect(context["env_url"])
+
+
+def _start(env, data: dict, actor):
+    """rollout_create with what the valid rollout form says: canaries by agent, by
+    labels and by percent of the enabled agents together."""
+    canaries = list(data["canary"])
+    if data["canary_percent"]:
+        canaries += selectors.canaries_by_percent(env, data["canary_percent"])
+    return rollout_create(
+        environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
+        canary_agents=canaries, canary_labels=data["canary_labels"] or None,
+        waves=data["plan"], bake_s=data["bake_s"], failure_threshold=data["failure_threshold"],
+        wave_timeout_s=data["wave_timeout_s"], actor=actor)
 
 
 def _rollout_action(request, application, environment, rollout_id, service, verb):
@@ -59,9 +77,9 @@ def _rollout_action(request, application, environment, rollout_id, service, verb
     form = forms.RolloutActionForm(request.POST)
 
     def act():
-        service(rollout=rollout, actor=request.user,
-                expected_version=form.cleaned_data["expected_version"])
-        return f"Rollout {rollout.pk} {verb}."
+        done = service(rollout=rollout, actor=request.user,
+                       expected_version=form.cleaned_data["expected_version"])
+        return f"Rollout {rollout.pk} {verb(done) if callable(verb) else verb}."
 
     return _act(request, env, "rollout", act, form)
 
@@ -70,7 +88,13 @@ def _rollout_action(request, application, environment, rollout_id, service, verb
 @require_POST
 def rollout_confirm_view(request, application, environment, rollout_id):
     return _rollout_action(request, application, environment, rollout_id, rollout_confirm,
-                           "confirmed: the next wave has it")
+                           _confirmed)
+
+
+def _confirmed(rollout) -> str:
+    if rollout.state == "completed":
+        return f"confirmed and completed: #{rollout.snapshot.number} is active"
+    return f"confirmed: wave {rollout.current_wave} has it now"
 
 
 @_signed_in_action
@@ -88,3 +112,29 @@ def rollout_rollback_view(request, application, environment, rollout_id):
 def rollout_release_pins_view(request, application, environment, rollout_id):
     return _rollout_action(request, application, environment, rollout_id,
                            rollout_pins_release, "released its remaining pins")
+
+
+@_signed_in_action
+@require_POST
+def rollout_pause_view(request, application, environment, rollout_id):
+    return _rollout_action(request, application, environment, rollout_id,
+                           pausing.rollout_pause, "paused: nothing advances until it resumes")
+
+
+@_signed_in_action
+@require_POST
+def rollout_resume_view(request, application, environment, rollout_id):
+    return _rollout_action(request, application, environment, rollout_id,
+                           pausing.rollout_resume, "resumed: its wave's clock starts again")
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def rollout_history(request, application, environment):
+    """The environment's rollouts, newest first, each with its timeline."""
+    env = _environment(request, application, environment)
+    context = {**_page_context(request, env),
+               **rollout_reads.rollout_history(env, request.GET.get("page"))}
+    return render(request, _partial(request, "dashboard/rollout_history.html", "list"),
+                  context)

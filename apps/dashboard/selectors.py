@@ -1,10 +1,12 @@
 """What the dashboard's pages show, read through the other apps' selectors and
 scoped with Environment.objects.visible_to like every other surface."""
 
+import math
 from collections import Counter
 
 from django.db.models import Count
 
+from apps.dashboard import snapshot_reads
 from apps.environments.models import Environment
 from apps.environments.selectors import environment_role
 from apps.fleet.models import DRIFTED, Agent
@@ -16,8 +18,6 @@ from apps.fleet.selectors import (
     last_seen,
     with_sync,
 )
-from apps.releases import selectors as release_reads
-from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import publication_progress
@@ -25,8 +25,8 @@ from apps.snapshots.selectors import pending_events, with_pending_counts
 from apps.tenancy.models import ROLE_RANK, Role
 
 AGENTS_SHOWN = 500
-SNAPSHOTS_SHOWN = 25
-ACKNOWLEDGEMENTS_SHOWN = 50
+SNAPSHOTS_SHOWN = 10  # on the environment's page; the snapshot list has them all
+OFFERS_SHOWN = 25  # snapshots the rollout form offers
 FLEET_BUCKETS = ("in_sync", "held", "behind", "failed", "offline")
 # Snapshot columns no status needs: the bundle and the rendered content can be large,
 # and a joined snapshot repeats on every agent row.
@@ -35,11 +35,14 @@ SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files
 
 
 def fleet_bucket(online: bool, sync: str) -> str:
-    """One of FLEET_BUCKETS: offline wins, then held (following a pin, not the
-    environment), failed and in sync; the rest is behind."""
+    """One of FLEET_BUCKETS: failed wins (an agent whose last apply failed is still
+    failed once it stops polling: going offline fixes nothing), then offline, held
+    (following a pin, not the environment) and in sync; the rest is behind."""
+    if sync == "failed":
+        return "failed"
     if not online:
         return "offline"
-    if sync in ("in_sync", "held", "failed"):
+    if sync in ("in_sync", "held"):
         return sync
     return "behind"
 
@@ -112,6 +115,14 @@ def canary_choices(environment: Environment) -> list[Agent]:
                 .order_by("name")[:AGENTS_SHOWN])
 
 
+def canaries_by_percent(environment: Environment, percent: int) -> list[int]:
+    """The ids of `percent` of the environment's enabled agents (at least one), the
+    first by name: canaries chosen by percent."""
+    agents = Agent.objects.in_service().filter(environment=environment, enabled=True)
+    count = max(1, math.ceil(agents.count() * percent / 100))
+    return list(agents.order_by("name", "pk").values_list("pk", flat=True)[:count])
+
+
 def rollout_in(environment: Environment, rollout_id: int) -> Rollout | None:
     return (Rollout.objects.filter(pk=rollout_id, environment=environment)
             .select_related("environment", "snapshot").first())
@@ -135,15 +146,12 @@ def agents_panel(environment: Environment) -> dict:
 
 
 def snapshots_panel(environment: Environment) -> dict:
-    snapshots = list(_without_content(
-        Snapshot.objects.filter(environment=environment)
-        .select_related("author", "rolled_back_from").defer(*SNAPSHOT_CONTENT)
-        .order_by("-number"), "rolled_back_from")[:SNAPSHOTS_SHOWN])
-    flags = release_reads.snapshot_flags(environment)
-    for snapshot in snapshots:
-        snapshot.quarantined = release_reads.snapshot_state(snapshot, flags)["quarantined"]
+    """The newest snapshots (the snapshot list pages through them all) and the
+    publications still rendering."""
+    rows = snapshot_reads.snapshot_rows(environment)
     return {
-        "snapshots": snapshots,
+        "snapshots": snapshot_reads.mark(environment, list(rows[:SNAPSHOTS_SHOWN])),
+        "snapshots_total": Snapshot.objects.filter(environment=environment).count(),
         "rendering": [
             publication_progress(is_rendering=True, created_at=created, claimed_at=claimed)
             for created, claimed in Publication.objects.filter(
@@ -164,7 +172,7 @@ def rollout_snapshots(environment: Environment) -> list[Snapshot]:
     """What the rollout form offers, newest first: ready snapshots newer than the
     active one and not quarantined (the API refuses the others, with reasons)."""
     return list(_rollout_offers(environment).defer(*SNAPSHOT_CONTENT)
-                .order_by("-number")[:SNAPSHOTS_SHOWN])
+                .order_by("-number")[:OFFERS_SHOWN])
 
 
 def rollout_offers(environment: Environment, snapshot: Snapshot | None) -> bool:
@@ -180,40 +188,11 @@ def publication_in(environment: Environment, publication_id) -> Publication | No
 
 
 def pending_panel(environment: Environment) -> dict:
+    """The input changes no snapshot holds yet, and what publishing them would
+    change against the active snapshot."""
     latest, events = pending_events(environment)
+    count = events.count()
     return {"snapshot": latest,
             "events": list(events.select_related("actor").order_by("-id")[:20]),
-            "count": events.count(),
-            "rolled_back": release_reads.inputs_rolled_back(environment)}
-
-
-def rollout_panel(environment: Environment) -> dict:
-    """The active rollout (else the latest one) with per-wave progress and, for the
-    current wave, who acknowledged and who is still awaited."""
-    rollout = (Rollout.objects.filter(environment=environment)
-               .select_related("snapshot", "rollback_snapshot", "created_by", "environment")
-               .order_by("-created_at").first())
-    if rollout is None:
-        return {"rollout": None}
-    progress = rollout_selectors.wave_progress([rollout]).get(rollout.pk, {})
-    # A finished rollout shows the counts it kept when it finished.
-    kept = {w["index"]: w for w in (rollout.final_summary or {}).get("waves", [])}
-    waves = []
-    for index, wave in enumerate(rollout.waves):
-        counts = {**progress.get(index, {"targets": 0, "activated": 0, "released": 0}),
-                  **kept.get(index, {})}
-        waves.append({"index": index, "name": "canaries" if index == 0 else f"wave {index}",
-                      **wave, **counts,
-                      "percent": round(100 * counts["activated"] / counts["targets"])
-                      if counts["targets"] else 0,
-                      "current": rollout.is_active and index == rollout.current_wave})
-    evidence = rollout_selectors.wave_evidence(rollout) if rollout.is_active else None
-    return {
-        "rollout": rollout,
-        "waves": waves,
-        "evidence": None if evidence is None else {
-            key: getattr(evidence, key)[:ACKNOWLEDGEMENTS_SHOWN]
-            for key in ("acknowledged", "waiting", "failed", "released", "changed")},
-        "ready": evidence is not None and evidence.complete,
-        "pins_held": Agent.objects.filter(pin_rollout=rollout).count(),
-    }
+            "count": count,
+            **snapshot_reads.pending_diff(environment)}

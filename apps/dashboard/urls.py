@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.dashboard import rollout_views, views
+from apps.dashboard import audit_views, rollout_views, snapshot_views, views
 
 app_name = "dashboard"
 
@@ -14,7 +14,10 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(ENV, views.environment_page, name="environment"),
-    path(f"{ENV}diff/", views.diff_page, name="diff"),
+    path(f"{ENV}diff/", snapshot_views.diff_page, name="diff"),
+    path(f"{ENV}snapshots/", snapshot_views.snapshot_list, name="snapshots"),
+    path(f"{ENV}publish/", snapshot_views.publish, name="publish"),
+    path(f"{ENV}audit/", audit_views.audit_page, name="audit"),
     path(f"{ENV}descriptor/", views.descriptor_page, name="descriptor"),
     path(f"{ENV}deploy/", views.deploy, name="deploy"),
     path(f"{ENV}reset-inputs/", views.reset_inputs, name="reset-inputs"),
@@ -25,9 +28,14 @@ urlpatterns = [
          name="publication"),
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
          name="snapshot-rollback"),
+    path(f"{ENV}rollouts/", rollout_views.rollout_history, name="rollouts"),
     path(f"{ENV}rollouts/new/", rollout_views.rollout_new, name="rollout-new"),
     path(f"{ENV}rollouts/<int:rollout_id>/confirm/", rollout_views.rollout_confirm_view,
          name="rollout-confirm"),
+    path(f"{ENV}rollouts/<int:rollout_id>/pause/", rollout_views.rollout_pause_view,
+         name="rollout-pause"),
+    path(f"{ENV}rollouts/<int:rollout_id>/resume/", rollout_views.rollout_resume_view,
+         name="rollout-resume"),
     path(f"{ENV}rollouts/<int:rollout_id>/rollback/", rollout_views.rollout_rollback_view,
          name="rollout-rollback"),
     path(f"{ENV}rollouts/<int:rollout_id>/release-pins/", rollout_views.rollout_release_pins_view,

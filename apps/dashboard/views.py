@@ -25,7 +25,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, reswap
 
 from apps.core.errors import ApplicationError, ValidationFailed
-from apps.dashboard import forms, selectors
+from apps.dashboard import forms, rollout_reads, selectors
 from apps.environments.selectors import require_role
 from apps.environments.services import descriptor_check
 from apps.releases.services import (
@@ -36,7 +36,7 @@ from apps.releases.services import (
     snapshot_rollback,
 )
 from apps.snapshots.models import Publication
-from apps.snapshots.selectors import descriptor_dry_run, snapshot_diff, snapshot_get
+from apps.snapshots.selectors import descriptor_dry_run, snapshot_get
 from apps.tenancy.models import Role
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ PANELS = {
     "agents": selectors.agents_panel,
     "snapshots": selectors.snapshots_panel,
     "pending": selectors.pending_panel,
-    "rollout": selectors.rollout_panel,
+    "rollout": rollout_reads.rollout_panel,
 }
 
 
@@ -162,31 +162,6 @@ def environment_page(request, application, environment):
     if panel in PANELS and _wants_partial(request):
         return HttpResponse(_panel_html(request, env, panel))
     return _render_environment(request, env)
-
-
-@login_required
-@require_GET
-@vary_on_headers("HX-Request")
-def diff_page(request, application, environment):
-    """Any two snapshots of the environment, coloured, per file."""
-    env = _environment(request, application, environment)
-    form = forms.DiffForm(request.GET, snapshots=selectors.snapshots_panel(env)["snapshots"])
-    context = {**_page_context(request, env), "form": form}
-    status = 200
-    if not form.is_valid():
-        status = 400
-    elif form.cleaned_data["to"] is not None:
-        asked = "to"  # the snapshot a "not found" is about
-        try:
-            snapshot = snapshot_get(environment=env, number=form.cleaned_data["to"])
-            asked = "from"
-            context["diff"] = snapshot_diff(snapshot=snapshot,
-                                            against=form.cleaned_data["from"])
-        except ApplicationError as error:
-            status = error.status
-            if error.code != "not_found" or not form.add_refusal(error, asked):
-                context["error"] = error.message
-    return _form_page(request, "dashboard/diff.html", "result", context, status)
 
 
 def _check_target(descriptor: dict, env) -> None:

@@ -1,5 +1,6 @@
-"""Rollout API: create, list, detail with wave progress, confirm, rollback, delete,
-releasing a rollout's pin on an agent, and releasing all of a finished rollout's pins."""
+"""Rollout API: create, list, detail with wave progress, confirm, pause, resume,
+rollback, delete, releasing a rollout's pin on an agent, and releasing all of a
+finished rollout's pins."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -16,7 +17,7 @@ from apps.environments.views import (
     quarantine_override,
 )
 from apps.fleet.models import Agent
-from apps.rollouts import selectors, services
+from apps.rollouts import pausing, selectors, services
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
@@ -189,3 +190,17 @@ class RolloutReleasePinsApi(_RolloutTransitionApi):
                    summary="Release every pin a finished rollout still holds")
     def post(self, request, rollout_id):
         return self.transition(request, services.rollout_pins_release)
+
+
+class RolloutPauseApi(_RolloutTransitionApi):
+    @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
+                   summary="Pause a running rollout (the reconciler stops advancing it)")
+    def post(self, request, rollout_id):
+        return self.transition(request, pausing.rollout_pause)
+
+
+class RolloutResumeApi(_RolloutTransitionApi):
+    @extend_schema(request=ExpectedVersionSerializer, responses=RolloutSerializer,
+                   summary="Resume a paused rollout (its wave's clock starts again)")
+    def post(self, request, rollout_id):
+        return self.transition(request, pausing.rollout_resume)

@@ -522,7 +522,7 @@ def test_a_canary_rollout_is_started_confirmed_and_rolled_back_from_the_page(
         # Confirm: the next wave gets #2; its agents acknowledge it, live.
         rollout.get_by_role("button", name="Confirm the canaries").click()
         expect(page.locator("#flash .msg.success")).to_contain_text(
-            "confirmed: the next wave has it")
+            "confirmed: wave 1 has it now")
         expect(rollout).to_contain_text("at wave 1")
         expect(acknowledged).to_have_text("nobody yet")
         for name in ("web-2", "web-3"):
@@ -605,7 +605,7 @@ def test_confirming_a_rollout_that_changed_since_the_page_loaded_says_so_and_doe
 
         page.locator("#rollout").get_by_role("button", name="Confirm the canaries").click()
         expect(page.locator("#flash .msg.success")).to_contain_text(
-            "confirmed: the next wave has it")
+            "confirmed: wave 1 has it now")
         expect(page.locator("#rollout")).to_contain_text("at wave 1")
         expect(stale.locator("#rollout")).to_contain_text("at the canaries")  # still stale
 

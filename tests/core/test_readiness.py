@@ -3,6 +3,7 @@ view: 503 with the error envelope, never a 500. The real outage is
 tests/faults/test_database_down.py."""
 
 import json
+from pathlib import Path
 
 import pytest
 from django.contrib.sessions.backends.db import SessionStore
@@ -21,10 +22,19 @@ def test_readyz_answers_ready_when_the_database_answers(db, client, settings):
         200, {"status": "ready", "database": "ok", "redis": "not configured"})
 
 
-def test_the_favicon_browsers_ask_for_is_no_content_not_a_404(client):
+def test_the_favicon_browsers_ask_for_leads_to_the_dashboards_svg_icon(client):
     response = client.get("/favicon.ico")
-    assert (response.status_code, response.content) == (204, b"")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/static/bellwether/favicon")
+    assert response["Location"].endswith(".svg")
     assert response["Cache-Control"] == "public, max-age=86400"
+
+
+def test_the_favicon_is_a_real_svg_icon():
+    from django.contrib.staticfiles import finders
+
+    path = finders.find("bellwether/favicon.svg")
+    assert path and Path(path).read_text().startswith("<svg xmlns=")
 
 
 def test_a_database_error_in_an_api_view_is_503_unavailable():

@@ -1138,7 +1138,8 @@ def test_diff_htmx_request_gets_only_the_result_partial(second, as_viewer):
 def test_diff_page_without_a_choice_offers_the_ready_snapshots(second, as_viewer):
     html = text(as_viewer.get(url("diff")))
 
-    assert "Pick two snapshots." in section(html, "result")
+    # Nothing asked: the active #2 against the one before.
+    assert "#2 against #1" in section(html, "result")
     assert re.findall(r'<select name="to"[^>]*>(.*?)</select>', html, re.S)[0].count(
         "<option") == 2
     assert "errorlist" not in html
@@ -1353,7 +1354,7 @@ def test_confirm_after_the_canary_acknowledged_advances_the_rollout(rollout, can
 
     assert response.status_code == 200
     assert is_partial(text(response).split('<div id="flash"')[0], "rollout")
-    assert f"Rollout {rollout.pk} confirmed: the next wave has it." in flash(text(response))
+    assert f"Rollout {rollout.pk} confirmed: wave 1 has it now." in flash(text(response))
     assert rollout_state(rollout) == ("running", version + 1, 1)
     assert set(RolloutTarget.objects.filter(rollout=rollout).values_list("state", flat=True)
                ) == {"activated"}
