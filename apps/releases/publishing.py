@@ -15,7 +15,12 @@ from apps.releases.rules import publication_activates
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of
 from apps.snapshots.models import Publication
-from apps.snapshots.rules import Outcome, degenerate_render, degenerate_summary
+from apps.snapshots.rules import (
+    Outcome,
+    confirmation_details,
+    degenerate_render,
+    degenerate_summary,
+)
 from apps.snapshots.services import (
     failed_render,
     publication_activated,
@@ -35,14 +40,6 @@ class ConfirmationRequired(Conflict):
             f"Against the active #{findings['against']}: {degenerate_summary(findings)}. "
             "Confirm to release it (confirm: true).", code="confirmation_required",
             details=confirmation_details(findings))
-
-
-def confirmation_details(findings: dict) -> list[dict]:
-    """The error's details: one per emptied file, and the shrink."""
-    details = [{"file": path, "change": "emptied"} for path in findings["emptied"]]
-    if findings["shrink"]:
-        details.append({"change": "shrink", **findings["shrink"]})
-    return details
 
 
 def degenerate_findings(environment: Environment, files: list[dict]) -> dict | None:

@@ -81,6 +81,14 @@ def degenerate_summary(findings: dict) -> str:
     return "; ".join(parts)
 
 
+def confirmation_details(findings: dict) -> list[dict]:
+    """The 409 confirmation_required details: one per emptied file, and the shrink."""
+    details = [{"file": path, "change": "emptied"} for path in findings["emptied"]]
+    if findings["shrink"]:
+        details.append({"change": "shrink", **findings["shrink"]})
+    return details
+
+
 def retention_excess(*, stored: list[tuple[int, int]], kept: set, max_count: int,
                      max_bytes: int) -> list[int]:
     """Which snapshots retention removes: `stored` is [(id, bytes)] oldest first,
