@@ -6,6 +6,7 @@ the environments the user owns.
 
 from django import forms
 from django.contrib import admin, messages
+from django.template.defaultfilters import filesizeformat
 from django.utils.html import format_html, format_html_join
 
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, StrictFieldsMixin
@@ -13,10 +14,16 @@ from apps.core.errors import ApplicationError
 from apps.core.templatetags.bellwether import render_diff
 from apps.core.validators import WholeNumberFormField
 from apps.environments import services
-from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
+from apps.environments.models import (
+    SETTING_RANGES,
+    Environment,
+    FallbackFile,
+    PlatformPolicy,
+    Template,
+)
 from apps.environments.selectors import environment_limits, owner_candidates
 from apps.releases import services as releases
-from apps.releases.selectors import pending_view
+from apps.releases.selectors import environments_with_storage, pending_view, retention_usage
 from apps.tenancy.models import Application
 from configlang.rendering import path_collisions
 
@@ -41,7 +48,8 @@ class EnvironmentForm(forms.ModelForm):
     class Meta:
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s",
-                  "release_policy", "drift_policy", "keep_rollout_pins", "owners"]
+                  "release_policy", "drift_policy", "keep_rollout_pins", *SETTING_RANGES,
+                  "owners"]
         field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
                                                    "class": "bw-code"}),
@@ -153,16 +161,17 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     form = EnvironmentForm
     inlines = [TemplateInline, FallbackFileInline]
     list_display = ["full_name", "tenant", "release_policy", "drift_policy", "poll_interval_s",
-                    "snapshot_counter", "updated_at"]
+                    "snapshot_counter", "stored", "updated_at"]
     list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter), "release_policy",
                    "drift_policy"]
     search_fields = ["name", "application__name"]
-    readonly_fields = ["snapshot_counter", "pending"]
+    readonly_fields = ["snapshot_counter", "storage", "pending"]
     filter_horizontal = ["owners"]
     actions = ["publish", "reset_inputs"]
 
     def get_queryset(self, request):
-        return Environment.objects.owned_by(request.user).select_related("application__tenant")
+        return environments_with_storage(
+            Environment.objects.owned_by(request.user).select_related("application__tenant"))
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -180,7 +189,25 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
             fields += ["application", "name"]
         else:
             fields.remove("pending")
+            fields.remove("storage")
         return fields
+
+    @admin.display(description="Stored", ordering="stored_bytes")
+    def stored(self, obj):
+        """Stored bytes and snapshots against the retention bounds (one query per page)."""
+        return (f"{filesizeformat(obj.stored_bytes)} of {filesizeformat(obj.retention_bytes)}; "
+                f"{obj.snapshot_count} of {obj.retention_snapshots} snapshots")
+
+    @admin.display(description="Storage against retention bounds")
+    def storage(self, obj):
+        usage = retention_usage(obj)
+        return format_html(
+            "<p>{} stored of {} ({}%); {} of {} snapshots; {} of {} finished rollouts. Beat "
+            "removes the oldest unreferenced snapshots beyond the bounds.</p>",
+            filesizeformat(usage["bytes"]["stored"]), filesizeformat(usage["bytes"]["bound"]),
+            usage["bytes"]["stored"] * 100 // usage["bytes"]["bound"],
+            usage["snapshots"]["count"], usage["snapshots"]["bound"],
+            usage["rollouts"]["count"], usage["rollouts"]["bound"])
 
     @admin.display(ordering="application__tenant__name")
     def tenant(self, obj):
@@ -227,6 +254,9 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                 drift_policy=form.cleaned_data["drift_policy"],
                 actor=request.user,
             )
+            bounds = {f: form.cleaned_data[f] for f in SETTING_RANGES if f in form.changed_data}
+            if bounds:
+                releases.environment_update(environment=created, actor=request.user, **bounds)
             obj.pk = created.pk
 
     def save_related(self, request, form, formsets, change):

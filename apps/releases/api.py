@@ -15,6 +15,7 @@ from apps.environments.selectors import environment_get, require_role
 from apps.environments.views import EnvironmentAPIView
 from apps.releases import retention
 from apps.releases.promotion import publication_confirm, snapshot_promote
+from apps.releases.selectors import retention_usage
 from apps.snapshots.api import PublicationSerializer, publication_response
 from apps.snapshots.guard_api import ConfirmSerializer
 from apps.snapshots.models import Publication, Snapshot
@@ -110,7 +111,7 @@ class RetentionApi(EnvironmentAPIView):
                       [:HOLDS_SHOWN])
         with transaction.atomic():  # a consistent read; retention itself locks
             holds = retention.snapshot_holds(env, [pk for pk, _, _ in oldest])
-        return Response({**retention.retention_usage(env), "snapshots_oldest_first": [
+        return Response({**retention_usage(env), "snapshots_oldest_first": [
             {"number": number, "bytes": size, "holds": holds[pk]}
             for pk, number, size in oldest]})
 

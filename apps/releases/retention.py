@@ -25,6 +25,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent, Deployment
+from apps.releases.selectors import over_bounds, retention_usage
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
 from apps.rollouts.selectors import rollouts_without_pins
 from apps.snapshots.models import Publication, Snapshot
@@ -207,23 +208,6 @@ def environment_retention_apply(*, environment_id: int) -> dict:
                                        f"{environment.retention_snapshots} snapshots and "
                                        f"{environment.retention_bytes} bytes")
     return {"snapshots": len(excess), "rollouts": rollouts}
-
-
-def retention_usage(environment: Environment) -> dict:
-    """What the environment stores against its bounds (no lock; for people)."""
-    stored = Snapshot.objects.filter(environment=environment).with_stored_bytes()
-    total = sum(stored.values_list("stored_bytes", flat=True))
-    finished = (Rollout.objects.filter(environment=environment)
-                .exclude(state__in=ACTIVE_STATES).count())
-    return {"snapshots": {"count": stored.count(), "bound": environment.retention_snapshots},
-            "bytes": {"stored": total, "bound": environment.retention_bytes},
-            "rollouts": {"count": finished, "bound": environment.retention_rollouts}}
-
-
-def over_bounds(usage: dict) -> bool:
-    return (usage["snapshots"]["count"] > usage["snapshots"]["bound"]
-            or usage["bytes"]["stored"] > usage["bytes"]["bound"]
-            or usage["rollouts"]["count"] > usage["rollouts"]["bound"])
 
 
 def retention_sweep() -> dict:
