@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.dashboard import rollout_views, views
+from apps.dashboard import history_views, rollout_views, views
 
 app_name = "dashboard"
 
@@ -25,6 +25,12 @@ urlpatterns = [
          name="publication"),
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
          name="snapshot-rollback"),
+    path(f"{ENV}promote/", history_views.promote_page, name="promote"),
+    path(f"{ENV}retention/", history_views.retention_page, name="retention"),
+    path(f"{ENV}snapshots/<int:number>/remove/", history_views.snapshot_remove_view,
+         name="snapshot-remove"),
+    path(f"{ENV}publications/<uuid:publication_id>/confirm/",
+         history_views.publication_confirm_view, name="publication-confirm"),
     path(f"{ENV}rollouts/new/", rollout_views.rollout_new, name="rollout-new"),
     path(f"{ENV}rollouts/<int:rollout_id>/confirm/", rollout_views.rollout_confirm_view,
          name="rollout-confirm"),

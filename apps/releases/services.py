@@ -98,7 +98,8 @@ def _descriptor_hash(content: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> tuple:
+def descriptor_submit(*, environment: Environment, descriptor: dict, actor,
+                      confirmed: bool = False) -> tuple:
     """Publish the environment with an app team's descriptor. Returns (publication,
     created): the same id with the same content returns the first publication; the
     same id with other content is refused (409)."""
@@ -117,7 +118,8 @@ def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> t
         publication = publication_create(environment=locked, actor=actor,
                                          kind=Publication.Kind.PUBLISH,
                                          source=descriptor_source(locked, descriptor),
-                                         activates=_activates(locked, "publish"))
+                                         activates=_activates(locked, "publish"),
+                                         confirmed=confirmed)
         environments.descriptor_record(environment=locked, descriptor=descriptor,
                                        content_hash=digest, publication=publication,
                                        actor=actor)
