@@ -329,6 +329,14 @@ def _values(error) -> str:
     return f" ({'; '.join(shown)})" if shown else ""
 
 
+def _promoted(provenance: dict, origin: dict | None) -> dict:
+    """A promoted release's keys say where it was promoted from."""
+    if not origin:
+        return provenance
+    where = f"descriptor promoted from {origin['environment']} #{origin['number']}"
+    return {key: where if layer == "descriptor" else layer for key, layer in provenance.items()}
+
+
 def render_source(source: dict, *, seconds: float | None = None) -> Rendered:
     """Render and validate. Every problem found is reported, not only the first;
     the templates render under one budget (`render_budget`), `seconds` of wall
@@ -342,7 +350,8 @@ def render_source(source: dict, *, seconds: float | None = None) -> Rendered:
                        descriptor=source.get("descriptor"),
                        application=source["application"],
                        environment_name=source["environment"])
-        config, provenance = merged.config, merged.provenance
+        config, provenance = merged.config, _promoted(merged.provenance,
+                                                      source.get("promoted_from"))
         problems = [Problem(e.as_dict()["code"], f"{e.layer}: {e.message}"
                             + _values(e), file="config", key=e.path) for e in merged.errors]
     rendered = Rendered(effective_config=config, provenance=provenance, problems=list(problems))

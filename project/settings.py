@@ -271,6 +271,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.rollouts.tasks.rollouts_reconcile_task",
         "schedule": 15.0,
     },
+    "retention": {
+        "task": "apps.releases.tasks.retention_sweep_task",
+        "schedule": 600.0,
+    },
 }
 
 # The longest an agent's poll with ?wait=N is held until its desired state changes

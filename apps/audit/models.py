@@ -32,6 +32,9 @@ class Action(models.TextChoices):
     SNAPSHOT_ROLLBACK = "snapshot.rollback"
     SNAPSHOT_ACTIVATE = "snapshot.activate"
     SNAPSHOT_DEPLOY = "snapshot.deploy"
+    SNAPSHOT_PROMOTE = "snapshot.promote"  # another environment's release published here
+    SNAPSHOT_REMOVE = "snapshot.remove"  # by retention (beat) or an owner, with a reason
+    PUBLICATION_CONFIRM = "publication.confirm"  # a degenerate render released by a person
     ENROLLMENT_TOKEN_CREATE = "enrollment_token.create"
     ENROLLMENT_TOKEN_REVOKE = "enrollment_token.revoke"
     AGENT_ENROLL = "agent.enroll"

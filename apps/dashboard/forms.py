@@ -13,6 +13,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from apps.core.errors import ApplicationError
 from apps.core.text import whole_number
+from apps.core.validators import WholeNumberFormField
 from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
 from configlang.yamlconfig import load_yaml
@@ -104,6 +105,8 @@ class DescriptorForm(DashboardForm):
     file = forms.FileField(required=False, widget=forms.FileInput(
         attrs={"accept": ".yaml,.yml,.json,text/yaml,application/json"}))
     step = forms.CharField(required=False)
+    confirm = forms.BooleanField(required=False, label="Release it even if a file is emptied "
+                                                       "or the files shrink sharply")
 
     def __init__(self, *args, environment=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -330,3 +333,24 @@ class RolloutActionForm(DashboardForm):
 
     expected_version = NumberField("reload the page and try again.",
                                    widget=forms.HiddenInput)
+
+
+class PromoteForm(DashboardForm):
+    """Promote another environment's active snapshot here: which one, the number the
+    preview showed (a newer one since is refused), and the degenerate-render checkbox."""
+
+    source = forms.ChoiceField(label="From")
+    number = WholeNumberFormField(required=False, min_value=1, max_value=2**31 - 1,
+                                  widget=forms.HiddenInput)
+    confirm = forms.BooleanField(required=False, label="Release it even if a file is emptied "
+                                                       "or the files shrink sharply")
+    refusal_fields = {"promotion_scope": "source", "no_active_snapshot": "source",
+                      "stale": "number", "confirmation_required": "confirm"}
+
+    def __init__(self, *args, sources=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["source"].choices = [(name, name) for name in sources]
+
+
+class SnapshotRemoveForm(DashboardForm):
+    reason = forms.CharField(max_length=500, strip=True)

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.dashboard import audit_views, rollout_views, snapshot_views, views
+from apps.dashboard import audit_views, history_views, rollout_views, snapshot_views, views
 
 app_name = "dashboard"
 
@@ -29,6 +29,12 @@ urlpatterns = [
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
          name="snapshot-rollback"),
     path(f"{ENV}rollouts/", rollout_views.rollout_history, name="rollouts"),
+    path(f"{ENV}promote/", history_views.promote_page, name="promote"),
+    path(f"{ENV}retention/", history_views.retention_page, name="retention"),
+    path(f"{ENV}snapshots/<int:number>/remove/", history_views.snapshot_remove_view,
+         name="snapshot-remove"),
+    path(f"{ENV}publications/<uuid:publication_id>/confirm/",
+         history_views.publication_confirm_view, name="publication-confirm"),
     path(f"{ENV}rollouts/new/", rollout_views.rollout_new, name="rollout-new"),
     path(f"{ENV}rollouts/<int:rollout_id>/confirm/", rollout_views.rollout_confirm_view,
          name="rollout-confirm"),

@@ -192,8 +192,9 @@ def descriptor_page(request, application, environment):
             _check_target(descriptor, env)
             context["text"] = form.cleaned_data["text"]
             if form.cleaned_data["step"] == "publish":
-                publication, created = descriptor_submit(environment=env, descriptor=descriptor,
-                                                         actor=request.user)
+                publication, created = descriptor_submit(
+                    environment=env, descriptor=descriptor, actor=request.user,
+                    confirmed=form.cleaned_data["confirm"])
                 publication.refresh_from_db()
                 messages.add_message(request, *_publication_message(publication, created))
                 where = _after_publish(env, publication) or context["env_url"]
@@ -213,10 +214,13 @@ def descriptor_page(request, application, environment):
 def _after_publish(env, publication: Publication) -> str | None:
     """Where a publish in a staged environment leads: while it renders, to its page
     (which offers the rollout once it is stored); once stored, straight to the
-    rollout form with its snapshot chosen. None: back to the environment."""
+    rollout form with its snapshot chosen; held for a confirmation, to its page
+    (which says why and confirms). None: back to the environment."""
+    args = [env.application.name, env.name]
+    if publication.needs_confirmation and not publication.confirmed:
+        return reverse("dashboard:publication", args=[*args, publication.pk])
     if not env.is_staged or publication.activated:
         return None
-    args = [env.application.name, env.name]
     if publication.state == Publication.State.RENDERING:
         return reverse("dashboard:publication", args=[*args, publication.pk])
     if selectors.rollout_offers(env, publication.snapshot):
@@ -237,6 +241,9 @@ def _publication_message(publication: Publication, created: bool) -> tuple[int, 
                                 "is in the admin's snapshots and the API.")
     if publication.state == Publication.State.SUPERSEDED:
         return messages.WARNING, f"A later request finished first as #{number}."
+    if publication.needs_confirmation and not publication.confirmed:
+        return messages.WARNING, (f"#{number} is stored and held: its render looks "
+                                  "degenerate. Open its publication to see why and confirm.")
     if not created:
         return messages.INFO, f"This descriptor was already published as #{number}."
     return messages.SUCCESS, f"Published #{number}."

@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.http import Http404
 from django.shortcuts import redirect
+from django.template.defaultfilters import filesizeformat
 from django.urls import path
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
@@ -18,10 +19,16 @@ from apps.core.errors import ApplicationError
 from apps.core.templatetags.bellwether import render_diff
 from apps.core.validators import WholeNumberFormField
 from apps.environments import services
-from apps.environments.models import Environment, FallbackFile, PlatformPolicy, Template
+from apps.environments.models import (
+    SETTING_RANGES,
+    Environment,
+    FallbackFile,
+    PlatformPolicy,
+    Template,
+)
 from apps.environments.selectors import environment_limits, owner_candidates
 from apps.releases import services as releases
-from apps.releases.selectors import pending_view
+from apps.releases.selectors import environments_with_storage, pending_view, retention_usage
 from apps.tenancy.models import Application
 from configlang.rendering import path_collisions
 
@@ -46,7 +53,8 @@ class EnvironmentForm(forms.ModelForm):
     class Meta:
         model = Environment
         fields = ["application", "name", "config", "config_schema", "poll_interval_s",
-                  "release_policy", "drift_policy", "keep_rollout_pins", "owners"]
+                  "release_policy", "drift_policy", "keep_rollout_pins", *SETTING_RANGES,
+                  "owners"]
         field_classes = {"config": CodeField}
         widgets = {"config": forms.Textarea(attrs={"rows": 20, "cols": 100,
                                                    "class": "bw-code"}),
@@ -170,16 +178,17 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
     form = EnvironmentForm
     inlines = [TemplateInline, FallbackFileInline]
     list_display = ["full_name", "tenant", "release_policy", "drift_policy", "poll_interval_s",
-                    "snapshot_counter", "updated_at"]
+                    "snapshot_counter", "stored", "updated_at"]
     list_filter = [("application__tenant", admin.RelatedOnlyFieldListFilter), "release_policy",
                    "drift_policy"]
     search_fields = ["name", "application__name"]
-    readonly_fields = ["snapshot_counter", "pending"]
+    readonly_fields = ["snapshot_counter", "storage", "pending"]
     filter_horizontal = ["owners"]
     actions = ["publish", "reset_inputs"]
 
     def get_queryset(self, request):
-        return Environment.objects.owned_by(request.user).select_related("application__tenant")
+        return environments_with_storage(
+            Environment.objects.owned_by(request.user).select_related("application__tenant"))
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -197,7 +206,24 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
             fields += ["application", "name"]
         else:
             fields.remove("pending")
+            fields.remove("storage")
         return fields
+
+    @admin.display(description="Stored", ordering="stored_bytes")
+    def stored(self, obj):  # against the retention bounds (one query per page)
+        return (f"{filesizeformat(obj.stored_bytes)} of {filesizeformat(obj.retention_bytes)}; "
+                f"{obj.snapshot_count} of {obj.retention_snapshots} snapshots")
+
+    @admin.display(description="Storage against retention bounds")
+    def storage(self, obj):
+        usage = retention_usage(obj)
+        return format_html(
+            "<p>{} stored of {} ({}%); {} of {} snapshots; {} of {} finished rollouts. Beat "
+            "removes the oldest unreferenced snapshots beyond the bounds.</p>",
+            filesizeformat(usage["bytes"]["stored"]), filesizeformat(usage["bytes"]["bound"]),
+            usage["bytes"]["stored"] * 100 // usage["bytes"]["bound"],
+            usage["snapshots"]["count"], usage["snapshots"]["bound"],
+            usage["rollouts"]["count"], usage["rollouts"]["bound"])
 
     @admin.display(ordering="application__tenant__name")
     def tenant(self, obj):
@@ -244,6 +270,9 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
                 drift_policy=form.cleaned_data["drift_policy"],
                 actor=request.user,
             )
+            bounds = {f: form.cleaned_data[f] for f in SETTING_RANGES if f in form.changed_data}
+            if bounds:
+                releases.environment_update(environment=created, actor=request.user, **bounds)
             obj.pk = created.pk
 
     def save_related(self, request, form, formsets, change):
@@ -291,7 +320,6 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
             self._publish(request, environment)
 
     def _publish(self, request, environment) -> None:
-        """Publish `environment` and say what came of it."""
         try:
             publication = releases.snapshot_publish(environment=environment, actor=request.user)
         except ApplicationError as exc:
@@ -312,12 +340,11 @@ class EnvironmentAdmin(OwnedAdminMixin, admin.ModelAdmin):
 
     def get_urls(self):
         publish = self.admin_site.admin_view(require_POST(self.publish_view))
-        return [path("<path:object_id>/publish/", publish,
-                     name="environments_environment_publish"), *super().get_urls()]
+        return [path("<path:object_id>/publish/", publish, name="environments_environment_publish"),
+                *super().get_urls()]
 
     def publish_view(self, request, object_id):
-        """The Publish button of the environment's page (POST, CSRF-checked): the
-        publish action for this one environment, by whoever may change it."""
+        """The page's Publish button (POST): the action for this environment."""
         environment = self.get_object(request, unquote(object_id))
         if environment is None or not self.has_change_permission(request, environment):
             raise Http404("No such environment.")

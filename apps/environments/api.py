@@ -17,7 +17,7 @@ from apps.core.fields import WholeNumberField
 from apps.core.parsers import BoundedJSONParser, TextYAMLParser, YAMLParser
 from apps.core.queries import FLAGS_SHOWN, query_flag
 from apps.environments import services
-from apps.environments.models import Environment
+from apps.environments.models import SETTING_RANGES, Environment
 from apps.environments.selectors import environment_get, environment_role
 from apps.environments.views import EnvironmentAPIView
 from apps.releases import selectors as release_reads
@@ -90,7 +90,8 @@ class EnvironmentDetailSerializer(EnvironmentListSerializer):
 
     class Meta(EnvironmentListSerializer.Meta):
         fields = EnvironmentListSerializer.Meta.fields + [
-            "config", "config_schema", "templates", "fallback_files", "role"
+            "config", "config_schema", "templates", "fallback_files", "role",
+            *SETTING_RANGES,
         ]
 
     def get_templates(self, obj) -> list[dict]:
@@ -117,6 +118,12 @@ class EnvironmentListApi(ListAPIView):
                 "application__tenant").order_by("application__name", "name"))
 
 
+def _setting_field(name: str) -> WholeNumberField:
+    """A bounded setting (retention, the shrink threshold): its range is the model's."""
+    low, high = SETTING_RANGES[name]
+    return WholeNumberField(required=False, min_value=low, max_value=high)
+
+
 class EnvironmentDetailApi(EnvironmentAPIView):
     class EnvironmentUpdateSerializer(serializers.Serializer):
         config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
@@ -126,6 +133,10 @@ class EnvironmentDetailApi(EnvironmentAPIView):
         drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices, required=False)
         release_policy = serializers.ChoiceField(Environment.ReleasePolicy.choices,
                                                  required=False)
+        retention_snapshots = _setting_field("retention_snapshots")
+        retention_bytes = _setting_field("retention_bytes")
+        retention_rollouts = _setting_field("retention_rollouts")
+        shrink_threshold_percent = _setting_field("shrink_threshold_percent")
         expected_version = WholeNumberField(
             required=False, min_value=1, max_value=2**31 - 1,
             help_text="The version you read: a change made since is refused (409 stale). "

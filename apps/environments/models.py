@@ -39,6 +39,23 @@ class EnvironmentQuerySet(models.QuerySet):
                               pk=pk)
 
 
+# The settings an owner bounds, with the range each accepts (the database checks
+# the same ranges): retention keeps at most this many snapshots, stored bytes and
+# finished rollouts; a publish shrinking by this percent needs confirmation (0: off).
+SETTING_RANGES = {
+    "retention_snapshots": (2, 100_000),
+    "retention_bytes": (1 << 20, 1 << 40),
+    "retention_rollouts": (1, 100_000),
+    "shrink_threshold_percent": (0, 100),
+}
+
+
+def _range_check(field: str) -> models.CheckConstraint:
+    low, high = SETTING_RANGES[field]
+    return models.CheckConstraint(condition=Q(**{f"{field}__gte": low, f"{field}__lte": high}),
+                                  name=f"environment_{field}_range")
+
+
 class Environment(models.Model):
     class ReleasePolicy(models.TextChoices):
         DIRECT = "direct", "Direct: publishing activates the new snapshot"
@@ -80,6 +97,17 @@ class Environment(models.Model):
         help_text="A finished rollout keeps its remaining pins until they are released "
                   "explicitly (by default they are released when it ends).",
     )
+    retention_snapshots = models.PositiveIntegerField(
+        default=100, help_text="Snapshots kept at most; beat removes the oldest unreferenced "
+                               "ones beyond it (2 to 100,000).")
+    retention_bytes = models.PositiveBigIntegerField(
+        default=1 << 30, help_text="Stored bytes of its snapshots kept at most (1 MiB to 1 TiB).")
+    retention_rollouts = models.PositiveIntegerField(
+        default=100, help_text="Finished rollouts kept at most (1 to 100,000).")
+    shrink_threshold_percent = models.PositiveSmallIntegerField(
+        default=50, help_text="A publish whose files shrink by this percent or more against the "
+                              "active snapshot needs an explicit confirmation (0: no check; an "
+                              "emptied file always needs one).")
     owners = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="owned_environments"
     )
@@ -108,6 +136,7 @@ class Environment(models.Model):
                                    name="environment_release_policy_valid"),
             models.CheckConstraint(condition=Q(drift_policy__in=["report", "restore"]),
                                    name="environment_drift_policy_valid"),
+            *[_range_check(field) for field in SETTING_RANGES],
         ]
 
     def __str__(self) -> str:

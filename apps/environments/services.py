@@ -13,6 +13,7 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.core.text import name_problem
 from apps.environments.models import (
+    SETTING_RANGES,
     Descriptor,
     Environment,
     FallbackFile,
@@ -31,7 +32,7 @@ from configlang.secrets import secret_file_mode
 from configlang.yamlconfig import load_config, value_problems
 
 EDITABLE_FIELDS = ("config", "config_schema", "poll_interval_s", "release_policy",
-                   "drift_policy", "keep_rollout_pins")
+                   "drift_policy", "keep_rollout_pins", *SETTING_RANGES)
 # What a snapshot is rendered from; the other fields are settings.
 RENDERED_FIELDS = ("config", "config_schema")
 
@@ -162,6 +163,17 @@ def check_changes(environment: Environment, changes: dict) -> None:
         _check_release_policy(changes["release_policy"])
     if "drift_policy" in changes:
         _check_drift_policy(changes["drift_policy"])
+    for field in set(changes) & set(SETTING_RANGES):
+        check_setting_range(field, changes[field])
+
+
+def check_setting_range(field: str, value) -> None:
+    """Retention bounds and the shrink threshold: whole numbers within their range."""
+    low, high = SETTING_RANGES[field]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationFailed(f"{field} must be a whole number from {low} to {high}.",
+                               code="invalid", details=[{"field": field,
+                                                         "message": f"{value!r} is out of range"}])
 
 
 def check_version(environment: Environment, expected_version: int | None) -> None:

@@ -216,16 +216,23 @@ class EnrollmentTokenApi(EnvironmentAPIView):
 
 
 class SnapshotActivateApi(EnvironmentAPIView):
-    @extend_schema(request=QuarantineOverrideSerializer, responses={200: None},
+    class ActivateSerializer(QuarantineOverrideSerializer):
+        confirm = serializers.BooleanField(
+            default=False, help_text="Release a degenerate render (a file emptied, the files "
+                                     "shrinking past the threshold): 409 "
+                                     "confirmation_required without it.")
+
+    @extend_schema(request=ActivateSerializer, responses={200: None},
                    summary="Make a ready snapshot the one auto_pull agents follow")
     def post(self, request, application, environment, number):
         env = self.environment(Role.DEPLOYER)
         snapshot = snapshot_get(environment=env, number=number)
-        data = QuarantineOverrideSerializer(data=request.data)
+        data = self.ActivateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         releases.snapshot_activate(snapshot=snapshot, actor=request.user,
                                    override_reason=quarantine_override(
-                                       request, env, data.validated_data))
+                                       request, env, data.validated_data),
+                                   confirmed=data.validated_data["confirm"])
         return Response({"active": snapshot.number})
 
 

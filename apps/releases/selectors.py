@@ -1,14 +1,15 @@
 """Reads that span the domain apps: what a snapshot is (active, quarantined) and
 the pending changes with what a rollback says about them."""
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 
 from apps.core.errors import Unavailable
 from apps.environments.models import Environment
 from apps.releases.rules import release_note
-from apps.rollouts.models import Rollout
+from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.rollouts.quarantine import quarantine_of, quarantines_by_checksum
-from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.models import Publication, Snapshot, stored_bytes
 from apps.snapshots.selectors import pending_changes, snapshot_preview
 
 SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files",
@@ -88,3 +89,33 @@ def inputs_rolled_back(environment: Environment) -> dict | None:
     except Unavailable:  # too many renders at once: the page shows the rest
         return None
     return _rolled_back(environment, rendered.checksum if rendered.is_valid else None)
+
+
+# --- retention -----------------------------------------------------------------------
+
+
+def retention_usage(environment: Environment) -> dict:
+    """What the environment stores against its bounds (no lock; for people)."""
+    stored = Snapshot.objects.filter(environment=environment).with_stored_bytes()
+    total = sum(stored.values_list("stored_bytes", flat=True))
+    finished = (Rollout.objects.filter(environment=environment)
+                .exclude(state__in=ACTIVE_STATES).count())
+    return {"snapshots": {"count": stored.count(), "bound": environment.retention_snapshots},
+            "bytes": {"stored": total, "bound": environment.retention_bytes},
+            "rollouts": {"count": finished, "bound": environment.retention_rollouts}}
+
+
+def over_bounds(usage: dict) -> bool:
+    return (usage["snapshots"]["count"] > usage["snapshots"]["bound"]
+            or usage["bytes"]["stored"] > usage["bytes"]["bound"]
+            or usage["rollouts"]["count"] > usage["rollouts"]["bound"])
+
+
+def environments_with_storage(environments: QuerySet) -> QuerySet:
+    """`environments` annotated with stored_bytes and snapshot_count (one query for
+    any number of them: the admin's list)."""
+    mine = Snapshot.objects.filter(environment=OuterRef("pk")).order_by().values("environment")
+    return environments.annotate(
+        stored_bytes=Coalesce(Subquery(mine.annotate(total=Sum(stored_bytes()))
+                                       .values("total")), 0),
+        snapshot_count=Coalesce(Subquery(mine.annotate(n=Count("pk")).values("n")), 0))

@@ -33,6 +33,7 @@ from apps.fleet.rules import (
     pin_target_refusal,
     push_refusal,
 )
+from apps.releases.publishing import refuse_degenerate
 from apps.releases.rules import publication_activates_by_policy
 from apps.releases.tasks import publication_render_task
 from apps.rollouts.models import Rollout, RolloutTarget
@@ -40,6 +41,7 @@ from apps.rollouts.quarantine import quarantine_lift, refuse_quarantined
 from apps.rollouts.services import rollout_pin_release
 from apps.rollouts.tasks import rollout_reconcile_task
 from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.promotion import promotion_source
 from apps.snapshots.selectors import descriptor_source, render_source_for
 from apps.snapshots.services import publication_create
 from apps.tenancy import services as tenancy
@@ -75,14 +77,20 @@ def _refuse_unready(snapshot: Snapshot) -> None:
 # --- publishing ----------------------------------------------------------------------
 
 
-def snapshot_publish(*, environment: Environment, actor) -> Publication:
-    """Capture the environment's current inputs and queue their render."""
+def snapshot_publish(*, environment: Environment, actor, promoted: Snapshot | None = None,
+                     confirmed: bool = False) -> Publication:
+    """Capture the environment's current inputs and queue their render; with
+    `promoted` (another environment's snapshot), that release applied to these
+    inputs (apps.snapshots.promotion). `confirmed`: a degenerate render (emptied
+    files, a sharp shrink) is accepted up front instead of held for confirmation."""
     with transaction.atomic():
         locked = Environment.objects.lock(environment.pk)
+        source = (render_source_for(locked) if promoted is None
+                  else promotion_source(locked, promoted))
         return _queued(publication_create(environment=locked, actor=actor,
-                                          kind=Publication.Kind.PUBLISH,
-                                          source=render_source_for(locked),
-                                          activates=_activates(locked, "publish")))
+                                          kind=Publication.Kind.PUBLISH, source=source,
+                                          activates=_activates(locked, "publish"),
+                                          confirmed=confirmed))
 
 
 def _descriptor_hash(content: dict) -> str:
@@ -90,7 +98,8 @@ def _descriptor_hash(content: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> tuple:
+def descriptor_submit(*, environment: Environment, descriptor: dict, actor,
+                      confirmed: bool = False) -> tuple:
     """Publish the environment with an app team's descriptor. Returns (publication,
     created): the same id with the same content returns the first publication; the
     same id with other content is refused (409)."""
@@ -109,7 +118,8 @@ def descriptor_submit(*, environment: Environment, descriptor: dict, actor) -> t
         publication = publication_create(environment=locked, actor=actor,
                                          kind=Publication.Kind.PUBLISH,
                                          source=descriptor_source(locked, descriptor),
-                                         activates=_activates(locked, "publish"))
+                                         activates=_activates(locked, "publish"),
+                                         confirmed=confirmed)
         environments.descriptor_record(environment=locked, descriptor=descriptor,
                                        content_hash=digest, publication=publication,
                                        actor=actor)
@@ -209,10 +219,11 @@ def _refuse_going_back(environment: Environment, snapshot: Snapshot) -> None:
             code="rollback_required")
 
 
-def snapshot_activate(*, snapshot: Snapshot, actor,
-                      override_reason: str | None = None) -> Snapshot:
+def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None = None,
+                      confirmed: bool = False) -> Snapshot:
     """Activate a ready snapshot explicitly (environments that require it);
-    quarantined content only with an owner's `override_reason`."""
+    quarantined content only with an owner's `override_reason`; a degenerate
+    render against the active one only `confirmed` (409 confirmation_required)."""
     with transaction.atomic():
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
@@ -222,6 +233,7 @@ def snapshot_activate(*, snapshot: Snapshot, actor,
         if environment.active_snapshot_id == snapshot.pk:
             return snapshot
         _refuse_going_back(environment, snapshot)
+        refuse_degenerate(environment, snapshot, confirmed=confirmed)
         followers = fleet.environment_activate(environment=environment, snapshot=snapshot)
         audit_record(actor=actor, action=Action.SNAPSHOT_ACTIVATE, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,

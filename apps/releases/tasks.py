@@ -8,7 +8,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from apps.releases import publishing
+from apps.releases import publishing, retention
 from apps.snapshots.selectors import stale_publication_ids
 
 logger = logging.getLogger(__name__)
@@ -47,3 +47,10 @@ def publication_reconcile_task() -> int:
         logger.warning("publication %s still rendering; queueing it again", publication_id)
         publication_render_task.delay(str(publication_id))
     return len(stale)
+
+
+@shared_task
+def retention_sweep_task() -> dict:
+    """Periodic (beat, every 10 minutes): every environment over its retention
+    bounds loses its oldest unreferenced snapshots and finished rollouts."""
+    return retention.retention_sweep()

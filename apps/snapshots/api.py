@@ -17,6 +17,7 @@ from apps.environments.views import EnvironmentAPIView
 from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.snapshots import selectors
+from apps.snapshots.guard_api import ConfirmSerializer, confirmation_response
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import publication_progress
 from apps.tenancy.models import Role
@@ -85,11 +86,8 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
 
 
 def _annotated(queryset):
-    return queryset.annotate(
-        author_name=F("author__username"),
-        parent_number=F("parent__number"),
-        rolled_back_from_number=F("rolled_back_from__number"),
-    )
+    return queryset.annotate(author_name=F("author__username"), parent_number=F("parent__number"),
+                             rolled_back_from_number=F("rolled_back_from__number"))
 
 
 class ReleaseSerializer(serializers.Serializer):
@@ -115,12 +113,14 @@ class PublicationSerializer(serializers.ModelSerializer):
         model = Publication
         fields = ["id", "kind", "state", "environment", "deduplicated", "activates",
                   "activated", "release", "snapshot", "errors", "progress", "created_at",
-                  "claimed_at", "finished_at", "url"]
+                  "claimed_at", "finished_at", "url", "needs_confirmation", "confirmed"]
         extra_kwargs = {
             "activates": {"help_text": "Whether its snapshot becomes active when stored, "
                                        "from the release policy when it was requested "
                                        "(known at once, also while rendering)."},
             "activated": {"help_text": "Whether it did: null while rendering."},
+            "needs_confirmation": {"help_text": "A degenerate render held back: {against, "
+                                                "emptied: [paths], shrink} (POST …/confirm)."},
         }
 
     def _state(self, obj) -> dict:
@@ -159,7 +159,7 @@ class PublicationSerializer(serializers.ModelSerializer):
 def publication_response(publication: Publication, *, repeated: bool = False) -> Response:
     """202 while rendering; 201 for a new snapshot, 200 for an identical existing one;
     400 naming every problem when the render was invalid; 409 when a later request
-    finished first."""
+    finished first, or confirmation_required when its render is held as degenerate."""
     publication = Publication.objects.select_related("environment__application", "snapshot").get(
         pk=publication.pk
     )
@@ -175,6 +175,8 @@ def publication_response(publication: Publication, *, repeated: bool = False) ->
         )
         response.data["error"]["publication"] = body
         return response
+    if publication.needs_confirmation and not publication.confirmed:
+        return confirmation_response(publication, body)
     if publication.state == Publication.State.INVALID:
         errors = body["errors"]
         first = errors[0] if errors else {"message": "invalid"}
@@ -240,28 +242,23 @@ class PreviewApi(EnvironmentAPIView):
 
 
 class PublishApi(EnvironmentAPIView):
-    @extend_schema(request=None, responses={200: PublicationSerializer,
-                                            201: PublicationSerializer,
-                                            202: PublicationSerializer},
+    @extend_schema(request=ConfirmSerializer, responses={200: PublicationSerializer,
+                                                         201: PublicationSerializer,
+                                                         202: PublicationSerializer},
                    summary="Render, validate and store a snapshot of the current config")
     def post(self, request, application, environment):
-        publication = releases.snapshot_publish(
-            environment=self.environment(Role.DEPLOYER), actor=request.user
-        )
-        return publication_response(publication)
+        env, data = self.environment(Role.DEPLOYER), ConfirmSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return publication_response(releases.snapshot_publish(
+            environment=env, actor=request.user, confirmed=data.validated_data["confirm"]))
 
 
 class PublicationDetailApi(APIView):
     @extend_schema(responses=PublicationSerializer)
     def get(self, request, publication_id):
-        publication = (
-            Publication.objects.filter(
-                pk=publication_id,
-                environment__in=Environment.objects.visible_to(request.user),
-            )
-            .select_related("environment__application", "snapshot")
-            .first()
-        )
+        publication = (Publication.objects.filter(
+            pk=publication_id, environment__in=Environment.objects.visible_to(request.user))
+            .select_related("environment__application", "snapshot").first())
         if publication is None:
             raise NotFound("Publication not found.")
         return Response(PublicationSerializer(publication).data)

@@ -4,12 +4,42 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import BigIntegerField, F, Func, Q, TextField
+from django.db.models.functions import Cast
 
 from apps.environments.models import Environment
 
 
+class _StoredBytes(Func):
+    """The bytes a column holds: octet_length on PostgreSQL, a BLOB's length on SQLite."""
+
+    output_field = BigIntegerField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="octet_length(%(expressions)s)")
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="length(CAST(%(expressions)s AS BLOB))")
+
+
+BINARY_COLUMNS = ("bundle", "bundle_gzip")
+JSON_COLUMNS = ("source", "effective_config", "provenance", "files", "fallback_files", "report")
+
+
+def stored_bytes():
+    """An expression: the bytes one snapshot stores (its bundles and JSON columns)."""
+    parts = [_StoredBytes(c) for c in BINARY_COLUMNS]
+    parts += [_StoredBytes(Cast(c, TextField())) for c in JSON_COLUMNS]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
 class SnapshotQuerySet(models.QuerySet):
+    def with_stored_bytes(self) -> "SnapshotQuerySet":
+        return self.annotate(stored_bytes=stored_bytes())
+
     def quarantined(self) -> "SnapshotQuerySet":
         """Snapshots whose content is quarantined in their environment: by checksum,
         whatever their number. The quarantines (apps.rollouts' SnapshotQuarantine)
@@ -54,11 +84,13 @@ class Snapshot(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",
     )
+    # Lineage: emptied (the one change the immutability trigger allows besides the
+    # author) only when retention removes the snapshot it names.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     rolled_back_from = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -111,7 +143,7 @@ class Publication(models.Model):
     # were captured, and delimits pending changes.
     inputs_audit_id = models.BigIntegerField(null=True, blank=True)
     rolled_back_from = models.ForeignKey(
-        Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+        Snapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     snapshot = models.ForeignKey(
         Snapshot, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
@@ -123,6 +155,11 @@ class Publication(models.Model):
     # Whether it did, once finished (None while rendering): a duplicate, an invalid
     # render, quarantined content or an active rollout activate nothing.
     activated = models.BooleanField(null=True, blank=True)
+    # The degenerate-render guard: the requester confirmed emptied files or a sharp
+    # shrink up front; else a snapshot that has them is stored and not activated,
+    # held with the findings ({against, emptied, shrink}) until someone confirms.
+    confirmed = models.BooleanField(default=False)
+    needs_confirmation = models.JSONField(null=True, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",

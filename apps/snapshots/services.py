@@ -32,17 +32,21 @@ logger = logging.getLogger(__name__)
 
 def publication_create(*, environment: Environment, actor, kind: str, source: dict,
                        rolled_back_from: Snapshot | None = None,
-                       activates: bool = False) -> Publication:
+                       activates: bool = False, confirmed: bool = False) -> Publication:
     """Record a publish or rollback request, to be rendered; `activates` says whether
-    its snapshot is meant to become active when stored (apps.releases decides).
+    its snapshot is meant to become active when stored (apps.releases decides),
+    `confirmed` that the requester accepts a degenerate render up front.
     Runs with the environment locked: the request's audit event id orders it."""
     locks.require_transaction()
     is_user = getattr(actor, "is_authenticated", False)
     publication = Publication(
         environment=environment, kind=kind, source=source, activates=activates,
         rolled_back_from=rolled_back_from, author=actor if is_user else None,
+        confirmed=confirmed,
     )
+    origin = source.get("promoted_from")
     what = (f"a rollback to #{rolled_back_from.number}" if rolled_back_from
+            else f"a promotion of {origin['environment']} #{origin['number']}" if origin
             else f"descriptor {source['descriptor']['id']}" if source.get("descriptor")
             else "a publish")
     event = audit_record(
@@ -195,6 +199,14 @@ def publication_store(*, environment: Environment, publication_id: str,
                                     "activated"])
     emit("pending", environment_id=environment.pk)
     return publication, outcome
+
+
+def publication_hold(publication: Publication, findings: dict) -> None:
+    """Hold a stored publication's snapshot back from activation until someone
+    confirms its degenerate render (inside the transaction that stored it)."""
+    locks.require_transaction()
+    publication.needs_confirmation = findings
+    publication.save(update_fields=["needs_confirmation"])
 
 
 def publication_activated(publication: Publication) -> None:

@@ -2,7 +2,7 @@
 
 import json
 
-from apps.environments.models import Environment
+from apps.environments.models import SETTING_RANGES, Environment
 
 ENVIRONMENTS = "/admin/environments/environment/"
 SNAPSHOTS = "/admin/snapshots/snapshot/"
@@ -70,6 +70,7 @@ def environment_form(environment: Environment, *, templates: list[dict] | None =
         "poll_interval_s": str(environment.poll_interval_s),
         "release_policy": environment.release_policy,
         "drift_policy": environment.drift_policy,
+        **{field: str(getattr(environment, field)) for field in SETTING_RANGES},
         "expected_version": str(environment.version),
         "owners": [str(pk) for pk in environment.owners.values_list("pk", flat=True)],
         "_save": "Save",

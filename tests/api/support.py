@@ -29,6 +29,7 @@ ROUTES = [
     ("get", "/api/v1/environments/{env}/snapshots/2/diff", "viewer", None, 200),
     ("post", "/api/v1/environments/{env}/snapshots/1/rollback", "deployer", None, 202),
     ("get", "/api/v1/publications/{publication}", "viewer", None, 200),
+    ("get", "/api/v1/environments/{env}/retention", "viewer", None, 200),
 ]
 
 ENV_ROUTES = [route for route in ROUTES if "{env}" in route[1]]

@@ -21,6 +21,7 @@ DOCUMENTED = {
     f"{S}/diff": {"get"},
     f"{S}/rollback": {"post"},
     "/api/v1/publications/{publication_id}": {"get"},
+    f"{E}/retention": {"get"},
 }
 FLEET_DOCUMENTED = {
     f"{E}/agents": {"get"},
@@ -42,6 +43,9 @@ FLEET_DOCUMENTED = {
 }
 LAYERS_DOCUMENTED = {"/api/v1/descriptors": {"post"}}
 # Tested in tests/api/test_quarantine.py (they need a rolled-back rollout).
+HISTORY_DOCUMENTED = {f"{E}/promotion": {"get"}, f"{E}/promote": {"post"},
+                      f"{S}/remove": {"post"},
+                      "/api/v1/publications/{publication_id}/confirm": {"post"}}
 QUARANTINE_DOCUMENTED = {f"{S}/quarantine/lift": {"post"}, f"{E}/reset-inputs": {"post"}}
 ROLLOUTS_DOCUMENTED = {
     f"{E}/rollouts": {"get", "post"},
@@ -75,7 +79,7 @@ def test_schema_documents_every_api_route_and_method(schema):
     assert schema["openapi"].startswith("3.")
     assert schema["info"]["title"] == "Bellwether API"
     assert documented == (DOCUMENTED | FLEET_DOCUMENTED | LAYERS_DOCUMENTED
-                          | ROLLOUTS_DOCUMENTED | QUARANTINE_DOCUMENTED)
+                          | ROLLOUTS_DOCUMENTED | QUARANTINE_DOCUMENTED | HISTORY_DOCUMENTED)
     assert sum(len(methods) for methods in DOCUMENTED.values()) == len(ROUTES)
 
 
