@@ -13,18 +13,27 @@ from cli.errors import CliError, Refused, TimedOut, UsageError
 from cli.render import Output, detail_line, shown
 
 PAGE = 500
+MAX_PAGES = 1000  # 500,000 items: past this a list that never ends is the server's fault
 DESCRIPTOR_TYPES = {".json": "application/json"}  # anything else is sent as YAML
 
 
 def all_pages(client, path: str, **query) -> list[dict]:
-    """Every item of a paginated list (limit/offset; the server clamps at 500)."""
-    items, offset = [], 0
-    while True:
+    """Every item of a paginated list (limit/offset; the server clamps at 500), or
+    an error when the list does not end: a `next` page seen before, or MAX_PAGES."""
+    items, offset, seen = [], 0, set()
+    for _ in range(MAX_PAGES):
         page = client.get(path, limit=PAGE, offset=offset or None, **query)
         items += page["results"]
-        if not page.get("next") or not page["results"]:
+        following = page.get("next")
+        if not following or not page["results"]:
             return items
+        if str(following) in seen:
+            raise CliError(f"GET {path}: the server named the same next page twice "
+                           f"({str(following)[:200]}): the list does not end")
+        seen.add(str(following))
         offset += len(page["results"])
+    raise CliError(f"GET {path}: the list did not end after {MAX_PAGES} pages "
+                   f"({len(items)} items): stopped")
 
 
 def snapshot_ref(snapshot: dict | None) -> str:

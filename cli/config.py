@@ -1,13 +1,15 @@
 """Where the CLI finds its server and token: flags, then the environment
 (BELLWETHER_URL, BELLWETHER_TOKEN, BELLWETHER_PROFILE, BELLWETHER_CONFIG), then a
-profile of the config file. The token is never printed, only where it came from."""
+profile of the config file. The token is never printed, only where it came from; a
+file holding it that others may read is warned about (as ssh does), not refused."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from cli.errors import UsageError
 
@@ -22,6 +24,7 @@ class Profile:
     name: str
     token_source: str  # "BELLWETHER_TOKEN", or "profile NAME of FILE"
     timeout_s: float = DEFAULT_TIMEOUT_S
+    warnings: tuple[str, ...] = ()  # shown once on stderr
 
     def __repr__(self) -> str:  # never the token, even in a traceback
         return f"Profile(url={self.url!r}, name={self.name!r}, token_source={self.token_source!r})"
@@ -75,11 +78,29 @@ def profile_section(config: dict, name: str, path: Path, chosen: bool) -> dict:
     return section
 
 
+def redacted_url(url: str) -> str:
+    """The URL as it may be shown: a user and password in it become ***."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(an invalid URL)"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
 def checked_url(url: str, where: str) -> str:
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"{where}: {url!r} is not a server URL (give http:// or https:// "
-                         "and a host, e.g. https://bellwether.example.com)")
+        raise UsageError(f"{where}: {redacted_url(url)!r} is not a server URL (give http:// "
+                         "or https:// and a host, e.g. https://bellwether.example.com)")
+    if "@" in parts.netloc:
+        raise UsageError(f"{where}: {redacted_url(url.strip())!r} holds a user or password, "
+                         "which the CLI never sends: give the URL without them and the "
+                         "token in BELLWETHER_TOKEN or the profile")
     return url.strip().rstrip("/")
 
 
@@ -93,20 +114,38 @@ def checked_token(token: str, where: str) -> str:
     return token
 
 
-def token_from_profile(section: dict, name: str, path: Path) -> tuple[str | None, str]:
+def token_from_profile(section: dict, name: str,
+                       path: Path) -> tuple[str | None, str, Path | None]:
+    """(the token, where it came from, the file holding it)."""
     where = f"profile {name} of {path}"
     if "token" in section and "token_file" in section:
         raise UsageError(f"{where}: give token or token_file, not both")
     if "token_file" in section:
         token_path = Path(str(section["token_file"])).expanduser()
         try:
-            return token_path.read_text(encoding="utf-8"), f"{where} (token_file {token_path})"
+            return (token_path.read_text(encoding="utf-8"),
+                    f"{where} (token_file {token_path})", token_path)
         except OSError as exc:
             raise UsageError(f"{where}: token_file {token_path} cannot be read: "
                              f"{exc.strerror}") from None
     if "token" in section:
-        return str(section["token"]), where
-    return None, where
+        return str(section["token"]), where, path
+    return None, where, None
+
+
+def token_file_exposure(path: Path | None) -> tuple[str, ...]:
+    """A warning when the file holding the token may be read by its group or by
+    anyone (ssh's rule for a private key); nothing on a system without modes."""
+    if path is None or os.name != "posix":
+        return ()
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return ()
+    if not mode & 0o044:
+        return ()
+    return (f"{path} holds a token and others may read it (mode {mode:04o}): "
+            f"chmod 600 {path}",)
 
 
 def timeout_from(section: dict, name: str, path: Path) -> float:
@@ -131,16 +170,17 @@ def profile_load(*, config_option: str | None, profile_option: str | None,
         raise UsageError("no server: set BELLWETHER_URL, pass --url, or give url in profile "
                          f"{name} of {path}")
     if environ.get("BELLWETHER_TOKEN"):
-        token, source = environ["BELLWETHER_TOKEN"], "BELLWETHER_TOKEN"
+        token, source, holder = environ["BELLWETHER_TOKEN"], "BELLWETHER_TOKEN", None
     else:
-        token, source = token_from_profile(section, str(name), path)
+        token, source, holder = token_from_profile(section, str(name), path)
     if token is None:
         raise UsageError("no token: set BELLWETHER_TOKEN, or give token (or token_file) in "
                          f"profile {name} of {path}; create one with "
                          "`manage.py api_token create USERNAME` or in the admin")
     return Profile(url=checked_url(str(url), "server URL"), token=checked_token(token, source),
                    name=str(name), token_source=source,
-                   timeout_s=timeout_from(section, str(name), path))
+                   timeout_s=timeout_from(section, str(name), path),
+                   warnings=token_file_exposure(holder))
 
 
 def token_hint(token: str) -> str:

@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None, *, environ=None, stdout=None, stderr=Non
     try:
         profile = profile_load(config_option=args.config, profile_option=args.profile,
                                url_option=args.url, environ=environ)
+        for warning in profile.warnings:
+            out.note(f"warning: {warning}")
         return args.handler(Client(profile), args, out)
     except CliError as exc:
         out.error(exc)
