@@ -9,25 +9,68 @@ threads queue on the pool, and those waiting past DATABASE_POOL_TIMEOUT_S answer
 pool's size) HTTP requests into Django at once per process; the others wait in
 order on the event loop (a future each, no thread, no connection) and are answered
 503 `unavailable` with Retry-After only after BELLWETHER_DJANGO_QUEUE_S seconds
-in the queue. Liveness (/healthz) and static files are never queued. Websockets
-and the poll's 304 (answered in front, apps.fleet.edge) do not pass here.
+in the queue. Liveness (/healthz), readiness (/readyz: a load balancer must hear
+from a busy node) and static files are never queued. Websockets and the poll's 304
+(answered in front, apps.fleet.edge) do not pass here.
+
+A request's body is received whole *before* it joins the queue (kept in memory up
+to SPOOL_BYTES, then in a temporary file; its size is bounded by the layer outside,
+project/bodylimits.py): a client sending its body slowly holds no place in Django.
+A body not received within BELLWETHER_BODY_RECEIVE_S is answered 408.
 """
 
 import asyncio
 import json
+import tempfile
 
 from django.conf import settings
 
-UNQUEUED_PREFIXES = ("/healthz", "/static/")
+UNQUEUED_PREFIXES = ("/healthz", "/readyz", "/static/")
+SPOOL_BYTES = 256 * 1024
+CHUNK_BYTES = 64 * 1024
 BUSY = json.dumps({"error": {"code": "unavailable",
                              "message": "The server is busy; try again shortly."}}).encode()
 
 
-async def _busy(send) -> None:
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"application/json"), (b"retry-after", b"5"),
-        (b"content-length", str(len(BUSY)).encode())]})
-    await send({"type": "http.response.body", "body": BUSY})
+SLOW_BODY = json.dumps({"error": {"code": "request_timeout",
+                                  "message": "The request body did not arrive in time."}}
+                       ).encode()
+
+
+async def _answer(send, status: int, body: bytes, *headers) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), *headers,
+        (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _received(receive, spool) -> bool:
+    """Receive the whole body into `spool`; False when the client left first."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return False
+        spool.write(message.get("body", b""))
+        if not message.get("more_body", False):
+            return True
+
+
+def _replay(spool, receive):
+    """An ASGI receive giving the spooled body in chunks, then the client's own
+    (a disconnect, for whoever listens for one)."""
+    remaining = spool.tell()
+    spool.seek(0)
+    given = False
+
+    async def replayed():
+        nonlocal remaining, given
+        if given:
+            return await receive()
+        chunk = spool.read(min(CHUNK_BYTES, remaining))
+        remaining -= len(chunk)
+        given = remaining == 0
+        return {"type": "http.request", "body": chunk, "more_body": not given}
+    return replayed
 
 
 class DjangoAdmission:
@@ -49,12 +92,20 @@ class DjangoAdmission:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"].startswith(UNQUEUED_PREFIXES):
             return await self.app(scope, receive, send)
-        gate = self._gate()
-        try:
-            await asyncio.wait_for(gate.acquire(), settings.BELLWETHER_DJANGO_QUEUE_S)
-        except TimeoutError:
-            return await _busy(send)
-        try:
-            return await self.app(scope, receive, send)
-        finally:
-            gate.release()
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+            try:
+                whole = await asyncio.wait_for(_received(receive, spool),
+                                               settings.BELLWETHER_BODY_RECEIVE_S)
+            except TimeoutError:
+                return await _answer(send, 408, SLOW_BODY, (b"connection", b"close"))
+            if not whole:
+                return None  # the client left before its body arrived
+            gate = self._gate()
+            try:
+                await asyncio.wait_for(gate.acquire(), settings.BELLWETHER_DJANGO_QUEUE_S)
+            except TimeoutError:
+                return await _answer(send, 503, BUSY, (b"retry-after", b"5"))
+            try:
+                return await self.app(scope, _replay(spool, receive), send)
+            finally:
+                gate.release()

@@ -27,7 +27,7 @@ daphne_limits.install()
 
 application = ProtocolTypeRouter(
     {
-        "http": PollEdge(BundleEdge(DjangoAdmission(BoundedBodyASGI(django_asgi_app)))),
+        "http": PollEdge(BundleEdge(BoundedBodyASGI(DjangoAdmission(django_asgi_app)))),
         "websocket": SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )),

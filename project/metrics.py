@@ -44,7 +44,7 @@ def metrics_allowed(request) -> bool:
     if token:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(
-            presented.strip().encode(), token.encode())
+            presented.strip().encode(), token.strip().encode())
     try:
         address = ipaddress.ip_address(client_ip(request))
     except ValueError:

@@ -148,6 +148,9 @@ DATABASE_POOL_TIMEOUT_S = env_int("DATABASE_POOL_TIMEOUT_S", 1, minimum=1, maxim
 BELLWETHER_DJANGO_CONCURRENCY = env_int("BELLWETHER_DJANGO_CONCURRENCY", DATABASE_POOL_SIZE,
                                         minimum=1)
 BELLWETHER_DJANGO_QUEUE_S = env_int("BELLWETHER_DJANGO_QUEUE_S", 15, minimum=1, maximum=300)
+# A request's body is received whole before it queues for Django; one that takes
+# longer than this is answered 408 (a slow client holds no place in Django).
+BELLWETHER_BODY_RECEIVE_S = env_int("BELLWETHER_BODY_RECEIVE_S", 30, minimum=1, maximum=600)
 if EMBEDDED:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

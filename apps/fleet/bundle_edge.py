@@ -263,6 +263,11 @@ def forget() -> None:
     _answers.forget()
 
 
+# Headers that belong to the one request Django answered, never replayed: its
+# request id (project/requestid.py), which the client may have chosen.
+_PER_REQUEST = frozenset({b"x-request-id"})
+
+
 async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     """Django answers; its 200 or 304 (setting no cookie) is kept for `ask.key`."""
     start, body = None, []
@@ -278,9 +283,9 @@ async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     result = await app(scope, receive, keeping)
     if start is not None and start["status"] in (200, 304) and not any(
             name.lower() == b"set-cookie" for name, _ in start.get("headers", ())):
-        _answers.keep(ask.key, Answer(start["status"],
-                                      [(bytes(n), bytes(v)) for n, v in start["headers"]],
-                                      b"".join(body)))
+        _answers.keep(ask.key, Answer(start["status"], [
+            (bytes(n), bytes(v)) for n, v in start["headers"]
+            if n.lower() not in _PER_REQUEST], b"".join(body)))
     return result
 
 

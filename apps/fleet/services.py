@@ -371,6 +371,7 @@ def report_record(
     emit("deployment", environment_id=locked.environment_id, id=str(deployment.pk),
          agent=locked.pk, snapshot=number)
     emit("agent", environment_id=locked.environment_id, id=locked.pk)
+    # The message as a quoted literal: an agent's text never starts a log line of its own.
     logger.info("agent %s reported #%s %s%s", locked.name, number, status,
-                f": {message}" if message else "")
+                f": {message!r}" if message else "")
     return deployment, True

@@ -32,12 +32,16 @@ class Slow:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
+async def _no_body():
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
 def _calls(app, paths, kind="http"):
     async def one(path):
         sent = []
         async def send(message):
             sent.append(message)
-        await app({"type": kind, "path": path, "headers": []}, None, send)
+        await app({"type": kind, "path": path, "headers": []}, _no_body, send)
         return sent
     async def all_of_them():
         return await asyncio.gather(*(one(path) for path in paths))
@@ -65,13 +69,92 @@ def test_a_request_queued_past_the_limit_is_503_with_the_envelope():
     assert json.loads(busy[1]["body"])["error"]["code"] == "unavailable"
 
 
-def test_liveness_and_websockets_are_never_queued():
+def test_liveness_readiness_and_websockets_are_never_queued():
     inner = Slow(0.3)
 
-    answers = _calls(DjangoAdmission(inner), ["/healthz"] * 4 + ["/static/x.css"] * 2)
-    assert [a[0]["status"] for a in answers] == [200] * 6
-    assert inner.most == 6
+    answers = _calls(DjangoAdmission(inner),
+                     ["/healthz"] * 4 + ["/readyz"] * 2 + ["/static/x.css"] * 2)
+    assert [a[0]["status"] for a in answers] == [200] * 8
+    assert inner.most == 8
 
     inner = Slow(0.1)
     _calls(DjangoAdmission(inner), ["/ws/events"] * 4, kind="websocket")
     assert inner.most == 4
+
+
+class Echo:
+    """Answers with the body it received; counts how many run at once."""
+
+    def __init__(self):
+        self.inside = self.most = 0
+
+    async def __call__(self, scope, receive, send):
+        self.inside += 1
+        self.most = max(self.most, self.inside)
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await asyncio.sleep(0.05)
+        self.inside -= 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _sending(chunks, delay_s: float = 0.0, then_leave: bool = False):
+    """A client's receive: the body in `chunks`, `delay_s` before each."""
+    pending = list(chunks)
+
+    async def receive():
+        if not pending:
+            if then_leave:
+                return {"type": "http.disconnect"}
+            await asyncio.sleep(3600)
+        await asyncio.sleep(delay_s)
+        chunk = pending.pop(0)
+        return {"type": "http.request", "body": chunk,
+                "more_body": bool(pending) or then_leave}
+    return receive
+
+
+async def _call(app, receive):
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+    await app({"type": "http", "path": "/api/v1/agent/reports", "headers": []}, receive, send)
+    return sent
+
+
+def test_slow_bodies_hold_no_place_in_django_and_are_408_after_the_deadline(settings):
+    settings.BELLWETHER_BODY_RECEIVE_S = 1
+    inner = Echo()
+    admission = DjangoAdmission(inner)
+
+    async def scene():
+        slow = [asyncio.create_task(_call(admission, _sending([b"x"] * 100, delay_s=0.5)))
+                for _ in range(5)]  # more slow clients than Django's places
+        await asyncio.sleep(0.2)
+        quick = await asyncio.wait_for(_call(admission, _sending([b"ok"])), 2)
+        return quick, await asyncio.gather(*slow)
+
+    quick, slow = async_to_sync(scene)()
+    assert (quick[0]["status"], quick[1]["body"]) == (200, b"ok")
+    assert {answer[0]["status"] for answer in slow} == {408}
+    assert json.loads(slow[0][1]["body"])["error"]["code"] == "request_timeout"
+    assert inner.most == 1  # the slow ones never entered
+
+
+def test_a_body_is_handed_on_whole_in_memory_or_spooled_to_disk():
+    big = [bytes([i % 251]) * 100_000 for i in range(5)]  # 500 kB: past the spool size
+    for chunks in ([b""], [b"a", b"bc", b"def"], big):
+        sent = async_to_sync(_call)(DjangoAdmission(Echo()), _sending(chunks))
+        assert (sent[0]["status"], sent[1]["body"]) == (200, b"".join(chunks))
+
+
+def test_a_client_that_leaves_before_its_body_arrives_never_reaches_django():
+    inner = Echo()
+    sent = async_to_sync(_call)(DjangoAdmission(inner), _sending([b"part"], then_leave=True))
+    assert sent == [] and inner.most == 0

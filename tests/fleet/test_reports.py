@@ -345,3 +345,15 @@ def test_report_for_another_environments_snapshot_number_is_400(enroll, first, b
 
     assert_error(response, 400)
     assert not Deployment.objects.exists()
+
+
+def test_a_reports_message_cannot_start_a_log_line_of_its_own(enroll, first, caplog):
+    agent = enroll()
+    poll(agent.client)
+    forged = "oops\n2026-12-03 13:11:00,000 CRITICAL django.security admin password reset"
+    caplog.set_level("INFO", logger="apps.fleet.services")
+
+    assert report(agent.client, first, "failed", message=forged).status_code == 201
+
+    [line] = [r.getMessage() for r in caplog.records if "reported #1" in r.getMessage()]
+    assert "\n" not in line and "oops\\n2026" in line
