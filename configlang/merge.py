@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from configlang.secrets import reference_refusal
+from configlang.values import copied
 
 API_VERSION = "bellwether/v1"
 DESCRIPTOR_FIELDS = ("apiVersion", "application", "environment", "id", "version", "params",
@@ -104,7 +105,7 @@ class _Merge:
         self.tenant = tenant or {}
         self.descriptor = descriptor
         self.application, self.environment_name = application, environment_name
-        self.config = copy.deepcopy(environment)
+        self.config = copied(environment)
         self.provenance: dict = {}
         self.errors: list[MergeError] = []
 

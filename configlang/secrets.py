@@ -28,7 +28,6 @@ its owner. The bundle carries it, and the checksum covers it.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import hmac
 import json
@@ -36,8 +35,10 @@ import re
 from urllib.parse import unquote
 
 from configlang.problems import Problem
+from configlang.values import copied
 
 MANIFEST_VERSION = b"bellwether secrets manifest v1\x00"
+_ABSENT = object()
 SECRET_TEXT = "${secret:"
 REFERENCE = r"(?:env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s}]+|vault:[^\s#}]+#[^\s#}]+)"
 INLINE_REFERENCE = re.compile(r"\$\{secret:(" + REFERENCE + r")\}")
@@ -127,14 +128,19 @@ def _reference_of(value) -> str | None:
     return match.group(1) if match else None
 
 
-def _seal_environment_values(merged, environment, placeholders: Placeholders):
-    """Config values the environment itself wrote as `${secret:<reference>}`."""
-    if isinstance(merged, dict) and isinstance(environment, dict):
-        return {key: _seal_environment_values(value, environment.get(key), placeholders)
-                if key in environment else value for key, value in merged.items()}
-    if isinstance(merged, list) and isinstance(environment, list) \
-            and len(merged) == len(environment):
-        return [_seal_environment_values(m, e, placeholders)
+def _sealed_copy(merged, environment, placeholders: Placeholders):
+    """A copy of `merged` (configlang.values.copied) with the values the environment
+    itself wrote as `${secret:<reference>}` sealed; `environment` is the
+    environment's value at the same place (_ABSENT: it has none)."""
+    if type(merged) is dict:
+        if type(environment) is not dict:
+            return copied(merged)
+        return {key: _sealed_copy(value, environment.get(key, _ABSENT), placeholders)
+                for key, value in merged.items()}
+    if type(merged) is list:
+        if type(environment) is not list or len(merged) != len(environment):
+            return copied(merged)
+        return [_sealed_copy(m, e, placeholders)
                 for m, e in zip(merged, environment, strict=True)]
     reference = _reference_of(merged)
     if reference is not None and merged == environment:
@@ -144,12 +150,12 @@ def _seal_environment_values(merged, environment, placeholders: Placeholders):
 
 def template_context(config: dict, environment_config: dict,
                      placeholders: Placeholders) -> dict:
-    """The config templates see: secrets (and the environment's own inline
-    references) as sealed placeholders; everything else as it is."""
-    context = _seal_environment_values(
+    """The config templates see, a copy sharing nothing with `config`: secrets (and
+    the environment's own inline references) as sealed placeholders; everything
+    else as it is."""
+    context = _sealed_copy(
         {k: v for k, v in config.items() if k != "secrets"},
         {k: v for k, v in environment_config.items() if k != "secrets"}, placeholders)
-    context = copy.deepcopy(context)
     secrets = config.get("secrets")
     if isinstance(secrets, dict):
         context["secrets"] = {

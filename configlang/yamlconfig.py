@@ -7,6 +7,13 @@ With libyaml, its C parser reads the text (scanning and parsing are most of the
 time a large config takes) and the nodes are composed here in Python, so the
 nesting bound holds before anything recurses: libyaml's own C composer recurses
 once per level and crashes the process on deep enough input (100,000 `[`).
+
+Most configs are plain: mappings, sequences and untagged scalars, no anchors.
+Those are built straight from libyaml's events (`_plain_value`), without nodes,
+in one loop that holds every bound itself (nesting, node count, string keys,
+no duplicates, no NUL, finite floats); the first thing it does not take (an
+anchor, an alias, a tag, a merge key, a bound broken, a syntax error) hands the
+text to the composer above, which says why, with the line.
 """
 
 import math
@@ -98,6 +105,127 @@ if CParser is not None:
 # The loader load_yaml uses: libyaml's parser when PyYAML has it.
 LOADER = _LibyamlLoader if CParser is not None else _PythonLoader
 
+_NOT_PLAIN = object()  # what _plain_value answers for anything it leaves to LOADER
+_NO_KEY = object()
+_STR_TAG = "tag:yaml.org,2002:str"
+_INT_TAG = "tag:yaml.org,2002:int"
+_CONVERTED_TAGS = ("tag:yaml.org,2002:null", "tag:yaml.org,2002:bool",
+                   "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class _Scalars(yaml.constructor.SafeConstructor):
+    """The safe constructor's own conversions, for the scalars _plain_value reads."""
+
+    def convert(self, tag: str, text: str):
+        return self.yaml_constructors[tag](self, yaml.ScalarNode(tag, text))
+
+
+_SCALARS = _Scalars()
+
+
+def _plain_scalar(text: str, seen: dict):
+    """A plain (unquoted, untagged) scalar as _Bounded resolves and constructs it,
+    or _NOT_PLAIN: a merge key, a value JSON cannot hold. `seen` remembers texts."""
+    value = seen.get(text, _NO_KEY)
+    if value is not _NO_KEY:
+        return value
+    resolvers = _Bounded.yaml_implicit_resolvers
+    tag = next((tag for tag, regexp in resolvers.get(text[:1], []) + resolvers.get(None, [])
+                if regexp.match(text)), _STR_TAG)
+    if tag == _STR_TAG:
+        value = text if "\x00" not in text else _NOT_PLAIN
+    elif tag == _INT_TAG and text.isascii() and text.isdigit() and text[0] != "0":
+        value = int(text)  # what construct_yaml_int does with plain decimal digits
+    elif tag in _CONVERTED_TAGS:
+        value = _SCALARS.convert(tag, text)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = _NOT_PLAIN
+    else:
+        value = _NOT_PLAIN
+    seen[text] = value
+    return value
+
+
+def _plain_scalar_event(event, seen: dict):
+    """The value of a scalar event, or _NOT_PLAIN (an anchor, a tag)."""
+    if event.anchor is not None or event.tag is not None:
+        return _NOT_PLAIN
+    text = event.value
+    if event.implicit[0]:
+        value = seen.get(text, _NO_KEY)
+        return _plain_scalar(text, seen) if value is _NO_KEY else value
+    return text if "\x00" not in text else _NOT_PLAIN
+
+
+def _plain_document(next_event, *, max_depth: int, max_nodes: int):
+    """Build one document's value from its events, holding every bound."""
+    root, seen, nodes, depth = None, {}, 0, 0
+    open_: list = [None]  # the containers being filled, outermost after None
+    keys: list = [None]  # for each, the key waiting for its value (_NO_KEY: none)
+    while True:
+        event = next_event()
+        kind = type(event)
+        if kind is yaml.ScalarEvent:
+            value = _plain_scalar_event(event, seen)
+        elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            if event.anchor is not None or event.tag is not None:
+                return _NOT_PLAIN
+            value = {} if kind is yaml.MappingStartEvent else []
+        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+            open_.pop()
+            keys.pop()
+            depth -= 1
+            continue
+        elif kind is yaml.DocumentEndEvent:
+            return root
+        else:  # an alias, or events out of order
+            return _NOT_PLAIN
+        if value is _NOT_PLAIN or depth > max_depth:
+            return _NOT_PLAIN
+        into = open_[-1]
+        if into is None:
+            root = value
+        elif type(into) is list:
+            into.append(value)
+        elif keys[-1] is _NO_KEY:
+            if type(value) is not str or value in into:
+                return _NOT_PLAIN
+            keys[-1] = value
+            continue
+        else:
+            into[keys[-1]] = value
+            keys[-1] = _NO_KEY
+        nodes += 1
+        if nodes > max_nodes:
+            return _NOT_PLAIN
+        if kind is not yaml.ScalarEvent:
+            open_.append(value)
+            keys.append(_NO_KEY)
+            depth += 1
+
+
+def _plain_value(text: str, *, max_depth: int, max_nodes: int):
+    """The value of a plain YAML text straight from libyaml's events, or _NOT_PLAIN
+    for anything it leaves to LOADER (which then reports the problem, if any)."""
+    parser = CParser(text)
+    try:
+        next_event = parser.get_event
+        if type(next_event()) is not yaml.StreamStartEvent:
+            return _NOT_PLAIN
+        start = next_event()
+        if type(start) is yaml.StreamEndEvent:
+            return None
+        if type(start) is not yaml.DocumentStartEvent:
+            return _NOT_PLAIN
+        value = _plain_document(next_event, max_depth=max_depth, max_nodes=max_nodes)
+        if value is _NOT_PLAIN or type(next_event()) is not yaml.StreamEndEvent:
+            return _NOT_PLAIN
+        return value
+    except Exception:  # noqa: BLE001 - a syntax error, an int() refused: LOADER says which
+        return _NOT_PLAIN
+    finally:
+        parser.dispose()
+
 
 def value_problems(value, *, max_depth: int, max_nodes: int, file: str | None) -> list[Problem]:
     """Check the expanded value: JSON types only, bounded depth and node count."""
@@ -174,6 +302,16 @@ def load_yaml(
                 file=file,
             )
         ]
+    if LOADER is not _PythonLoader:
+        value = _plain_value(text, max_depth=limits["max_config_depth"],
+                             max_nodes=limits["max_config_nodes"])
+        if value is not _NOT_PLAIN:
+            return value, []
+    return _composed(text, limits=limits, file=file)
+
+
+def _composed(text: str, *, limits: dict, file: str | None) -> tuple[object, list[Problem]]:
+    """Parse `text` through LOADER's bounded composer, then check the expanded value."""
     loader = None
     try:
         # The reader checks every character when it is built: inside the try.

@@ -86,13 +86,18 @@ def agents_with_desired(queryset):
 
 def last_seen(agents) -> dict[int, datetime | None]:
     """agent id -> last poll time: the cache's heartbeat, else the flushed column."""
-    beats = cache.heartbeats(a.pk for a in agents)
+    return last_seen_of({agent.pk: agent.last_seen_at for agent in agents})
+
+
+def last_seen_of(flushed: dict[int, datetime | None]) -> dict[int, datetime | None]:
+    """last_seen of agents given as {id: their flushed last_seen_at column}."""
+    beats = cache.heartbeats(flushed)
     seen = {}
-    for agent in agents:
-        beat = beats.get(agent.pk)
+    for pk, column in flushed.items():
+        beat = beats.get(pk)
         from_cache = datetime.fromtimestamp(beat, tz=UTC) if beat else None
-        candidates = [t for t in (from_cache, agent.last_seen_at) if t is not None]
-        seen[agent.pk] = max(candidates) if candidates else None
+        candidates = [t for t in (from_cache, column) if t is not None]
+        seen[pk] = max(candidates) if candidates else None
     return seen
 
 

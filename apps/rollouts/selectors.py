@@ -7,7 +7,7 @@ from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from apps.fleet.models import Agent, Deployment
-from apps.fleet.selectors import last_seen
+from apps.fleet.selectors import last_seen_of
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.rollouts.rules import WaveEvidence
 
@@ -32,7 +32,8 @@ def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
 
 
 # What the evidence reads of a target and its agent: a wave of thousands of targets
-# loads as that many small rows (not the agents' labels, drift or messages).
+# loads as that many tuples (no model instances; not the agents' labels, drift or
+# messages).
 EVIDENCE_FIELDS = ("agent_id", "wave", "state", "activated_at", "generation", "agent__name",
                    "agent__generation", "agent__decommissioned_at", "agent__applied_number",
                    "agent__applied_checksum", "agent__last_seen_at")
@@ -42,7 +43,7 @@ def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
     """wave_evidence of each of `waves`, in one pass: two queries and one read of the
     heartbeats, however many targets and waves."""
     targets = list(RolloutTarget.objects.filter(rollout=rollout, wave__in=list(waves))
-                   .select_related("agent").only(*EVIDENCE_FIELDS).order_by("agent__name"))
+                   .order_by("agent__name").values_list(*EVIDENCE_FIELDS, named=True))
     # The reports of exactly this snapshot, per agent: a report of any other snapshot
     # must not make an old acknowledgement look new. (The ids as a list, not a
     # subquery: PostgreSQL plans the list well even before it has statistics.)
@@ -58,34 +59,34 @@ def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
     }
     # An agent reports once per apply, then keeps polling: its acknowledgement stays
     # fresh while it polls (heartbeat) with that snapshot still applied.
-    seen = last_seen([t.agent for t in targets])
+    seen = last_seen_of({t.agent_id: t.agent__last_seen_at for t in targets})
     fresh_after = timezone.now() - freshness_window(rollout)
+    applied = (rollout.snapshot.number, rollout.snapshot.checksum)
     evidence = {wave: WaveEvidence() for wave in waves}
     for target in targets:
-        kind = _evidence_kind(target, reports.get(target.agent_id, {}), rollout.snapshot,
+        kind = _evidence_kind(target, reports.get(target.agent_id, {}), applied,
                               seen.get(target.agent_id), fresh_after)
-        getattr(evidence[target.wave], kind).append(target.agent.name)
+        getattr(evidence[target.wave], kind).append(target.agent__name)
     return evidence
 
 
-def _evidence_kind(target: RolloutTarget, report: dict, snapshot, seen, fresh_after) -> str:
-    """What one target has shown: the name of its WaveEvidence list."""
-    agent = target.agent
+def _evidence_kind(target, report: dict, applied: tuple, seen, fresh_after) -> str:
+    """What one target (a row of EVIDENCE_FIELDS) has shown: the name of its
+    WaveEvidence list. `applied` is the rollout snapshot's (number, checksum)."""
     succeeded, failed = report.get("succeeded"), report.get("failed")
-    if agent.decommissioned_at is not None:
+    if target.agent__decommissioned_at is not None:
         return "decommissioned"
     if target.state == RolloutTarget.State.RELEASED:
         return "released"
     if target.state != RolloutTarget.State.ACTIVATED:
         return "waiting"
-    if agent.generation != target.generation:
+    if target.agent__generation != target.generation:
         return "changed"
     if failed is not None and failed > target.activated_at and (
             succeeded is None or failed > succeeded):
         return "failed"
     if (succeeded is not None and succeeded > target.activated_at
-            and (agent.applied_number, agent.applied_checksum) == (snapshot.number,
-                                                                   snapshot.checksum)
+            and (target.agent__applied_number, target.agent__applied_checksum) == applied
             and max(succeeded, seen or succeeded) >= fresh_after):
         return "acknowledged"
     return "waiting"

@@ -18,7 +18,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent
-from apps.fleet.rules import check_generation, held_refusal, refuses
+from apps.fleet.rules import check_generation, held_refusal, is_held, refuses
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
 from apps.rollouts import bounds, rules, selectors
 from apps.rollouts.models import Rollout, RolloutTarget
@@ -66,22 +66,31 @@ def _check_count(count: int) -> None:
                                code="too_many_targets")
 
 
-# What the checks of a rollout's targets read: not their snapshots (the targets'
-# rows take those in SQL), so that 10,000 agents load as 10,000 small rows.
-CHECKED = ("name", "environment_id", "generation", "mode", "labels", "pinned_snapshot_id",
-           "pin_rollout_id", "pinned_by__username", "applied_number", "applied_checksum",
-           "decommissioned_at")
+# What the checks of a rollout's targets read, as named tuples (no model instances):
+# not their snapshots (the targets' rows take those in SQL), so that 10,000 agents
+# load as 10,000 small rows.
+CHECKED = ("pk", "name", "generation", "labels", "pinned_snapshot_id", "pin_rollout_id",
+           "pinned_by_id", "applied_number", "applied_checksum", "decommissioned_at")
 
 
-def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -> list[Agent]:
-    """The rollout's agents, locked: those `targets` names [{agent,
-    expected_generation}] at exactly those generations, or every enabled agent."""
+def _refuse_held(agents: list, snapshot: Snapshot) -> None:
+    """409 agent_pinned when targets are held, naming (from their rows) who holds them."""
+    held = [agent.pk for agent in agents if is_held(agent)]
+    if held:
+        raise held_refusal(list(Agent.objects.select_related("pinned_by")
+                                .filter(pk__in=held[:100]).order_by("pk")),
+                           f"roll out #{snapshot.number}")
+
+
+def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -> list:
+    """The rollout's agents, locked, as rows of CHECKED: those `targets` names
+    [{agent, expected_generation}] at exactly those generations, or every enabled agent."""
     if targets is not None and not targets:
         raise ValidationFailed("targets is empty; leave it out to target every enabled agent.")
     _check_count(len(targets or []))
     expected = {t["agent"]: t["expected_generation"] for t in targets} if targets else None
     agents = agents_chosen(env, list(expected) if expected else None,
-                           queryset=Agent.objects.select_related("pinned_by").only(*CHECKED))
+                           queryset=Agent.objects.values_list(*CHECKED, named=True))
     _check_count(len(agents))
     stale = [{"agent": a.pk, "name": a.name, "generation": a.generation,
               "expected_generation": expected[a.pk]}
@@ -89,9 +98,7 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
     if stale:
         raise Conflict(f"{len(stale)} target(s) changed since you loaded them.",
                        code="stale", details=stale)
-    held = held_refusal(agents, f"roll out #{snapshot.number}")
-    if held is not None:
-        raise held
+    _refuse_held(agents, snapshot)
     ahead = [a.name for a in agents if refuses(a, snapshot.number)]
     if ahead:
         raise Conflict(f"{', '.join(ahead)} already have a newer snapshot; they refuse "
