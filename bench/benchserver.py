@@ -129,9 +129,8 @@ class BenchServers:
             port = free_port(self.ports, taken=[int(u.rsplit(":", 1)[1]) for u in self.urls])
             log = open(os.path.join(self.workdir, f"web-{index}.log"), "wb")  # noqa: SIM115
             self.web.append(subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                 "project.asgi:application"],
-                env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log))
+                self.web_command(port), env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                stderr=log))
             self.urls.append(f"http://127.0.0.1:{port}")
         if self.env["DATABASE_URL"]:
             queue = self.env["CELERY_TASK_DEFAULT_QUEUE"]
@@ -143,6 +142,11 @@ class BenchServers:
                      *extra], env=self.env, cwd=ROOT, stdout=log, stderr=log))
         for url in self.urls:
             self._wait_ready(url)
+
+    def web_command(self, port: int) -> list[str]:
+        """One web node on `port` (Daphne; a benchmark may serve with another)."""
+        return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                "project.asgi:application"]
 
     def _wait_ready(self, url: str) -> None:
         deadline = time.monotonic() + 30
