@@ -26,6 +26,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -60,6 +62,18 @@ class GranianServers(BenchServers):
                 "--host", "127.0.0.1", "--port", str(port), "--workers", str(self.workers),
                 "--backlog", "4096", "--backpressure", "16384", "project.asgi:application"]
 
+
+    def stop(self) -> None:
+        """granian's workers outlive their terminated main process: end them too."""
+        workers = []
+        for process in self.web:
+            with contextlib.suppress(OSError):
+                workers += Path(f"/proc/{process.pid}/task/{process.pid}/children"
+                                ).read_text().split()
+        super().stop()
+        for pid in workers:
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
 
     def _wait_ready(self, url: str) -> None:
         for attempt in range(4):  # a loaded machine starts workers slowly
@@ -207,7 +221,9 @@ def main(argv=None) -> int:
     GranianServers.workers = args.workers
     with GranianServers(nodes=args.nodes, database_url=args.database_url,
                         redis_url=args.redis_url, ports=args.ports,
-                        extra_env={"BELLWETHER_LONG_POLL_MAX_S": "0"}) as servers:
+                        extra_env={"BELLWETHER_LONG_POLL_MAX_S": "0",
+                                   # the first sync of a large fleet on a loaded machine
+                                   "DATABASE_POOL_TIMEOUT_S": "5"}) as servers:
         servers.setup(uses=args.agents, config="generation: 1\n", template=TEMPLATE)
         try:
             servers.start()
