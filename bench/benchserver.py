@@ -153,10 +153,9 @@ class BenchServers:
         for index in range(self.nodes):
             port = free_port(self.ports, taken=[int(u.rsplit(":", 1)[1]) for u in self.urls])
             log = open(os.path.join(self.workdir, f"web-{index}.log"), "wb")  # noqa: SIM115
-            command = (granian_command(port, self.workers) if self.server == "granian"
-                       else daphne_command(port))
             self.web.append(subprocess.Popen(
-                command, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log))
+                self.web_command(port), env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                stderr=log))
             self.urls.append(f"http://127.0.0.1:{port}")
         if self.env["DATABASE_URL"]:
             queue = self.env["CELERY_TASK_DEFAULT_QUEUE"]
@@ -168,6 +167,11 @@ class BenchServers:
                      *extra], env=self.env, cwd=ROOT, stdout=log, stderr=log))
         for url in self.urls:
             self._wait_ready(url)
+
+    def web_command(self, port: int) -> list[str]:
+        """One web node on `port`: granian with `workers` processes, or Daphne."""
+        return (granian_command(port, self.workers) if self.server == "granian"
+                else daphne_command(port))
 
     def _wait_ready(self, url: str) -> None:
         deadline = time.monotonic() + 60  # a loaded machine

@@ -54,10 +54,10 @@ def desired_etag(request) -> str | None:
     if parsed is None:
         return None
     key, secret = parsed
-    owed, failure = polldebt.owes(key)
+    state = cache.poll_state(key)
+    owed, failure = polldebt.owes(key, None if state is None else state.get("generation"))
     if owed:
         return None
-    state = cache.poll_state(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
         if failure is not None:  # the database just failed: 503 now, not after a wait
             raise failure
@@ -129,8 +129,10 @@ class DesiredApi(AgentAPIView):
     def get(self, request):
         agent = self.agent
         body, etag = selectors.desired_state_for(agent)
+        # The generation read with the agent's row: what the answer reflects at least.
         cache.store_poll_state(token_key=agent.token_key, token_hash=agent.token_hash,
-                               agent_id=agent.pk, etag=etag)
+                               agent_id=agent.pk, etag=etag, generation=agent.generation,
+                               body=selectors.desired_body_bytes(body))
         # A change committed since we read may have dropped the entry before we
         # stored it: read again, and drop what we stored if it is already stale.
         if not selectors.poll_state_current(agent.pk, token_key=agent.token_key, etag=etag):

@@ -1,5 +1,5 @@
-"""What the agent poll path keeps in the cache: per token, the agent's current ETag;
-per agent, its last heartbeat. The database stays the source of truth: a miss or
+"""What the agent poll path keeps in the cache: per token, the agent's current answer
+(ETag and body); per agent, its last heartbeat. The database stays the source of truth: a miss or
 an outage of the cache falls back to it, and cache errors never fail a request."""
 
 import asyncio
@@ -118,12 +118,36 @@ async def poll_state_async(token_key: str) -> dict | None:
     return await _async_reader.poll_state(token_key)
 
 
-def store_poll_state(*, token_key: str, token_hash: str, agent_id: int, etag: str) -> None:
-    state = {"agent_id": agent_id, "token_hash": token_hash, "etag": etag}
+def poll_state_of(*, token_hash: str, agent_id: int, etag: str,
+                  generation: int | None = None, body: bytes | None = None) -> dict:
+    """What the cache keeps of an agent's poll answer: whose token it is, its ETag and
+    rendered body, and the agent's generation it was computed at (a poll debt
+    trusts an answer computed at the generation its change reached, or later; one
+    of unknown generation, never)."""
+    return {"agent_id": agent_id, "token_hash": token_hash, "etag": etag,
+            "generation": generation, "body": body}
+
+
+def store_poll_state(*, token_key: str, **answer) -> None:
+    """Write one agent's poll state (poll_state_of's arguments)."""
     try:
-        _cache().set(_poll_key(token_key), state, timeout=POLL_STATE_TTL)
+        _cache().set(_poll_key(token_key), poll_state_of(**answer), timeout=POLL_STATE_TTL)
     except Exception:
         logger.warning("cache unavailable; poll state not stored", exc_info=True)
+
+
+def store_poll_states(states: dict[str, dict]) -> bool:
+    """Write many agents' poll states (token key -> state) in one round trip; False
+    when the cache failed."""
+    if not states:
+        return True
+    try:
+        _cache().set_many({_poll_key(k): v for k, v in states.items()}, timeout=POLL_STATE_TTL)
+        return True
+    except Exception:
+        logger.warning("cache unavailable; %d poll state(s) not stored", len(states),
+                       exc_info=True)
+        return False
 
 
 def forget_poll_states(token_keys) -> bool:
@@ -141,6 +165,24 @@ def forget_poll_states(token_keys) -> bool:
                        "are answered from the database until a sweep drops them)",
                        len(keys), exc_info=True)
         return False
+
+
+def forget_poll_states_before(required: dict[str, int | None]) -> bool:
+    """Drop the poll states computed before the generation `required` names for
+    their token key (all of a key that names None); False when the cache failed.
+    A state at that generation or later reflects the change and stays: settling a
+    refilled change sends no agent to the database."""
+    outright = [k for k, generation in required.items() if generation is None]
+    checked = {k: generation for k, generation in required.items() if generation is not None}
+    try:
+        found = _cache().get_many([_poll_key(k) for k in checked]) if checked else {}
+    except Exception:
+        logger.warning("cache unavailable; %d poll state(s) not checked", len(checked),
+                       exc_info=True)
+        return False
+    stale = [k for k, generation in checked.items()
+             if ((found.get(_poll_key(k)) or {}).get("generation") or 0) < generation]
+    return forget_poll_states(outright + stale)
 
 
 class _HeartbeatBuffer:

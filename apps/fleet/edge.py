@@ -5,20 +5,24 @@ synchronous (WhiteNoise is), which holds a web process to a few hundred polls a
 second. `PollEdge` wraps the ASGI application: a GET or HEAD of
 /api/v1/agent/desired that Django would answer 304 from the cache — a well-formed
 agent token matching its cached poll state, an If-None-Match naming the cached
-ETag, no unsettled poll debt for the token (apps.fleet.polldebt), an allowed Host,
-an address not refused for failed authentications — is answered here with one
-cache read, no SQL and no thread (but for the periodic work of a process: the
-poll that finds the poll debts due reads them on a thread, once a second, and a
-heartbeat flush due runs on a thread, every few seconds). Every other request,
-and every doubt (a header sent twice, a precondition Django would evaluate, the
-database failing), goes to Django unchanged, which answers as before:
-401 with the envelope (counted by FailedAuthenticationMiddleware), 200 with the
-body, 429, 400, a redirect to HTTPS.
+ETag, no poll debt the cached answer does not reflect (apps.fleet.polldebt), an
+allowed Host, an address not refused for failed authentications — is answered
+here with one cache read, no SQL and no thread (but for the periodic work of a
+process: the poll that finds the poll debts due reads them on a thread, once a
+second, and a heartbeat flush due runs on a thread, every few seconds). When the
+If-None-Match names another ETag, the cached answer is sent as the 200 Django
+would send (apps.fleet.pollanswer), so the polls after a change that refilled the
+cache do not all go to the database. Every other request, and every doubt (a
+header sent twice, a precondition Django would evaluate, the database failing),
+goes to Django unchanged, which answers as before: 401 with the envelope (counted
+by FailedAuthenticationMiddleware), 200 with the body, 429, 400, a redirect to
+HTTPS.
 
 A poll with `?wait=N` (apps.fleet.longpoll) that the edge would answer 304 is
 held instead until the agent's token key is announced or N seconds (capped) pass:
-on an announcement the edge decides again (still current: it waits on; otherwise
-Django answers, from the database), at the end of the wait it answers 304.
+on an announcement the edge decides again (still current: it waits on; a newer
+cached answer: the edge sends it; otherwise Django answers, from the database), at
+the end of the wait it answers 304.
 """
 
 import asyncio
@@ -32,7 +36,7 @@ from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 
 from apps.core import metrics, throttling, tokens
-from apps.fleet import cache, heartbeats, longpoll, polldebt, rules
+from apps.fleet import cache, heartbeats, longpoll, pollanswer, polldebt, rules
 from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -40,7 +44,7 @@ logger = logging.getLogger(__name__)
 DESIRED_PATH = "/api/v1/agent/desired"
 # The headers the decision reads; each must come at most once.
 _READ = frozenset({b"authorization", b"if-none-match", b"host", b"x-forwarded-for",
-                   b"x-forwarded-proto"})
+                   b"x-forwarded-proto", b"accept"})
 # Preconditions Django evaluates before If-None-Match (412): left to it.
 _DJANGO_DECIDES = frozenset({b"if-match", b"if-unmodified-since"})
 
@@ -102,17 +106,28 @@ def requested_wait(scope) -> int | None:
     return longpoll.wait_seconds(value) if name == "wait" else None
 
 
+def _json_get(scope, headers) -> bool | None:
+    """For a GET whose Accept makes the API answer JSON, whether it came over HTTPS
+    (Django's headers differ: HSTS); None for any other request."""
+    if scope["method"] != "GET" or headers.get(b"accept") not in pollanswer.JSON_ACCEPTED:
+        return None
+    return _is_secure(scope, headers)
+
+
 class Current(NamedTuple):
-    """What the edge answers 304 with, and whose change would end a wait."""
+    """What the edge answers 304 with, and whose change would end a wait; with a
+    body, the 200 it answers instead (the If-None-Match names an older answer)."""
 
     key: str
     agent_id: int
     etag: str
+    body: bytes | None = None
 
 
 async def current_answer(scope) -> Current | None:
-    """The poll's cached answer when it is 304 (the heartbeat recorded), or None
-    when Django must answer."""
+    """The poll's cached answer when it is 304, or 200 with the cached body when the
+    edge may send it (apps.fleet.pollanswer), the heartbeat recorded; None when
+    Django must answer."""
     if scope["path"] != DESIRED_PATH or scope["method"] not in ("GET", "HEAD"):
         return None
     headers = _headers(scope)
@@ -126,24 +141,27 @@ async def current_answer(scope) -> Current | None:
     if parsed is None:
         return None
     key, secret = parsed
-    if await _owes(key) is not False:
-        return None
     state = await cache.poll_state_async(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
         return None
-    if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
+    if await _owes(key, state.get("generation")) is not False:
         return None
+    body = None
+    if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
+        body = state.get("body")
+        if not (body and pollanswer.may_send(_json_get(scope, headers), key, state["etag"])):
+            return None
     _record_heartbeat(state["agent_id"])
-    return Current(key, state["agent_id"], state["etag"])
+    return Current(key, state["agent_id"], state["etag"], body)
 
 
-async def _owes(key: str) -> bool | None:
-    """Whether the token's cached answer may be stale; None when the database could
-    not say. Debts due for their refresh (once a second per process) are read on a
-    thread by the poll that finds them due."""
-    owed = polldebt.owes_known(key)
+async def _owes(key: str, generation: int | None) -> bool | None:
+    """Whether the token's cached answer (computed at `generation`) may be stale;
+    None when the database could not say. Debts due for their refresh (once a
+    second per process) are read on a thread by the poll that finds them due."""
+    owed = polldebt.owes_known(key, generation)
     if owed is None:
-        owed, failure = await asyncio.to_thread(polldebt.owes, key)
+        owed, failure = await asyncio.to_thread(polldebt.owes, key, generation)
         return None if failure is not None else owed
     return owed
 
@@ -175,7 +193,7 @@ async def held_answer(scope) -> Current | None:
     None as soon as Django must answer (the desired state may have changed)."""
     wait = requested_wait(scope)
     current = await current_answer(scope) if wait is not None else None
-    if current is None or not wait:
+    if current is None or current.body is not None or not wait:
         return current
     deadline = asyncio.get_running_loop().time() + wait
     while True:
@@ -184,8 +202,8 @@ async def held_answer(scope) -> Current | None:
                 current.key, current.agent_id, remaining):
             return current
         current = await current_answer(scope)
-        if current is None:
-            return None
+        if current is None or current.body is not None:
+            return current
 
 
 def long_poll_header() -> list[tuple[bytes, bytes]]:
@@ -194,8 +212,8 @@ def long_poll_header() -> list[tuple[bytes, bytes]]:
 
 
 class PollEdge:
-    """ASGI middleware: answers the poll's 304 when it can (holding a long-poll
-    first), hands on the rest."""
+    """ASGI middleware: answers the poll's 304 (holding a long-poll first), or its
+    200 from the cache, when it can; hands on the rest."""
 
     def __init__(self, app):
         self.app = app
@@ -203,6 +221,11 @@ class PollEdge:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             current = await held_answer(scope)
+            if current is not None and current.body is not None:
+                metrics.poll_answered(200)
+                return await pollanswer.send_changed(
+                    send, _json_get(scope, _headers(scope)), current.key, current.etag,
+                    current.body)
             if current is not None:
                 await send({"type": "http.response.start", "status": 304, "headers": [
                     (b"etag", current.etag.encode("latin-1")),
@@ -210,8 +233,10 @@ class PollEdge:
                 await send({"type": "http.response.body", "body": b""})
                 metrics.poll_answered(304)
                 return None
-            if scope.get("path") == DESIRED_PATH:
-                return await self.app(scope, receive, _counting_polls(send))
+            if scope["path"] == DESIRED_PATH:
+                headers = _headers(scope)
+                send = _counting_polls(pollanswer.learning(
+                    send, None if headers is None else _json_get(scope, headers)))
         return await self.app(scope, receive, send)
 
 

@@ -211,9 +211,15 @@ class PollInvalidation(models.Model):
     transaction, so the debt survives a failing cache and the death of the process
     that committed it. Until a sweep settles it (drops the keys from the cache at
     least POLL_DEBT_GRACE_S after first seeing it, then deletes the row), polls with
-    these token keys are answered from the database (apps.fleet.polldebt)."""
+    these token keys are answered from the database (apps.fleet.polldebt), unless the
+    change named the generation each agent reached (`generations`) and the cached
+    answer was computed at that generation or later."""
 
     token_keys = models.JSONField()
+    # Token key -> the agent's generation after the change (its cached answer is
+    # refilled on commit, apps.fleet.services.refresh_polls_on_commit); null: no
+    # cached answer of these keys is trusted until the row is settled.
+    generations = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # When a sweep first saw the row (committed): the grace period starts here.
     seen_at = models.DateTimeField(null=True, blank=True)

@@ -2,7 +2,10 @@
 invalidations not yet settled (PollInvalidation rows, written in the transaction of
 each change), read from the database at most every POLL_DEBT_REFRESH_S seconds.
 
-A poll whose token key is indebted is a cache miss, answered from the database. So
+A poll whose token key is indebted is a cache miss, answered from the database,
+unless the change named the generation each agent reached and the cached answer
+was computed at that generation or later (the change refilled the cache on
+commit: apps.fleet.services.refresh_polls_on_commit; or a later poll did). So
 a stale cached answer outlives a committed change by at most about one refresh
 interval, whatever the cache did when the change committed (failed, stalled, took a
 racing poll's stale write-back) and whether the committing process survived. In the
@@ -33,18 +36,28 @@ class _Debts:
         self._loaded = False
         self._due = 0.0
 
-    def owes(self, token_key: str) -> tuple[bool, DatabaseError | None]:
-        """Whether this agent's cached poll answer may be stale, and the database's
-        error when this call refreshed the debts and the database failed."""
+    def owes(self, token_key: str,
+             generation: int | None = None) -> tuple[bool, DatabaseError | None]:
+        """Whether this agent's cached poll answer, computed at `generation`, may be
+        stale, and the database's error when this call refreshed the debts and the
+        database failed."""
         failure = self._refresh() if self.clock() >= self._due else None
-        return token_key in self._keys, failure
+        return self._distrusts(token_key, generation), failure
 
-    def owes_known(self, token_key: str) -> bool | None:
+    def owes_known(self, token_key: str, generation: int | None = None) -> bool | None:
         """owes() without touching the database: None when the debts are due for
         their refresh (or were never read), which a call of owes() then does."""
         if not self._loaded or self.clock() >= self._due:
             return None
-        return token_key in self._keys
+        return self._distrusts(token_key, generation)
+
+    def _distrusts(self, token_key: str, generation: int | None) -> bool:
+        keys = self._keys
+        if token_key not in keys:
+            return False
+        # Keys given as a plain set name no generation: no cached answer is trusted.
+        generations = keys.generations if isinstance(keys, rules.IndebtedKeys) else {}
+        return not rules.cached_answer_reflects(generations.get(token_key), generation)
 
     def _refresh(self) -> DatabaseError | None:
         # The first read blocks (a new process knows nothing yet); later ones are
@@ -85,12 +98,13 @@ def _sweep() -> None:
 _debts = _Debts()
 
 
-def owes(token_key: str) -> tuple[bool, DatabaseError | None]:
-    """(indebted, the database's error if this call's refresh failed)."""
-    return _debts.owes(token_key)
+def owes(token_key: str, generation: int | None = None) -> tuple[bool, DatabaseError | None]:
+    """(indebted, the database's error if this call's refresh failed): whether the
+    token's cached answer, computed at `generation` (None: unknown), may be stale."""
+    return _debts.owes(token_key, generation)
 
 
-def owes_known(token_key: str) -> bool | None:
+def owes_known(token_key: str, generation: int | None = None) -> bool | None:
     """Whether this agent's cached answer may be stale, from the debts last read;
     None when they are due for a refresh (only owes() reads the database)."""
-    return _debts.owes_known(token_key)
+    return _debts.owes_known(token_key, generation)

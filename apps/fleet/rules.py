@@ -14,7 +14,9 @@ Agent row or anything shaped like one) and say what follows.
 - `drift_refusal`, `drift_changes`: whether a drift report is about what the agent
   applied, and what it changes on the agent (nothing for an identical repeat).
 - `poll_debt_sweepable`, `poll_debts_need_sweep`: when a committed change's poll
-  invalidation may be settled (its cache keys dropped for good, its row removed).
+  invalidation may be settled (its cache keys dropped for good, its row removed);
+  `debt_generations`, `cached_answer_reflects`: which cached answers a debt still
+  trusts (those computed at the generation the change reached, or later).
 - `decommissioned_refusal`: a decommissioned agent takes no further change.
 - `enroll_command`: the command line that enrolls and runs an agent.
 - `if_none_match_matches`: whether a poll's If-None-Match names the current ETag.
@@ -299,6 +301,37 @@ def poll_debt_sweepable(seen_at, now) -> bool:
 def poll_debts_need_sweep(seen_ats, now) -> bool:
     """Whether a sweep has work: an invalidation not yet seen, or one past its grace."""
     return any(s is None or poll_debt_sweepable(s, now) for s in seen_ats)
+
+
+def debt_generations(rows) -> dict[str, int | None]:
+    """Token key -> the generation a cached answer must have been computed at (or
+    after) to be trusted despite the unsettled invalidations `rows` ((token_keys,
+    generations) pairs); None for a key some invalidation names without one: no
+    cached answer of it is trusted until that row is settled."""
+    required: dict[str, int | None] = {}
+    for keys, generations in rows:
+        for key in keys:
+            needed = None if generations is None else generations.get(key)
+            known = required.get(key, needed)
+            required[key] = None if known is None or needed is None else max(known, needed)
+    return required
+
+
+class IndebtedKeys(frozenset):
+    """The token keys of the unsettled poll invalidations, with `generations`: for
+    each key whose every invalidation named one, the generation a cached answer
+    must have been computed at (or after) to be trusted (debt_generations)."""
+
+    def __new__(cls, required: dict[str, int | None] | None = None):
+        keys = super().__new__(cls, required or ())
+        keys.generations = {k: g for k, g in (required or {}).items() if g is not None}
+        return keys
+
+
+def cached_answer_reflects(required: int | None, generation: int | None) -> bool:
+    """Whether a cached poll answer computed at `generation` reflects every change
+    of a debt requiring `required` (None: it never does)."""
+    return required is not None and generation is not None and generation >= required
 
 
 def if_none_match_matches(header: str, etag: str) -> bool:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
 
 from apps.fleet import cache, rules
 from apps.fleet.models import HELD, Agent, Deployment, PollInvalidation
@@ -43,7 +44,13 @@ def bundle_url(snapshot: Snapshot) -> str:
 def desired_state_for(agent: Agent) -> tuple[dict, str]:
     """The body of GET /api/v1/agent/desired and its strong ETag."""
     snapshot = desired_snapshot_for(agent)
-    deployment = announced_deployment_for(agent, snapshot)
+    return desired_answer(agent, snapshot, announced_deployment_for(agent, snapshot))
+
+
+def desired_answer(agent: Agent, snapshot: Snapshot | None,
+                   deployment: Deployment | None) -> tuple[dict, str]:
+    """The desired body (and its ETag) of `agent` desiring `snapshot`, announced as
+    `deployment` (or not)."""
     body = {
         "snapshot": None if snapshot is None else {
             "number": snapshot.number,
@@ -60,6 +67,42 @@ def desired_state_for(agent: Agent) -> tuple[dict, str]:
     return body, f'"{digest[:40]}"'
 
 
+def desired_body_bytes(body: dict) -> bytes:
+    """The desired body as the API renders it to an agent (DRF's JSON renderer), kept
+    with the cached answer so the poll edge can send it."""
+    return JSONRenderer().render(body)
+
+
+def desired_states_of(token_keys) -> list[tuple[Agent, dict, str]]:
+    """(agent, body, ETag) of the agents holding these token keys whose tokens are
+    accepted (in service, not revoked), as desired_state_for answers each: two
+    queries however many agents (their rows with what they desire, their pending
+    pushes)."""
+    agents = list(agents_with_desired(Agent.objects.filter(
+        token_key__in=list(token_keys), decommissioned_at__isnull=True,
+        token_revoked_at__isnull=True)).order_by("pk"))
+    pushes: dict[tuple[int, int], Deployment] = {}
+    for deployment in (Deployment.objects
+                       .filter(agent__in=agents, kind=Deployment.Kind.PUSH,
+                               state=Deployment.State.PENDING)
+                       .order_by("-created_at").only("id", "agent_id", "snapshot_id")):
+        pushes.setdefault((deployment.agent_id, deployment.snapshot_id), deployment)
+    answers = []
+    for agent in agents:
+        snapshot = desired_snapshot_for(agent)
+        deployment = None if snapshot is None else pushes.get((agent.pk, snapshot.pk))
+        answers.append((agent, *desired_answer(agent, snapshot, deployment)))
+    return answers
+
+
+def poll_states_of(token_keys) -> dict[str, dict]:
+    """Token key -> the cached poll state of its agent's current answer, for the
+    accepted tokens among `token_keys` (desired_states_of: two queries)."""
+    return {agent.token_key: cache.poll_state_of(
+        token_hash=agent.token_hash, agent_id=agent.pk, etag=etag, generation=agent.generation,
+        body=desired_body_bytes(body)) for agent, body, etag in desired_states_of(token_keys)}
+
+
 def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
     """Whether `etag` is still the agent's answer and its token still valid."""
     fresh = agents_with_desired(Agent.objects.filter(pk=agent_id)).first()
@@ -67,14 +110,14 @@ def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
             and fresh.token_revoked_at is None and desired_state_for(fresh)[1] == etag)
 
 
-def poll_debts() -> tuple[frozenset[str], list]:
+def poll_debts() -> tuple[rules.IndebtedKeys, list]:
     """The token keys whose cached poll answers are not to be trusted (those of the
-    poll invalidations not yet settled), and those invalidations' seen_at. One query."""
-    keys, seen = set(), []
-    for token_keys, seen_at in PollInvalidation.objects.values_list("token_keys", "seen_at"):
-        keys.update(token_keys)
-        seen.append(seen_at)
-    return frozenset(keys), seen
+    poll invalidations not yet settled; but for an answer computed at the generation
+    a key's changes reached, rules.IndebtedKeys), and those invalidations' seen_at.
+    One query."""
+    rows = list(PollInvalidation.objects.values_list("token_keys", "generations", "seen_at"))
+    required = rules.debt_generations((keys, generations) for keys, generations, _ in rows)
+    return rules.IndebtedKeys(required), [seen_at for _, _, seen_at in rows]
 
 
 def agents_with_desired(queryset):

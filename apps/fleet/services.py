@@ -5,13 +5,14 @@ Every change of an agent's desired state bumps its generation and records, in it
 transaction, the agents whose cached poll answers it makes stale (a
 PollInvalidation): their polls are answered from the database until a sweep has
 dropped those cache entries for good; on commit the entries are dropped at once
-when the cache answers.
+when the cache answers (activations, pushes and pins write the new answers instead:
+their debts trust answers of the generations they reached).
 """
 
 import logging
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.lookups import IsNull
 from django.utils import timezone
@@ -22,7 +23,7 @@ from apps.core import locks
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
-from apps.fleet import cache, longpoll, rules
+from apps.fleet import cache, longpoll, rules, selectors
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.models import Snapshot
 
@@ -45,26 +46,49 @@ def _forget_and_announce(keys) -> None:
         longpoll.announce(keys)
 
 
+def refresh_polls_on_commit(agents) -> None:
+    """These agents' poll answers changed with their generations (`agents`: a query
+    read after the bump): record the debt with the generation each reached, and on
+    commit write their new answers to the cache, computed for all at once, rather
+    than send every agent to the database; then wake their long-polls."""
+    generations = dict(agents.order_by().values_list("token_key", "generation"))
+    if keys := sorted(generations):
+        PollInvalidation.objects.create(token_keys=keys, generations=generations)
+        transaction.on_commit(lambda: _refill_and_announce(keys))
+
+
+def _refill_and_announce(keys) -> None:
+    try:
+        states = selectors.poll_states_of(keys)
+    except DatabaseError:
+        logger.warning("database unavailable; poll states dropped, not refilled", exc_info=True)
+        states = {}
+    gone = [k for k in keys if k not in states]  # a token revoked meanwhile
+    if cache.store_poll_states(states) and cache.forget_poll_states(gone):
+        longpoll.announce(keys)
+
+
 SWEEP_BATCH = 500
 
 
 def poll_invalidations_sweep() -> int:
     """Settle the poll invalidations past their grace period: drop their keys from
-    the cache, then delete their rows; returns how many were settled. Rows not seen
+    the cache (those computed before the generation a refilled change reached, for
+    such a change), then delete their rows; returns how many were settled. Rows not seen
     before are stamped now (their grace starts). When the cache fails nothing is
     deleted: the agents stay answered from the database until a later sweep."""
     now = timezone.now()
     PollInvalidation.objects.filter(seen_at__isnull=True).update(seen_at=now)
     due = list(PollInvalidation.objects
                .filter(seen_at__lte=now - timedelta(seconds=rules.POLL_DEBT_GRACE_S))
-               .values_list("pk", "token_keys")[:SWEEP_BATCH])
+               .values_list("pk", "token_keys", "generations")[:SWEEP_BATCH])
     if not due:
         return 0
-    keys = sorted({k for _, keys in due for k in keys})
-    if not cache.forget_poll_states(keys):
+    required = rules.debt_generations((keys, generations) for _, keys, generations in due)
+    if not cache.forget_poll_states_before(required):
         return 0
-    longpoll.announce(keys)  # a long-poll the commit's announcement missed
-    PollInvalidation.objects.filter(pk__in=[pk for pk, _ in due]).delete()
+    longpoll.announce(sorted(required))  # a long-poll the commit's announcement missed
+    PollInvalidation.objects.filter(pk__in=[pk for pk, _, _ in due]).delete()
     return len(due)
 
 
@@ -170,7 +194,7 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
     ids = list(followers.values_list("pk", flat=True))
     _bump(ids)
     pushes_supersede(ids, keep_snapshot=snapshot)
-    forget_polls_on_commit(followers.values_list("token_key", flat=True))
+    refresh_polls_on_commit(followers)
     emit("snapshot", environment_id=environment.pk, number=snapshot.number)
     emit("agent", environment_id=environment.pk)
     logger.info("%s: #%s active for %d auto_pull agent(s)", environment.full_name,
@@ -213,7 +237,7 @@ def pushes_create(*, snapshot: Snapshot, agents: list[Agent], actor) -> list[Dep
     ])
     Agent.objects.filter(pk__in=ids, mode=Agent.Mode.MANUAL).update(target_snapshot=snapshot)
     _bump(ids)
-    forget_polls_on_commit(agents)
+    refresh_polls_on_commit(Agent.objects.filter(pk__in=ids))
     emit("agent", environment_id=snapshot.environment_id)
     return deployments
 
@@ -243,7 +267,7 @@ def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     if snapshot is not None:
         pushes_supersede(agent_ids, keep_snapshot=None if each_own else snapshot,
                          keep_pinned=each_own)
-    forget_polls_on_commit(keys)
+    refresh_polls_on_commit(Agent.objects.filter(token_key__in=keys))
     return changed
 
 
@@ -371,7 +395,6 @@ def report_record(
     emit("deployment", environment_id=locked.environment_id, id=str(deployment.pk),
          agent=locked.pk, snapshot=number)
     emit("agent", environment_id=locked.environment_id, id=locked.pk)
-    # The message as a quoted literal: an agent's text never starts a log line of its own.
-    logger.info("agent %s reported #%s %s%s", locked.name, number, status,
-                f": {message!r}" if message else "")
+    logger.info("agent %s reported #%s %s%s", locked.name, number, status,  # quoted: no
+                f": {message!r}" if message else "")  # forged log lines from an agent
     return deployment, True

@@ -1,0 +1,64 @@
+"""The poll's 200 answered by the poll edge (apps.fleet.edge) from the cache.
+
+After a change, an agent's If-None-Match names its old answer while the cache may
+already hold the new one (written through by the change on commit, or by a poll
+Django answered). The edge then sends that cached body with exactly the headers
+Django sent with a desired 200 before in this process — learned from Django's own
+answers (the same scheme; every header but ETag, Content-Length, Date, Server and X-Request-ID),
+so middleware and settings stay Django's to decide — and the new ETag. Until
+Django has answered one such 200 here, the edge sends none. Only for a GET whose
+Accept makes the API render JSON; a second 200 of the same answer to the same
+token from this process goes to Django again (an agent that ignores ETags meets
+the API's per-agent throttle there, as before).
+"""
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+# Accept headers under which the API renders JSON (DRF's first renderer).
+JSON_ACCEPTED = frozenset({None, "*/*", "application/json"})
+# Headers of Django's answer that are the answer's own, not the route's.
+_OWN = frozenset({b"etag", b"content-length", b"date", b"server", b"x-request-id"})
+MAX_REMEMBERED = 100_000
+
+_headers_by_scheme: dict[bool, list[tuple[bytes, bytes]]] = {}
+_sent: dict[str, str] = {}  # token key -> the ETag the edge last sent it with a 200
+
+
+@receiver(setting_changed)
+def _settings_changed(**kwargs):
+    _headers_by_scheme.clear()  # Django's headers follow its settings
+
+
+def may_send(secure: bool | None, key: str, etag: str) -> bool:
+    """Whether the edge may answer this poll's 200 (`secure`: None unless the poll
+    is a GET asking for JSON, else whether it came over HTTPS)."""
+    return (secure is not None and secure in _headers_by_scheme
+            and _sent.get(key) != etag)
+
+
+async def send_changed(send, secure: bool, key: str, etag: str, body: bytes) -> None:
+    if len(_sent) >= MAX_REMEMBERED:
+        _sent.clear()
+    _sent[key] = etag
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        *_headers_by_scheme[secure], (b"etag", etag.encode("latin-1")),
+        (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def learning(send, secure: bool | None):
+    """`send`, noting the headers of Django's 200 to a GET of the desired state
+    asking for JSON (`secure` as may_send's), unless it sets a cookie."""
+    if secure is None:
+        return send
+
+    async def noting(message):
+        if message["type"] == "http.response.start" and message["status"] == 200:
+            headers = [(n.lower(), v) for n, v in message.get("headers") or ()]
+            names = {n for n, _ in headers}
+            if (b"content-type", b"application/json") in headers and b"set-cookie" not in names:
+                _headers_by_scheme[secure] = [(n, v) for n, v in headers if n not in _OWN]
+        await send(message)
+
+    return noting

@@ -1,0 +1,341 @@
+"""No stampede after a publish: a change that bumps agents' generations (activation,
+pushes, pins) writes their new poll answers to the cache on commit, computed for
+all of them at once, and its poll debt trusts answers of the generation it reached;
+the poll edge sends such an answer as the 200 Django would send. No agent gets a
+stale or wrong answer meanwhile: the edge's answer is always the database's."""
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from apps.fleet import cache as fleet_cache
+from apps.fleet import enrollment, pollanswer, polldebt, rules, selectors, services
+from apps.fleet.edge import DESIRED_PATH, PollEdge
+from apps.fleet.models import Agent, PollInvalidation
+from apps.releases.services import environment_update
+from apps.snapshots.models import Snapshot
+from tests.factories import poll, publish_variant, start_rollout
+from tests.fleet.support import agent_url, deploy_url
+
+DJANGO = 599
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The process's poll debts on a clock the test moves; heartbeats not due."""
+    tick = Clock()
+    monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=tick))
+    monkeypatch.setattr(pollanswer, "_sent", {})
+    monkeypatch.setattr(pollanswer, "_headers_by_scheme", {})
+    fleet_cache._heartbeats._flushed_at = time.time() + 3600
+    return tick
+
+
+def _debts_read(clock) -> None:
+    """The process re-reads its poll debts (as it does every second)."""
+    clock.now += rules.POLL_DEBT_REFRESH_S
+    polldebt.owes("")
+
+
+def _edge(agent, etag: str | None, *, django_headers=(), method="GET", accept=None):
+    """(status, headers, body) of PollEdge around a Django stub answering 599 (or
+    200 with `django_headers`)."""
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {agent.token}".encode())]
+    if etag is not None:
+        headers.append((b"if-none-match", etag.encode()))
+    if accept is not None:
+        headers.append((b"accept", accept.encode()))
+    scope = {"type": "http", "method": method, "path": DESIRED_PATH, "query_string": b"",
+             "scheme": "http", "client": ("10.0.0.7", 5000), "headers": headers}
+    sent = []
+
+    async def django(scope, receive, send):
+        status = 200 if django_headers else DJANGO
+        await send({"type": "http.response.start", "status": status,
+                    "headers": list(django_headers)})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(PollEdge(django)(scope, receive, send))
+    return (sent[0]["status"], {n.decode(): v.decode() for n, v in sent[0]["headers"]},
+            sent[1].get("body", b""))
+
+
+def _django_headers(response) -> list[tuple[bytes, bytes]]:
+    return [(n.lower().encode(), v.encode()) for n, v in response.headers.items()]
+
+
+def _learned(agent) -> None:
+    """The edge saw Django answer this agent's desired 200 (what it sends 200s like)."""
+    response = agent.client.get(DESIRED_PATH)
+    assert response.status_code == 200
+    assert _edge(agent, None, django_headers=_django_headers(response))[0] == 200
+
+
+def _pin(client, agent, number: int = 1):
+    return client.post(agent_url(agent.agent.pk, "/pin"), {
+        "snapshot": number, "expected_generation": agent.fresh().generation}, format="json")
+
+
+def _database_answer(agent) -> tuple[dict, str]:
+    fresh = selectors.agents_with_desired(Agent.objects.filter(pk=agent.agent.pk)).get()
+    return selectors.desired_state_for(fresh)
+
+
+def _assert_edge_answers_as_the_database(agents, etags) -> None:
+    """Each agent's poll with its old ETag, at the edge: 304 only if its answer did
+    not change, 200 only with the database's body, else Django's to answer."""
+    for agent in agents:
+        body, etag = _database_answer(agent)
+        status, headers, sent = _edge(agent, etags[agent.agent.name])
+        if status == 304:
+            assert headers["etag"] == etags[agent.agent.name] == etag, agent.agent.name
+        elif status == 200:
+            assert (headers["etag"], sent) == (etag, selectors.desired_body_bytes(body))
+        else:
+            assert status == DJANGO
+
+
+def _warm(agents) -> dict[str, str]:
+    etags = {}
+    for agent in agents:
+        response = poll(agent.client)
+        assert response.status_code == 200
+        etags[agent.agent.name] = response["ETag"]
+    return etags
+
+
+# -- the rules -----------------------------------------------------------------------------
+
+
+def test_a_debt_trusts_answers_of_the_generation_its_changes_reached():
+    required = rules.debt_generations([(["a", "b"], {"a": 3, "b": 5}), (["a"], {"a": 4}),
+                                       (["b", "c"], None)])
+    assert required == {"a": 4, "b": None, "c": None}
+    keys = rules.IndebtedKeys(required)
+    assert keys == frozenset({"a", "b", "c"}) and keys.generations == {"a": 4}
+    assert rules.cached_answer_reflects(4, 4) and rules.cached_answer_reflects(4, 5)
+    assert not rules.cached_answer_reflects(4, 3)
+    assert not rules.cached_answer_reflects(4, None)
+    assert not rules.cached_answer_reflects(None, 99)
+
+
+# -- the publish ------------------------------------------------------------------------------
+
+
+def test_after_a_publish_the_edge_answers_the_old_etag_with_djangos_200_and_no_sql(
+        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks,
+        django_assert_num_queries):
+    agent = enroll()
+    old = _warm([agent])["web-1"]
+    _learned(agent)
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    _debts_read(clock)
+
+    with django_assert_num_queries(0):
+        status, headers, body = _edge(agent, old)
+
+    from_django = agent.client.get(DESIRED_PATH, HTTP_IF_NONE_MATCH=old)
+    assert status == 200 and from_django.status_code == 200
+    assert body == from_django.content
+    assert headers == {n.lower(): v for n, v in from_django.headers.items()}
+    assert from_django.json()["snapshot"]["number"] == 2
+    # Once per answer and process: a repeat goes to Django (and its throttle).
+    assert _edge(agent, old)[0] == DJANGO
+    assert _edge(agent, headers["etag"])[0] == 304
+
+
+def test_the_edge_sends_no_200_before_django_sent_one_nor_to_head_or_html(
+        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
+    agent = enroll()
+    old = _warm([agent])["web-1"]
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    _debts_read(clock)
+
+    assert _edge(agent, old)[0] == DJANGO  # nothing learned yet
+    _edge(agent, None, django_headers=[(b"content-type", b"application/json"),
+                                       (b"set-cookie", b"a=b")])
+    assert _edge(agent, old)[0] == DJANGO  # a 200 setting a cookie is not the route's
+    _learned(agent)
+    assert _edge(agent, old, method="HEAD")[0] == DJANGO
+    assert _edge(agent, old, accept="text/html")[0] == DJANGO
+    assert _edge(agent, old, accept="application/json")[0] == 200
+
+
+def test_a_publish_refills_its_followers_with_two_queries_however_many(
+        enroll, first, environment, superuser, django_assert_num_queries):
+    few = [enroll(f"web-{i}") for i in range(2)]
+    many = [enroll(f"db-{i}") for i in range(12)]
+
+    for group in (few, few + many):
+        keys = [a.agent.token_key for a in group]
+        with django_assert_num_queries(2):
+            services._refill_and_announce(keys)
+        states = {k: fleet_cache.poll_state(k) for k in keys}
+        assert all(s is not None and s["generation"] and s["body"] for s in states.values())
+
+
+def test_after_a_publish_polls_are_304_from_the_cache_not_the_database(
+        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks,
+        django_assert_num_queries):
+    """Through Django too: the refilled answer is trusted at once, so the agent that
+    took the new answer is 304 with no query, in the debt's grace period."""
+    agent = enroll()
+    _warm([agent])
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    _debts_read(clock)
+    assert PollInvalidation.objects.exists()
+    new = fleet_cache.poll_state(agent.agent.token_key)["etag"]
+
+    with django_assert_num_queries(0):
+        assert poll(agent.client, new).status_code == 304
+
+
+def test_a_pinned_agent_keeps_its_answer_through_a_publish(
+        enroll, first, environment, superuser, clock, client_for,
+        django_capture_on_commit_callbacks):
+    pinned, follower = enroll("web-1"), enroll("web-2")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _pin(client_for("deployer"), pinned).status_code < 300
+    etags = _warm([pinned, follower])
+    _learned(follower)
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    _debts_read(clock)
+
+    assert _edge(pinned, etags["web-1"])[0] == 304
+    status, _, body = _edge(follower, etags["web-2"])
+    assert status == 200 and b'"number":2' in body
+    _assert_edge_answers_as_the_database([pinned, follower], etags)
+
+
+def test_wave_agents_get_their_waves_answer_and_the_others_theirs(
+        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
+    agents = [enroll(f"web-{i}") for i in range(1, 5)]
+    with django_capture_on_commit_callbacks(execute=True):
+        second = publish_variant(environment, superuser, workers=8)
+    etags = _warm(agents)
+    _learned(agents[0])
+
+    with django_capture_on_commit_callbacks(execute=True):
+        start_rollout(environment, second, [agents[0].agent], actor=superuser,
+                      waves=[{"count": 1}, {"percent": 100}])
+    _debts_read(clock)
+
+    # The canary is held on #2, the others on #1 (frozen by the rollout).
+    assert _database_answer(agents[0])[0]["snapshot"]["number"] == 2
+    assert {_database_answer(a)[0]["snapshot"]["number"] for a in agents[1:]} == {1}
+    status, _, body = _edge(agents[0], etags["web-1"])
+    assert status == 200 and b'"number":2' in body
+    _assert_edge_answers_as_the_database(agents, etags)
+
+
+def test_a_token_revoked_right_after_a_publish_is_never_answered_by_the_edge(
+        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
+    agent = enroll()
+    old = _warm([agent])["web-1"]
+    _learned(agent)
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+        keys = [agent.agent.token_key]
+    new = fleet_cache.poll_state(agent.agent.token_key)["etag"]
+    with django_capture_on_commit_callbacks(execute=False):  # the cache drop failed
+        enrollment.agent_token_revoke(agent=agent.fresh(), actor=superuser)
+    _debts_read(clock)
+
+    assert _edge(agent, old)[0] == DJANGO
+    assert _edge(agent, new)[0] == DJANGO
+    assert poll(agent.client, new).status_code == 401
+    # A refill that ran after the revocation committed writes nothing for the token.
+    services._refill_and_announce(keys)
+    assert fleet_cache.poll_state(agent.agent.token_key) is None
+
+
+def test_a_stale_write_back_after_the_refill_is_not_trusted_and_the_sweep_drops_it(
+        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
+    """A poll that read the database before the publish committed stores its old
+    answer after the refill: untrusted (older than the debt's generation) until the
+    sweep, which drops it and keeps the refilled answers of the other agents."""
+    racer, other = enroll("web-1"), enroll("web-2")
+    etags = _warm([racer, other])
+    before = fleet_cache.poll_state(racer.agent.token_key)
+    _learned(other)
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    refilled = fleet_cache.poll_state(other.agent.token_key)
+    fleet_cache.store_poll_state(token_key=racer.agent.token_key, **before)  # stale
+    _debts_read(clock)
+
+    assert _edge(racer, etags["web-1"])[0] == DJANGO
+    PollInvalidation.objects.update(
+        seen_at=timezone.now() - timedelta(seconds=rules.POLL_DEBT_GRACE_S + 1))
+    assert services.poll_invalidations_sweep() == 1
+    assert fleet_cache.poll_state(racer.agent.token_key) is None
+    assert fleet_cache.poll_state(other.agent.token_key) == refilled
+    _debts_read(clock)
+    assert _edge(other, refilled["etag"])[0] == 304
+
+
+def test_a_refill_the_database_fails_drops_the_answers(
+        enroll, first, environment, superuser, monkeypatch):
+    agent = enroll()
+    _warm([agent])
+
+    def fails(keys):
+        raise OperationalError("down")
+
+    monkeypatch.setattr(selectors, "desired_states_of", fails)
+    services._refill_and_announce([agent.agent.token_key])
+    assert fleet_cache.poll_state(agent.agent.token_key) is None
+
+
+def test_the_refill_answers_as_each_agent_desires(enroll, first, environment, superuser,
+                                                  client_for):
+    """Manual, pinned, pushed and auto_pull agents: the refill writes, for each, the
+    answer the view computes from the database."""
+    auto, manual, pushed = enroll("web-1"), enroll("web-2", mode="manual"), enroll("web-3")
+    publish_variant(environment, superuser, workers=8)
+    deployer = client_for("deployer")
+    assert _pin(deployer, manual).status_code < 300
+    assert deployer.post(deploy_url(2), {"agents": [pushed.agent.pk]},
+                         format="json").status_code < 300
+    agents = [auto, manual, pushed]
+    services._refill_and_announce([a.agent.token_key for a in agents])
+
+    for agent in agents:
+        body, etag = _database_answer(agent)
+        state = fleet_cache.poll_state(agent.agent.token_key)
+        assert (state["etag"], state["body"]) == (etag, selectors.desired_body_bytes(body))
+        assert state["generation"] == agent.fresh().generation
+    assert Snapshot.objects.count() == 2
+
+
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=0)
+def test_learned_headers_are_forgotten_when_settings_change(enroll, first, clock):
+    agent = enroll()
+    _learned(agent)
+    assert pollanswer._headers_by_scheme
+    with override_settings(BELLWETHER_LONG_POLL_MAX_S=5):
+        assert not pollanswer._headers_by_scheme
