@@ -4,6 +4,7 @@ owners choose the one its rollouts start from when they name none. Every change 
 audited in its transaction; definitions are checked by strategy_rules."""
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from apps.audit.models import Action
 from apps.audit.services import audit_record
@@ -123,3 +124,10 @@ def rollout_options_for(environment: Environment, strategy_name: str | None,
     strategy = (strategy_named(environment, strategy_name) if strategy_name
                 else default_strategy(environment))
     return strategy, rollout_options(strategy.definition if strategy else None, given)
+
+
+def strategies_for(environment: Environment):
+    """The strategies an environment's rollouts may name: built-in and its tenant's."""
+    return RolloutStrategy.objects.filter(
+        Q(tenant__isnull=True) | Q(tenant_id=environment.application.tenant_id)
+    ).select_related("tenant")

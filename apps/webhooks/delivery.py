@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from apps.webhooks import rules, transport
@@ -100,9 +100,11 @@ def endpoints_due() -> list[int]:
     periodic sweep queues again (a prompt lost with its broker message, or a retry
     an inline run left for later)."""
     now = timezone.now()
-    due = WebhookDelivery.objects.filter(endpoint_id=OuterRef("pk"),
-                                         state=WebhookDelivery.State.PENDING,
-                                         next_attempt_at__lte=now)
+    # The oldest pending delivery decides: those after it wait for it (ordering).
+    head = (WebhookDelivery.objects.filter(endpoint_id=OuterRef("pk"),
+                                           state=WebhookDelivery.State.PENDING)
+            .order_by("sequence").values("next_attempt_at")[:1])
     return list(WebhookEndpoint.objects.filter(enabled=True).filter(
-        Q(lease_until__isnull=True) | Q(lease_until__lt=now)).filter(Exists(due))
+        Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .annotate(head_due_at=Subquery(head)).filter(head_due_at__lte=now)
         .values_list("pk", flat=True)[:1000])

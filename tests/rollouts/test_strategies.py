@@ -170,7 +170,8 @@ def test_an_owner_sets_reads_and_clears_the_default(owner, deployer, environment
     assert not EnvironmentStrategy.objects.exists()
 
 
-def test_setting_the_default_needs_an_owner_and_a_known_strategy(owner, deployer, stranger):
+def test_setting_the_default_needs_an_owner_and_a_known_strategy(owner, deployer, stranger,
+                                                                 environment):
     assert_error(deployer.put(DEFAULT, {"strategy": "all-at-once"}, format="json"), 403)
     assert_error(stranger.put(DEFAULT, {"strategy": "all-at-once"}, format="json"), 404)
     error = assert_error(owner.put(DEFAULT, {"strategy": "nope"}, format="json"), 400,
@@ -181,7 +182,8 @@ def test_setting_the_default_needs_an_owner_and_a_known_strategy(owner, deployer
     assert not EnvironmentStrategy.objects.exists()
 
 
-def test_another_tenants_strategy_cannot_be_a_default(owner, outsider, api_client):
+def test_another_tenants_strategy_cannot_be_a_default(owner, outsider, api_client,
+                                                      environment):
     assert _create(api_client(outsider), name="theirs", tenant="other").status_code == 201
     assert_error(owner.put(DEFAULT, {"strategy": "theirs"}, format="json"), 400,
                  "unknown_strategy")
