@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from apps.core.errors import ApplicationError
+from apps.core.events import DOMAIN_EVENTS
 from apps.core.text import whole_number
 from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
@@ -179,10 +180,11 @@ class RolloutForm(DashboardForm):
     cleaned_data["plan"] is the waves as rollout_create takes them."""
 
     snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
-    canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, error_messages={
-        "required": "Name the canaries: pick at least one agent."},
-        widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
-    waves = forms.CharField(initial="50, 100", error_messages={"required": WAVES_MESSAGE})
+    # A named strategy (docs/rollouts.md): the waves and gate typed here override it.
+    strategy = forms.ChoiceField(required=False, choices=[("", "none: the fields below")])
+    canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
+                             widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
+    waves = forms.CharField(initial="50, 100", required=False)
     gate = forms.ChoiceField(choices=[(gate, GATES[gate]) for gate in Rollout.Gate.values],
                              initial=Rollout.Gate.MANUAL, error_messages={
                                  "invalid_choice": f"one of {', '.join(Rollout.Gate.values)}.",
@@ -193,7 +195,8 @@ class RolloutForm(DashboardForm):
                       "nothing_to_roll_out": "snapshot",
                       "no_canaries": "canary", "canary_not_target": "canary"}
 
-    def __init__(self, data=None, *args, snapshots=(), agents=(), chosen=None, **kwargs):
+    def __init__(self, data=None, *args, snapshots=(), agents=(), chosen=None,
+                 strategies=(), **kwargs):
         if data is not None:
             data = data.copy()
             for name, value in self.defaults.items():
@@ -212,10 +215,14 @@ class RolloutForm(DashboardForm):
         if chosen in {s.number for s in offered}:
             self.fields["snapshot"].initial = chosen
         self.fields["canary"].widget.choices = [(agent.pk, agent.name) for agent in agents]
+        self.fields["strategy"].choices = [("", "none: the fields below"),
+                                           *[(s.name, str(s)) for s in strategies]]
 
-    def clean_waves(self) -> list[int]:
+    def clean_waves(self) -> list[int] | None:
         parts = [p.strip().rstrip("%") for p in self.cleaned_data["waves"].split(",")]
         parts = [p for p in parts if p]
+        if not parts and self.cleaned_data.get("strategy"):
+            return None  # the strategy's waves
         if not parts:
             raise ValidationError(WAVES_MESSAGE)
         number = NumberField(WAVES_MESSAGE, maximum=100)
@@ -223,7 +230,10 @@ class RolloutForm(DashboardForm):
 
     def clean(self):
         cleaned = super().clean()
-        if "waves" in cleaned and "gate" in cleaned:
+        if not cleaned.get("canary") and not cleaned.get("strategy") and "canary" in cleaned:
+            self.add_error("canary", "Name the canaries: pick at least one agent.")
+        cleaned["plan"] = None
+        if cleaned.get("waves") and "gate" in cleaned:
             cleaned["plan"] = [{"percent": percent, "gate": cleaned["gate"], "bake_s": 0}
                                for percent in cleaned["waves"]]
         return cleaned
@@ -292,3 +302,23 @@ class RolloutActionForm(DashboardForm):
 
     expected_version = NumberField("reload the page and try again.",
                                    widget=forms.HiddenInput)
+
+
+class WebhookForm(DashboardForm):
+    """A new webhook endpoint: its URL and the events it takes (the service checks
+    both and names the field of a refusal)."""
+
+    url = forms.CharField(max_length=2000)
+    events = forms.MultipleChoiceField(choices=[(e, e) for e in DOMAIN_EVENTS],
+                                       widget=forms.CheckboxSelectMultiple(
+                                           attrs={"class": "checks"}))
+    description = forms.CharField(max_length=200, required=False)
+
+    def refusal_field(self, error: ApplicationError) -> str | None:
+        details = error.details if isinstance(error.details, list) else []
+        field = details[0].get("field") if details and isinstance(details[0], dict) else None
+        return field if field in self.fields else None
+
+
+class WebhookActionForm(DashboardForm):
+    endpoint = NumberField("not a webhook endpoint.")

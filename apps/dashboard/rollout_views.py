@@ -17,6 +17,7 @@ from apps.rollouts.services import (
     rollout_pins_release,
     rollout_rollback,
 )
+from apps.rollouts.strategies import rollout_options_for, strategies_for
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
 
@@ -24,10 +25,12 @@ from apps.tenancy.models import Role
 @login_required
 @require_http_methods(["GET", "POST"])
 def rollout_new(request, application, environment):
-    """Start a staged rollout: canaries by agent, then waves by percent."""
+    """Start a staged rollout: a named strategy, and/or canaries by agent, then waves
+    by percent (overriding the strategy's)."""
     env = _environment(request, application, environment)
     choices = {"snapshots": selectors.rollout_snapshots(env),
-               "agents": selectors.canary_choices(env)}
+               "agents": selectors.canary_choices(env),
+               "strategies": list(strategies_for(env))}
     context = _page_context(request, env)
     if request.method == "GET":
         # ?snapshot=N: the snapshot a publish just stored (chosen when offered).
@@ -39,9 +42,12 @@ def rollout_new(request, application, environment):
         if not form.is_valid():
             return render(request, "dashboard/rollout_new.html", context, status=400)
         data = form.cleaned_data
+        strategy, options = rollout_options_for(
+            env, data["strategy"] or None,
+            {"canary_agents": data["canary"] or None, "waves": data["plan"]})
         rollout = rollout_create(
             environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
-            canary_agents=data["canary"], waves=data["plan"], actor=request.user)
+            actor=request.user, strategy=strategy, **options)
     except ApplicationError as error:
         if not form.add_refusal(error):
             context["error"] = error

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.dashboard import rollout_views, views
+from apps.dashboard import rollout_views, views, webhook_views
 
 app_name = "dashboard"
 
@@ -26,6 +26,8 @@ urlpatterns = [
     path(f"{ENV}snapshots/<int:number>/rollback/", views.snapshot_rollback_page,
          name="snapshot-rollback"),
     path(f"{ENV}rollouts/new/", rollout_views.rollout_new, name="rollout-new"),
+    path(f"{ENV}webhooks/", webhook_views.webhooks_page, name="webhooks"),
+    path(f"{ENV}webhooks/delete/", webhook_views.webhook_delete, name="webhook-delete"),
     path(f"{ENV}rollouts/<int:rollout_id>/confirm/", rollout_views.rollout_confirm_view,
          name="rollout-confirm"),
     path(f"{ENV}rollouts/<int:rollout_id>/rollback/", rollout_views.rollout_rollback_view,
