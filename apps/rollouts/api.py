@@ -264,6 +264,11 @@ class DefaultStrategySerializer(serializers.Serializer):
     strategy = serializers.CharField(max_length=64)
 
 
+class DefaultStrategyAnswerSerializer(serializers.Serializer):
+    environment = serializers.CharField()
+    strategy = StrategySerializer(allow_null=True)
+
+
 class EnvironmentStrategyApi(EnvironmentAPIView):
     """The strategy an environment's rollouts start from when they name none."""
 
@@ -272,11 +277,11 @@ class EnvironmentStrategyApi(EnvironmentAPIView):
         return Response({"environment": env.full_name,
                          "strategy": StrategySerializer(strategy).data if strategy else None})
 
-    @extend_schema(responses=DefaultStrategySerializer)
+    @extend_schema(responses=DefaultStrategyAnswerSerializer)
     def get(self, request, application, environment):
         return self.answer(self.environment(Role.VIEWER))
 
-    @extend_schema(request=DefaultStrategySerializer, responses=DefaultStrategySerializer,
+    @extend_schema(request=DefaultStrategySerializer, responses=DefaultStrategyAnswerSerializer,
                    summary="Set the environment's default rollout strategy (owners)")
     def put(self, request, application, environment):
         env = self.environment(Role.OWNER)

@@ -41,6 +41,13 @@ class EndpointUpdateSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(required=False)
 
 
+class EndpointWithSecretSerializer(EndpointSerializer):
+    secret = serializers.CharField(read_only=True)
+
+    class Meta(EndpointSerializer.Meta):
+        fields = [*EndpointSerializer.Meta.fields, "secret"]
+
+
 class DeliverySerializer(serializers.ModelSerializer):
     class Meta:
         model = WebhookDelivery
@@ -60,7 +67,8 @@ class EndpointListApi(EnvironmentAPIView, ListAPIView):
         return (WebhookEndpoint.objects.filter(environment=self.environment(Role.OWNER))
                 .select_related("environment__application"))
 
-    @extend_schema(request=EndpointCreateSerializer, responses={201: EndpointSerializer},
+    @extend_schema(request=EndpointCreateSerializer,
+                   responses={201: EndpointWithSecretSerializer},
                    summary="Register a webhook endpoint (its secret is shown this once)")
     def post(self, request, application, environment):
         env = self.environment(Role.OWNER)
@@ -105,7 +113,7 @@ class EndpointDetailApi(_EndpointApi):
 
 
 class EndpointRotateApi(_EndpointApi):
-    @extend_schema(request=None, responses=EndpointSerializer,
+    @extend_schema(request=None, responses=EndpointWithSecretSerializer,
                    summary="A new signing secret, shown this once")
     def post(self, request, endpoint_id):
         endpoint, secret = services.endpoint_update(endpoint=self.endpoint(),
