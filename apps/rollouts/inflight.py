@@ -19,11 +19,12 @@ def _limit(rollout: Rollout, wave: int, name: str) -> int | None:
 
 
 def _activate_first(rollout: Rollout, wave: int, room: int) -> int:
-    """Activate the first `room` pending targets of the wave (by id): their pins move
-    to the rollout's snapshot. Two UPDATEs over a LIMITed subquery."""
+    """Activate the first `room` pending targets of the wave (by agent name, as the
+    waves were filled): their pins move to the rollout's snapshot. Two UPDATEs over
+    a LIMITed subquery."""
     first = (RolloutTarget.objects.filter(rollout=rollout, wave=wave,
                                           state=RolloutTarget.State.PENDING)
-             .order_by("pk").values("pk")[:room])
+             .order_by("agent__name", "agent_id").values("pk")[:room])
     chosen = RolloutTarget.objects.filter(pk__in=Subquery(first)).order_by()
     pins_set(chosen.values("agent_id"), snapshot=rollout.snapshot, rollout=rollout)
     # The same rows again: they are still the first pending ones.
@@ -34,7 +35,8 @@ def _activate_first(rollout: Rollout, wave: int, room: int) -> int:
 
 
 def wave_open(rollout: Rollout, wave: int) -> int:
-    """Activate a wave as it opens: all of it, or its first max_in_flight targets."""
+    """Activate a wave as it opens: all of it, or its first max_in_flight targets
+    (by agent name)."""
     limit = _limit(rollout, wave, "max_in_flight")
     return wave_activate(rollout, wave) if not limit else _activate_first(rollout, wave, limit)
 
