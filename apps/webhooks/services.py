@@ -111,9 +111,9 @@ def queue_deliveries(endpoint_id: int) -> None:
 
 
 def _record(name: str, environment_id: int, data: dict) -> None:
-    endpoints = [e for e in WebhookEndpoint.objects.filter(
-        environment_id=environment_id, enabled=True).select_related("environment__application")
-        .select_for_update(of=("self",)).order_by("pk") if name in e.events]
+    endpoints = [e for e in locks.lock_all(WebhookEndpoint.objects.filter(
+        environment_id=environment_id, enabled=True).select_related("environment__application"))
+        if name in e.events]
     if not endpoints:
         return
     now = timezone.now()
