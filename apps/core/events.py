@@ -113,7 +113,7 @@ def subscribe(handler) -> None:
         _subscribers.append(handler)
 
 
-def announce(name: str, *, environment_id: int, **data) -> None:
+def announce(name: str, /, *, environment_id: int, **data) -> None:
     """Hand the domain event `name` about an environment to every subscriber, in the
     caller's transaction; `data` holds ids and numbers only (JSON)."""
     if name not in DOMAIN_EVENTS:

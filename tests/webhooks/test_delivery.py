@@ -193,3 +193,10 @@ def test_publishing_announces_snapshot_published(environment, receiver, superuse
     publish_variant(environment, superuser, workers=2)
     delivery = WebhookDelivery.objects.get(endpoint=endpoint)
     assert json.loads(delivery.body)["data"]["snapshot"] == 2
+
+
+def test_event_data_may_use_any_key_even_name(environment, receiver, superuser):
+    endpoint = _endpoint(environment, receiver, superuser, events=["drift.reported"])
+    announce("drift.reported", environment_id=environment.pk, agent=1, name="web-1")
+    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    assert json.loads(delivery.body)["data"] == {"agent": 1, "name": "web-1"}
