@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "apps.fleet",
     "apps.rollouts",
     "apps.releases",
+    "apps.webhooks",
     "apps.dashboard",
 ]
 
@@ -278,6 +279,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.releases.tasks.retention_sweep_task",
         "schedule": 600.0,
     },
+    "sweep-webhooks": {
+        "task": "apps.webhooks.tasks.webhooks_sweep_task",
+        "schedule": 15.0,
+    },
 }
 
 # The longest an agent's poll with ?wait=N is held until its desired state changes
@@ -433,6 +438,18 @@ BELLWETHER_ROLLOUT_LIMITS = {
     "max_targets": env_int("BELLWETHER_ROLLOUT_MAX_TARGETS", 10_000, minimum=1),
     "max_active": env_int("BELLWETHER_ROLLOUT_MAX_ACTIVE", 20, minimum=1),
     "max_history": env_int("BELLWETHER_ROLLOUT_MAX_HISTORY", 200, minimum=1),
+}
+
+# Webhooks (docs/webhooks.md). Private, loopback and link-local addresses are
+# refused unless allowed (tests' receivers run on 127.0.0.1; never in production
+# without a reason: docs/security.md, "Webhooks").
+BELLWETHER_WEBHOOKS = {
+    "allow_private": env_bool("BELLWETHER_WEBHOOK_ALLOW_PRIVATE", False),
+    "timeout_s": env_int("BELLWETHER_WEBHOOK_TIMEOUT_S", 5, minimum=1, maximum=30),
+    "max_attempts": env_int("BELLWETHER_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20),
+    "backoff_s": env_int("BELLWETHER_WEBHOOK_BACKOFF_S", 10, minimum=1, maximum=3600),
+    "backoff_max_s": env_int("BELLWETHER_WEBHOOK_BACKOFF_MAX_S", 3600, minimum=1),
+    "max_endpoints": env_int("BELLWETHER_WEBHOOK_MAX_ENDPOINTS", 20, minimum=1),
 }
 
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))

@@ -11,7 +11,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from apps.core.handlers import favicon, healthz, not_found_api, readyz
 from project.metrics import metrics
 
-API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts", "releases"]
+API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts", "releases",
+            "webhooks"]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

@@ -57,6 +57,12 @@ class Action(models.TextChoices):
     QUARANTINE_OVERRIDE = "quarantine.override"  # an owner released quarantined content
     QUARANTINE_LIFT = "quarantine.lift"
     ENVIRONMENT_RESET = "environment.reset"  # inputs reset to the active snapshot's source
+    STRATEGY_CREATE = "strategy.create"
+    STRATEGY_DELETE = "strategy.delete"
+    STRATEGY_DEFAULT = "strategy.default"  # an environment's default strategy set or cleared
+    WEBHOOK_CREATE = "webhook.create"
+    WEBHOOK_UPDATE = "webhook.update"  # its events, enabled, or a new secret
+    WEBHOOK_DELETE = "webhook.delete"
 
     @classmethod
     def file_change(cls, kind: str, change: str) -> "Action":

@@ -4,6 +4,11 @@ A page that receives one refetches what it shows; it never trusts data in the ev
 Kinds: agent {id} (no id: many agents of the environment), deployment {id, agent,
 snapshot}, snapshot {number}, rollout {id}, pending {}. Every event names its
 environment. A user's own group carries session.end (logout) to their sockets.
+
+Domain events (`announce`) are the other kind: named facts about an environment
+(DOMAIN_EVENTS) handed to the subscribers an app above registered (`subscribe`;
+apps.webhooks records its deliveries there). They run inside the announcing
+transaction, so what they write commits or rolls back with the change.
 """
 
 import asyncio
@@ -18,6 +23,23 @@ from apps.core.breaker import best_effort_redis
 logger = logging.getLogger(__name__)
 
 KINDS = ("agent", "deployment", "snapshot", "rollout", "pending")
+
+# Named facts an environment's owners may subscribe to (webhooks). The approval
+# events are announced by apps.governance: "approval.requested" {approval, snapshot,
+# requested_by} and "approval.given" {approval, snapshot, given_by}.
+DOMAIN_EVENTS = (
+    "snapshot.published",     # {snapshot, label, checksum, kind, state}
+    "rollout.started",        # {rollout, snapshot, waves, strategy}
+    "rollout.wave_advanced",  # {rollout, snapshot, wave, waves, why}
+    "rollout.confirmed",      # {rollout, snapshot, wave}
+    "rollout.completed",      # {rollout, snapshot}
+    "rollout.rolled_back",    # {rollout, snapshot, rollback_snapshot, reason}
+    "approval.requested",
+    "approval.given",
+    "drift.reported",         # {agent, name, snapshot, files, restored, drifted}
+)
+
+_subscribers: list = []
 
 
 def environment_group(environment_id: int) -> str:
@@ -82,3 +104,19 @@ def emit_session_end(*, user_id: int, session_key: str | None) -> None:
     """Close the user's sockets opened with `session_key` (all of them for None)."""
     transaction.on_commit(lambda: _send(user_group(user_id), {
         "type": "session.end", "session_key": session_key}))
+
+
+def subscribe(handler) -> None:
+    """Call `handler(name, environment_id=..., data=...)` for every domain event,
+    inside the announcing transaction (an app's ready() registers it once)."""
+    if handler not in _subscribers:
+        _subscribers.append(handler)
+
+
+def announce(name: str, /, *, environment_id: int, **data) -> None:
+    """Hand the domain event `name` about an environment to every subscriber, in the
+    caller's transaction; `data` holds ids and numbers only (JSON)."""
+    if name not in DOMAIN_EVENTS:
+        raise ValueError(f"unknown domain event {name!r}")
+    for handler in _subscribers:
+        handler(name, environment_id=environment_id, data=data)

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from apps.core.errors import ApplicationError
+from apps.core.events import DOMAIN_EVENTS
 from apps.core.text import whole_number
 from apps.core.validators import WholeNumberFormField
 from apps.environments.models import Environment
@@ -203,6 +204,10 @@ class RolloutForm(DashboardForm):
     cleaned_data["plan"] is the waves as rollout_create takes them."""
 
     snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
+    # A named strategy (docs/rollouts.md): chosen, it gives the waves, gate, bake time,
+    # failures tolerated and wave timeout (the fields for them are not used); canaries
+    # named here replace its canary size.
+    strategy = forms.ChoiceField(required=False, choices=[("", "none: the fields below")])
     canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
                              widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
     canary_labels = forms.CharField(required=False, max_length=2000, widget=forms.TextInput(
@@ -227,7 +232,8 @@ class RolloutForm(DashboardForm):
                       "nothing_to_roll_out": "snapshot",
                       "no_canaries": "canary", "canary_not_target": "canary"}
 
-    def __init__(self, data=None, *args, snapshots=(), agents=(), chosen=None, **kwargs):
+    def __init__(self, data=None, *args, snapshots=(), agents=(), chosen=None,
+                 strategies=(), **kwargs):
         if data is not None:
             data = data.copy()
             for name, value in self.defaults.items():
@@ -246,10 +252,14 @@ class RolloutForm(DashboardForm):
         if chosen in {s.number for s in offered}:
             self.fields["snapshot"].initial = chosen
         self.fields["canary"].widget.choices = [(agent.pk, agent.name) for agent in agents]
+        self.fields["strategy"].choices = [("", "none: the fields below"),
+                                           *[(s.name, str(s)) for s in strategies]]
 
-    def clean_waves(self) -> list[int]:
+    def clean_waves(self) -> list[int] | None:
         parts = [p.strip().rstrip("%") for p in self.cleaned_data["waves"].split(",")]
         parts = [p for p in parts if p]
+        if not parts and self.cleaned_data.get("strategy"):
+            return None  # the strategy's waves
         if not parts:
             raise ValidationError(WAVES_MESSAGE)
         number = NumberField(WAVES_MESSAGE, maximum=100)
@@ -262,7 +272,7 @@ class RolloutForm(DashboardForm):
         cleaned = super().clean()
         if not any(self.has_error(f) for f in ("canary", "canary_labels", "canary_percent")) \
                 and not (cleaned.get("canary") or cleaned.get("canary_labels")
-                         or cleaned.get("canary_percent")):
+                         or cleaned.get("canary_percent") or cleaned.get("strategy")):
             self.add_error("canary", "Name the canaries: pick at least one agent.")
         if "waves" in cleaned and "gate" in cleaned and "bake_s" in cleaned:
             cleaned["plan"] = [{"percent": percent, "gate": cleaned["gate"],
@@ -354,3 +364,23 @@ class PromoteForm(DashboardForm):
 
 class SnapshotRemoveForm(DashboardForm):
     reason = forms.CharField(max_length=500, strip=True)
+
+
+class WebhookForm(DashboardForm):
+    """A new webhook endpoint: its URL and the events it takes (the service checks
+    both and names the field of a refusal)."""
+
+    url = forms.CharField(max_length=2000)
+    events = forms.MultipleChoiceField(choices=[(e, e) for e in DOMAIN_EVENTS],
+                                       widget=forms.CheckboxSelectMultiple(
+                                           attrs={"class": "checks"}))
+    description = forms.CharField(max_length=200, required=False)
+
+    def refusal_field(self, error: ApplicationError) -> str | None:
+        details = error.details if isinstance(error.details, list) else []
+        field = details[0].get("field") if details and isinstance(details[0], dict) else None
+        return field if field in self.fields else None
+
+
+class WebhookActionForm(DashboardForm):
+    endpoint = NumberField("not a webhook endpoint.")

@@ -25,6 +25,7 @@ from apps.rollouts.services import (
     rollout_pins_release,
     rollout_rollback,
 )
+from apps.rollouts.strategies import rollout_options_for, strategies_for
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
 
@@ -32,10 +33,12 @@ from apps.tenancy.models import Role
 @login_required
 @require_http_methods(["GET", "POST"])
 def rollout_new(request, application, environment):
-    """Start a staged rollout: canaries by agent, then waves by percent."""
+    """Start a staged rollout: a named strategy, and/or canaries by agent, then waves
+    by percent (overriding the strategy's)."""
     env = _environment(request, application, environment)
     choices = {"snapshots": selectors.rollout_snapshots(env),
-               "agents": selectors.canary_choices(env)}
+               "agents": selectors.canary_choices(env),
+               "strategies": list(strategies_for(env))}
     context = _page_context(request, env)
     if request.method == "GET":
         # ?snapshot=N: the snapshot a publish just stored (chosen when offered).
@@ -58,15 +61,20 @@ def rollout_new(request, application, environment):
 
 def _start(env, data: dict, actor):
     """rollout_create with what the valid rollout form says: canaries by agent, by
-    labels and by percent of the enabled agents together."""
+    labels and by percent of the enabled agents together; the waves and their
+    settings from the strategy chosen, else (none chosen) the form's own."""
     canaries = list(data["canary"])
     if data["canary_percent"]:
         canaries += selectors.canaries_by_percent(env, data["canary_percent"])
+    given = {"canary_agents": canaries or None, "canary_labels": data["canary_labels"] or None}
+    if not data["strategy"]:
+        given |= {"waves": data["plan"], "bake_s": data["bake_s"],
+                  "failure_threshold": data["failure_threshold"],
+                  "wave_timeout_s": data["wave_timeout_s"]}
+    strategy, options = rollout_options_for(env, data["strategy"] or None, given)
     return rollout_create(
         environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
-        canary_agents=canaries, canary_labels=data["canary_labels"] or None,
-        waves=data["plan"], bake_s=data["bake_s"], failure_threshold=data["failure_threshold"],
-        wave_timeout_s=data["wave_timeout_s"], actor=actor)
+        actor=actor, strategy=strategy, **options)
 
 
 def _rollout_action(request, application, environment, rollout_id, service, verb):

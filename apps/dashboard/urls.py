@@ -3,7 +3,14 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.dashboard import audit_views, history_views, rollout_views, snapshot_views, views
+from apps.dashboard import (
+    audit_views,
+    history_views,
+    rollout_views,
+    snapshot_views,
+    views,
+    webhook_views,
+)
 
 app_name = "dashboard"
 
@@ -36,6 +43,8 @@ urlpatterns = [
     path(f"{ENV}publications/<uuid:publication_id>/confirm/",
          history_views.publication_confirm_view, name="publication-confirm"),
     path(f"{ENV}rollouts/new/", rollout_views.rollout_new, name="rollout-new"),
+    path(f"{ENV}webhooks/", webhook_views.webhooks_page, name="webhooks"),
+    path(f"{ENV}webhooks/delete/", webhook_views.webhook_delete, name="webhook-delete"),
     path(f"{ENV}rollouts/<int:rollout_id>/confirm/", rollout_views.rollout_confirm_view,
          name="rollout-confirm"),
     path(f"{ENV}rollouts/<int:rollout_id>/pause/", rollout_views.rollout_pause_view,

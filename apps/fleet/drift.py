@@ -16,7 +16,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core.errors import ValidationFailed
-from apps.core.events import emit
+from apps.core.events import announce, emit
 from apps.fleet import rules
 from apps.fleet.models import Agent
 from apps.snapshots.models import Snapshot
@@ -82,6 +82,9 @@ def agent_drift_record(*, agent: Agent, number: int, checksum: str, files: list,
                            "paths": [f["path"] for f in files[:AUDITED_PATHS]],
                            "files": len(files)})
         emit("agent", environment_id=locked.environment_id, id=locked.pk)
+        announce("drift.reported", environment_id=locked.environment_id, agent=locked.pk,
+                 name=locked.name, snapshot=number, restored=restored,
+                 files=[f["path"] for f in files[:AUDITED_PATHS]], drifted=bool(files))
     logger.info("agent %s: %d drifted file(s)%s", locked.name, len(files),
                 " (restored)" if restored else "")
     return True

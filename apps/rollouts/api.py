@@ -1,11 +1,13 @@
-"""Rollout API: create, list, detail with wave progress, confirm, pause, resume,
-rollback, delete, releasing a rollout's pin on an agent, and releasing all of a
-finished rollout's pins."""
+"""Rollout API: create (from a named strategy or field by field), list, detail with
+wave progress, confirm, pause, resume, rollback, delete, releasing a rollout's pin on
+an agent and all of a finished rollout's pins; named strategies and an environment's
+default."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, WholeNumberField
@@ -17,8 +19,8 @@ from apps.environments.views import (
     quarantine_override,
 )
 from apps.fleet.models import Agent
-from apps.rollouts import pausing, selectors, services
-from apps.rollouts.models import Rollout, RolloutTarget
+from apps.rollouts import pausing, selectors, services, strategies
+from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
 
@@ -30,6 +32,8 @@ class WaveSpecSerializer(serializers.Serializer):
     count = WholeNumberField(min_value=1, required=False)
     gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.AUTO)
     bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
+    max_in_flight = WholeNumberField(min_value=1, max_value=10_000, required=False)
+    max_failures = WholeNumberField(min_value=1, max_value=10_000, required=False)
 
     def validate(self, attrs):
         if ("percent" in attrs) == ("count" in attrs):
@@ -49,11 +53,15 @@ class RolloutCreateSerializer(QuarantineOverrideSerializer):
         child=WholeNumberField(min_value=1, max_value=2**63 - 1), required=False,
         max_length=10_000)
     canary_labels = LabelsField(child=NameField(), required=False)
-    canary_gate = serializers.ChoiceField(Rollout.Gate.choices, default=Rollout.Gate.MANUAL)
-    bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
+    # Set or not: a field left out comes from the strategy (or the defaults).
+    strategy = serializers.CharField(max_length=64, required=False)
+    canary_count = WholeNumberField(min_value=1, max_value=10_000, required=False)
+    canary_percent = WholeNumberField(min_value=1, max_value=100, required=False)
+    canary_gate = serializers.ChoiceField(Rollout.Gate.choices, required=False)
+    bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, required=False)
     waves = WaveSpecSerializer(many=True, required=False, max_length=50)
-    failure_threshold = WholeNumberField(min_value=0, max_value=100_000, default=0)
-    wave_timeout_s = WholeNumberField(min_value=60, max_value=7 * 86400, default=3600)
+    failure_threshold = WholeNumberField(min_value=0, max_value=100_000, required=False)
+    wave_timeout_s = WholeNumberField(min_value=60, max_value=7 * 86400, required=False)
 
 
 class ExpectedVersionSerializer(serializers.Serializer):
@@ -66,10 +74,12 @@ class RolloutSerializer(serializers.ModelSerializer):
     rollback_snapshot = WholeNumberField(source="rollback_snapshot.number",
                                                  allow_null=True, default=None)
     waves = serializers.SerializerMethodField()
+    strategy = serializers.CharField(source="strategy.name", allow_null=True, default=None)
 
     class Meta:
         model = Rollout
-        fields = ["id", "environment", "snapshot", "state", "version", "current_wave", "waves",
+        fields = ["id", "environment", "snapshot", "strategy", "state", "version",
+                  "current_wave", "waves",
                   "failure_threshold", "wave_started_at", "wave_timeout_s", "reason",
                   "rollback_snapshot", "created_at", "finished_at"]
 
@@ -84,7 +94,7 @@ class RolloutSerializer(serializers.ModelSerializer):
 
 def _rollouts():
     return Rollout.objects.select_related("environment__application", "snapshot",
-                                          "rollback_snapshot")
+                                          "rollback_snapshot", "strategy")
 
 
 def _detail(rollout: Rollout) -> dict:
@@ -128,9 +138,10 @@ class RolloutListApi(EnvironmentAPIView, ListAPIView):
         snapshot = snapshot_get(environment=env, number=v.pop("snapshot"))
         override_reason = quarantine_override(request, env, v)
         v.pop("override_quarantine"), v.pop("reason")
+        strategy, options = strategies.rollout_options_for(env, v.pop("strategy", None), v)
         rollout = services.rollout_create(environment=env, snapshot=snapshot,
                                           actor=request.user, override_reason=override_reason,
-                                          **v)
+                                          strategy=strategy, **options)
         return Response(_detail(_rollouts().get(pk=rollout.pk)),
                         status=status.HTTP_201_CREATED)
 
@@ -204,3 +215,100 @@ class RolloutResumeApi(_RolloutTransitionApi):
                    summary="Resume a paused rollout (its wave's clock starts again)")
     def post(self, request, rollout_id):
         return self.transition(request, pausing.rollout_resume)
+
+
+# --- named strategies ------------------------------------------------------------------
+
+
+class StrategySerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.slug", allow_null=True, default=None)
+    builtin = serializers.BooleanField(source="is_builtin")
+
+    class Meta:
+        model = RolloutStrategy
+        fields = ["id", "name", "tenant", "builtin", "description", "definition", "created_at"]
+
+
+class StrategyCreateSerializer(serializers.Serializer):
+    tenant = serializers.SlugField(max_length=64)
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True,
+                                        default="")
+    definition = serializers.JSONField()
+
+
+class StrategyListApi(ListAPIView):
+    serializer_class = StrategySerializer
+
+    def get_queryset(self):
+        return selectors.strategies_visible_to(self.request.user).distinct()
+
+    @extend_schema(request=StrategyCreateSerializer, responses={201: StrategySerializer},
+                   summary="Create a tenant's rollout strategy (its owners)")
+    def post(self, request):
+        data = StrategyCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        tenant = selectors.tenant_owned(request.user, v.pop("tenant"))
+        strategy = strategies.strategy_create(tenant=tenant, actor=request.user, **v)
+        return Response(StrategySerializer(strategy).data, status=status.HTTP_201_CREATED)
+
+
+class StrategyDetailApi(APIView):
+    def strategy(self) -> RolloutStrategy:
+        strategy = selectors.strategies_visible_to(self.request.user).filter(
+            pk=self.kwargs["strategy_id"]).first()
+        if strategy is None:
+            raise NotFound("Strategy not found.")
+        return strategy
+
+    @extend_schema(responses=StrategySerializer)
+    def get(self, request, strategy_id):
+        return Response(StrategySerializer(self.strategy()).data)
+
+    @extend_schema(responses={204: None}, summary="Delete a tenant's strategy (its owners)")
+    def delete(self, request, strategy_id):
+        strategy = self.strategy()
+        if not strategy.is_builtin:
+            selectors.tenant_owned(request.user, strategy.tenant.slug)
+        strategies.strategy_delete(strategy=strategy, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DefaultStrategySerializer(serializers.Serializer):
+    strategy = serializers.CharField(max_length=64)
+
+
+class DefaultStrategyAnswerSerializer(serializers.Serializer):
+    environment = serializers.CharField()
+    strategy = StrategySerializer(allow_null=True)
+
+
+class EnvironmentStrategyApi(EnvironmentAPIView):
+    """The strategy an environment's rollouts start from when they name none."""
+
+    def answer(self, env: Environment) -> Response:
+        strategy = strategies.default_strategy(env)
+        return Response({"environment": env.full_name,
+                         "strategy": StrategySerializer(strategy).data if strategy else None})
+
+    @extend_schema(responses=DefaultStrategyAnswerSerializer)
+    def get(self, request, application, environment):
+        return self.answer(self.environment(Role.VIEWER))
+
+    @extend_schema(request=DefaultStrategySerializer, responses=DefaultStrategyAnswerSerializer,
+                   summary="Set the environment's default rollout strategy (owners)")
+    def put(self, request, application, environment):
+        env = self.environment(Role.OWNER)
+        data = DefaultStrategySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        strategy = strategies.strategy_named(env, data.validated_data["strategy"])
+        strategies.environment_strategy_set(environment=env, strategy=strategy,
+                                            actor=request.user)
+        return self.answer(env)
+
+    @extend_schema(responses={204: None}, summary="Clear the default rollout strategy")
+    def delete(self, request, application, environment):
+        strategies.environment_strategy_set(environment=self.environment(Role.OWNER),
+                                            strategy=None, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -62,6 +62,9 @@ class Rollout(models.Model):
     # Kept when the rollout finishes, before its pins are released: per wave
     # {targets, activated, acknowledged, failed, released} and the last evidence.
     final_summary = models.JSONField(null=True, blank=True)
+    # The named strategy it started from, if any (its fields may have been overridden).
+    strategy = models.ForeignKey("RolloutStrategy", null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="+")
 
     objects = RolloutQuerySet.as_manager()
 
@@ -147,3 +150,56 @@ class SnapshotQuarantine(models.Model):
         """What the API and the dashboard show: which snapshot and rollout, why, when."""
         return {"snapshot": self.snapshot.number, "rollout": self.rollout_id,
                 "reason": self.reason, "at": self.created_at}
+
+
+class RolloutStrategy(models.Model):
+    """A named way to roll out (docs/rollouts.md, "Strategies"): canaries, waves with
+    their gates, bake times, max in flight and failure stops, a failure threshold and
+    a wave timeout, as `definition` (checked by rules.strategy_problems). Built-in
+    ones (no tenant) are seeded by a migration and read-only; a tenant's own are
+    its owners'."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", null=True, blank=True,
+                               on_delete=models.CASCADE, related_name="rollout_strategies")
+    name = models.CharField(max_length=64)
+    description = models.CharField(max_length=500, blank=True)
+    definition = models.JSONField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        verbose_name_plural = "rollout strategies"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], condition=Q(tenant__isnull=False),
+                                    name="strategy_tenant_name_unique"),
+            models.UniqueConstraint(fields=["name"], condition=Q(tenant__isnull=True),
+                                    name="strategy_builtin_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name if self.tenant_id else f"{self.name} (built-in)"
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.tenant_id is None
+
+
+class EnvironmentStrategy(models.Model):
+    """The strategy an environment's rollouts start from when they name none. Kept
+    here, keyed by the environment, so that environments need no field for it."""
+
+    environment = models.OneToOneField(Environment, on_delete=models.CASCADE,
+                                       related_name="default_strategy")
+    strategy = models.ForeignKey(RolloutStrategy, on_delete=models.PROTECT,
+                                 related_name="defaults")
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                               on_delete=models.SET_NULL, related_name="+")
+    set_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "default rollout strategy"
+
+    def __str__(self) -> str:
+        return f"{self.environment}: {self.strategy}"

@@ -12,7 +12,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
-from apps.rollouts import rules, selectors
+from apps.rollouts import inflight, rules, selectors
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import advance, locked_rollout, rollout_rollback, transition
 
@@ -44,6 +44,9 @@ def rollout_reconcile(*, rollout_id: int) -> str:
 def _drive(rollout: Rollout) -> str:
     """Advance an acknowledged, baked wave behind an automatic gate, or pause a wave
     that timed out. Called with the rollout locked."""
+    limited = _wave_limits(rollout)
+    if limited:
+        return limited
     wave = rollout.waves[rollout.current_wave]
     evidence = selectors.wave_evidence(rollout)
     waited = timezone.now() - rollout.wave_started_at
@@ -61,6 +64,18 @@ def _drive(rollout: Rollout) -> str:
                     state=Rollout.State.PAUSED, reason=reason)
         return "paused"
     return "waiting"
+
+
+def _wave_limits(rollout: Rollout) -> str | None:
+    """A wave's own limits (apps.rollouts.inflight): stop it (pause) at its
+    max_failures, else top it up to max_in_flight. None when neither acted."""
+    reason = inflight.wave_stop_reason(rollout)
+    if reason:
+        transition(rollout, None, Action.ROLLOUT_PAUSE,
+                   f"Rollout {rollout.pk} paused: {reason}",
+                   state=Rollout.State.PAUSED, reason=reason)
+        return "stopped"
+    return "topped_up" if inflight.wave_top_up(rollout) else None
 
 
 def rollouts_reconcile() -> dict:

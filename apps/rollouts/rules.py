@@ -5,6 +5,8 @@
 - `WaveEvidence` is what the targets of a wave have shown; `settled` and
   `blockers` say whether the wave may advance and what holds it.
 - `is_canary` says whether an agent is a canary by id or labels.
+- `strategy_problems` checks a named strategy's definition, field by field;
+  `rollout_options` merges a strategy with the fields a request set itself.
 - `nothing_to_roll_out` says when a rollout could never finish: every target
   already runs the snapshot.
 """
@@ -73,8 +75,14 @@ def plan_waves(*, total: int, canaries: int, waves: list[dict], canary_gate: str
     for index, size in enumerate(sizes[1:]):
         spec = waves[min(index, len(waves) - 1)]
         plan.append({"size": size, "gate": spec.get("gate", AUTO),
-                     "bake_s": spec.get("bake_s", 0)})
+                     "bake_s": spec.get("bake_s", 0),
+                     **{k: spec[k] for k in WAVE_LIMITS if spec.get(k)}})
     return plan
+
+
+# A wave's limits: how many of its agents may be applying at once (the others wait
+# unpinned-to-new until some report), and how many failures stop (pause) it.
+WAVE_LIMITS = ("max_in_flight", "max_failures")
 
 
 def assign_waves(canaries: list, others: list, plan: list[dict]) -> list[tuple]:

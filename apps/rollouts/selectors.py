@@ -6,10 +6,12 @@ from datetime import timedelta
 from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
+from apps.core.errors import NotFound, PermissionDenied
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.selectors import last_seen_of
-from apps.rollouts.models import Rollout, RolloutTarget
+from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.rollouts.rules import WaveEvidence
+from apps.tenancy.models import Membership, Role, Tenant
 
 FRESHNESS_INTERVALS = 3
 FRESHNESS_MIN = timedelta(seconds=180)
@@ -144,3 +146,26 @@ def wave_progress(rollouts) -> dict:
         progress.setdefault(row["rollout_id"], {})[row["wave"]] = {
             k: row[k] for k in ("targets", "activated", "released")}
     return progress
+
+
+def strategies_visible_to(user):
+    """The built-in strategies and those of the tenants `user` belongs to."""
+    if not user.is_authenticated or not user.is_active:
+        return RolloutStrategy.objects.none()
+    strategies = RolloutStrategy.objects.select_related("tenant")
+    if user.is_superuser:
+        return strategies
+    return strategies.filter(Q(tenant__isnull=True) | Q(tenant__memberships__user=user))
+
+
+def tenant_owned(user, slug: str) -> Tenant:
+    """The tenant `slug` if `user` owns it: 404 when they are no member, 403 when
+    they are one but not its owner."""
+    tenant = Tenant.objects.filter(slug=slug).first()
+    role = (None if tenant is None or user.is_superuser else Membership.objects.filter(
+        tenant=tenant, user=user).values_list("role", flat=True).first())
+    if tenant is None or (role is None and not user.is_superuser):
+        raise NotFound(f"Tenant {slug} not found.", details=[{"field": "tenant"}])
+    if role is not None and role != Role.OWNER:
+        raise PermissionDenied(f"This needs the owner role in {tenant.name}.")
+    return tenant

@@ -15,15 +15,15 @@ from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
 from apps.core.errors import Conflict, NotFound, ValidationFailed
-from apps.core.events import emit
+from apps.core.events import announce, emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent
 from apps.fleet.rules import check_generation, held_refusal, is_held, refuses
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
-from apps.rollouts import bounds, rules, selectors
-from apps.rollouts.models import Rollout, RolloutTarget
+from apps.rollouts import bounds, inflight, rules, selectors
+from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.rollouts.quarantine import quarantine_record, refuse_quarantined
-from apps.rollouts.targets import pins_release, targets_store, wave_activate
+from apps.rollouts.targets import pins_release, targets_store
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.services import (
     publication_activated,
@@ -110,14 +110,18 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
     return agents
 
 
-def _canaries(agents: list[Agent], ids: list[int] | None, labels: dict | None) -> tuple:
-    """(canaries, others): the others ordered by name, as their waves take them."""
+def _canaries(agents: list[Agent], ids: list[int] | None, labels: dict | None,
+              size: int | None = None) -> tuple:
+    """(canaries, others): the others ordered by name, as their waves take them.
+    Without ids or labels, the first `size` agents by name are the canaries."""
     ids = set(ids or [])
     strangers = ids - {a.pk for a in agents}
     if strangers:
         raise ValidationFailed(f"Canaries {sorted(strangers)[:20]} are not among the "
                                "targets.", code="canary_not_target")
     canaries = [a for a in agents if rules.is_canary(a, ids=ids, labels=labels)]
+    if not ids and not labels and size:
+        canaries = sorted(agents, key=lambda a: (a.name, a.pk))[:size]
     if not canaries:
         raise ValidationFailed("The canary wave would be empty.", code="no_canaries")
     chosen = {a.pk for a in canaries}
@@ -139,7 +143,7 @@ def _rollout_store(env: Environment, snapshot: Snapshot, plan: list[dict],
         raise Conflict(f"{env.full_name} already has an active rollout.",
                        code="rollout_active") from None
     targets_store(rollout, assignment)
-    wave_activate(rollout, 0)
+    inflight.wave_open(rollout, 0)
     return rollout
 
 
@@ -148,18 +152,22 @@ def rollout_create(
     canary_agents: list[int] | None = None, canary_labels: dict | None = None,
     waves: list[dict] | None = None, failure_threshold: int = 0,
     canary_gate: str = Rollout.Gate.MANUAL, bake_s: int = 0, wave_timeout_s: int = 3600,
-    override_reason: str | None = None,
+    override_reason: str | None = None, canary_count: int | None = None,
+    canary_percent: int | None = None, strategy: RolloutStrategy | None = None,
 ) -> Rollout:
     """Stage `snapshot` over the environment's agents (all enabled ones, or `targets`
     [{agent, expected_generation}]). Freezes every target's desired snapshot with a
-    pin, then pins the canaries to the new one — all in one transaction. Quarantined
-    content is refused unless `override_reason` (an owner's) is given."""
+    pin, then pins the canaries (named, or the first canary_count / canary_percent
+    by name) to the new one — all in one transaction. Quarantined content is refused
+    unless `override_reason` (an owner's) is given. `strategy` is recorded only: the
+    caller merged its options (apps.rollouts.strategies.rollout_options_for)."""
     waves = waves or [{"percent": 100, "gate": Rollout.Gate.AUTO, "bake_s": 0}]
     problem = rules.wave_specs_problem(waves)
     if problem:
         raise ValidationFailed(problem)
-    if not canary_agents and not canary_labels:
-        raise ValidationFailed("Name the canaries: agent ids or labels.", code="no_canaries")
+    if not (canary_agents or canary_labels or canary_count or canary_percent):
+        raise ValidationFailed("Name the canaries: agent ids, labels, or a count.",
+                               code="no_canaries")
     with transaction.atomic():
         # The tenant first: its active rollouts are counted against a tenant-wide bound.
         locks.lock_one(Tenant.objects, applications__environments=environment.pk)
@@ -167,13 +175,17 @@ def rollout_create(
         _check_environment(env, snapshot, actor, override_reason)
         agents = _targets(env, targets, snapshot)
         bounds.history_prune(env, actor)
-        canaries, others = _canaries(agents, canary_agents, canary_labels)
+        size = canary_count or (canary_percent and -(-len(agents) * canary_percent // 100))
+        canaries, others = _canaries(agents, canary_agents, canary_labels, size)
         plan = rules.plan_waves(total=len(agents), canaries=len(canaries), waves=waves,
                                 canary_gate=canary_gate, bake_s=bake_s)
         rollout = _rollout_store(env, snapshot, plan, rules.assign_waves(canaries, others, plan),
                                  actor, wave_timeout_s=wave_timeout_s,
-                                 failure_threshold=failure_threshold)
+                                 failure_threshold=failure_threshold, strategy=strategy)
         emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
+        announce("rollout.started", environment_id=env.pk, rollout=rollout.pk,
+                 snapshot=snapshot.number, waves=[w["size"] for w in plan],
+                 strategy=strategy.name if strategy else None)
         audit_record(actor=actor, action=Action.ROLLOUT_CREATE, obj=rollout, environment=env,
                      tenant=env.application.tenant,
                      summary=f"Rollout of #{snapshot.number} to {len(agents)} agent(s) in "
@@ -215,11 +227,14 @@ def advance(rollout: Rollout, actor, why: str) -> Rollout:
         return _complete(rollout, actor)
     wave = rollout.current_wave + 1
     rollout.current_wave = wave
-    count = wave_activate(rollout, wave)
+    count = inflight.wave_open(rollout, wave)
     transition(rollout, actor, Action.ROLLOUT_ADVANCE,
                 f"Wave {wave + 1} of {len(rollout.waves)} ({count} agent(s)) of rollout "
                 f"{rollout.pk}: {why}", current_wave=wave, wave_started_at=timezone.now(),
                 state=Rollout.State.RUNNING, reason="")
+    announce("rollout.wave_advanced", environment_id=rollout.environment_id,
+             rollout=rollout.pk, snapshot=rollout.snapshot.number, wave=wave,
+             waves=len(rollout.waves), why=why)
     return rollout
 
 
@@ -232,6 +247,8 @@ def _complete(rollout: Rollout, actor) -> Rollout:
     transition(rollout, actor, Action.ROLLOUT_COMPLETE,
                 f"Rollout {rollout.pk} completed: #{rollout.snapshot.number} active",
                 state=Rollout.State.COMPLETED, finished_at=timezone.now(), final_summary=summary)
+    announce("rollout.completed", environment_id=rollout.environment_id, rollout=rollout.pk,
+             snapshot=rollout.snapshot.number)
     logger.info("rollout %s completed", rollout.pk)
     return rollout
 
@@ -252,6 +269,8 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
                            code="not_acknowledged",
                            details=[{"reason": k, "agents": names[:100]}
                                     for k, names in blockers])
+        announce("rollout.confirmed", environment_id=locked.environment_id,
+                 rollout=locked.pk, snapshot=locked.snapshot.number, wave=locked.current_wave)
         return advance(locked, actor, "confirmed")
 
 
@@ -301,6 +320,9 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
                     + (f": {reason}" if reason else ""),
                     state=Rollout.State.ROLLED_BACK, finished_at=timezone.now(),
                     rollback_snapshot=replacement, reason=reason, final_summary=summary)
+        announce("rollout.rolled_back", environment_id=locked.environment_id,
+                 rollout=locked.pk, snapshot=locked.snapshot.number,
+                 rollback_snapshot=replacement.number if replacement else None, reason=reason)
     logger.warning("rollout %s rolled back%s", locked.pk, f": {reason}" if reason else "")
     return locked
 

@@ -17,4 +17,9 @@ urlpatterns = [
          name="rollout-rollback"),
     path("rollouts/<int:rollout_id>/release-pins", api.RolloutReleasePinsApi.as_view(),
          name="rollout-release-pins"),
+    path("strategies", api.StrategyListApi.as_view(), name="strategy-list"),
+    path("strategies/<int:strategy_id>", api.StrategyDetailApi.as_view(),
+         name="strategy-detail"),
+    path(f"{ENV}/default-strategy", api.EnvironmentStrategyApi.as_view(),
+         name="environment-default-strategy"),
 ]

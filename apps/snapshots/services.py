@@ -18,7 +18,7 @@ from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
 from apps.core.compression import compressed
-from apps.core.events import emit
+from apps.core.events import announce, emit
 from apps.environments.models import Environment
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import Outcome, publication_outcome
@@ -193,6 +193,9 @@ def publication_store(*, environment: Environment, publication_id: str,
         publication.state, publication.snapshot = snapshot.state, snapshot
         _snapshot_audit(environment, publication, snapshot, rendered)
         emit("snapshot", environment_id=environment.pk, number=snapshot.number)
+        announce("snapshot.published", environment_id=environment.pk, snapshot=snapshot.number,
+                 label=snapshot.label, checksum=snapshot.checksum, kind=publication.kind,
+                 state=snapshot.state)
         logger.info("%s #%s (%s) stored as %s", environment.full_name, snapshot.number,
                     snapshot.label, snapshot.state)
     publication.save(update_fields=["state", "snapshot", "deduplicated", "finished_at",

@@ -54,6 +54,17 @@ ROLLOUTS_DOCUMENTED = {
     "/api/v1/rollouts/{rollout_id}/rollback": {"post"},
     "/api/v1/rollouts/{rollout_id}/release-pins": {"post"},
 }
+STRATEGIES_DOCUMENTED = {
+    "/api/v1/strategies": {"get", "post"},
+    "/api/v1/strategies/{strategy_id}": {"get", "delete"},
+    f"{E}/default-strategy": {"get", "put", "delete"},
+}
+WEBHOOKS_DOCUMENTED = {
+    f"{E}/webhooks": {"get", "post"},
+    "/api/v1/webhooks/{endpoint_id}": {"get", "patch", "delete"},
+    "/api/v1/webhooks/{endpoint_id}/rotate-secret": {"post"},
+    "/api/v1/webhooks/{endpoint_id}/deliveries": {"get"},
+}
 
 
 @pytest.fixture
@@ -79,7 +90,8 @@ def test_schema_documents_every_api_route_and_method(schema):
     assert schema["openapi"].startswith("3.")
     assert schema["info"]["title"] == "Bellwether API"
     assert documented == (DOCUMENTED | FLEET_DOCUMENTED | LAYERS_DOCUMENTED
-                          | ROLLOUTS_DOCUMENTED | QUARANTINE_DOCUMENTED | HISTORY_DOCUMENTED)
+                          | ROLLOUTS_DOCUMENTED | QUARANTINE_DOCUMENTED | HISTORY_DOCUMENTED
+                          | STRATEGIES_DOCUMENTED | WEBHOOKS_DOCUMENTED)
     assert sum(len(methods) for methods in DOCUMENTED.values()) == len(ROUTES)
 
 

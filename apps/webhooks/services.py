@@ -1,0 +1,142 @@
+"""Webhook endpoints and their deliveries (docs/webhooks.md): owners register,
+change, rotate the secret of and delete endpoints (each audited in its
+transaction); every domain event an endpoint subscribes to becomes a delivery,
+numbered per endpoint, in the transaction that announced it, and is queued for
+delivery when that transaction commits."""
+
+import secrets as secrets_module
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.models import Action
+from apps.audit.services import audit_record
+from apps.core import locks
+from apps.core.dispatch import queue_on_commit
+from apps.core.errors import Conflict, ValidationFailed
+from apps.environments.models import Environment
+from apps.webhooks import rules
+from apps.webhooks.models import WebhookDelivery, WebhookEndpoint
+from apps.webhooks.tasks import webhook_deliver_task
+
+
+def _limits() -> dict:
+    return settings.BELLWETHER_WEBHOOKS
+
+
+def _check(url: str | None, events) -> None:
+    """400 naming the field of a bad URL or event list."""
+    problems = []
+    if url is not None:
+        problem = rules.url_problem(url, allow_private=_limits()["allow_private"])
+        if problem:
+            problems.append({"field": "url", "message": problem})
+    if events is not None:
+        problem = rules.events_problem(events)
+        if problem:
+            problems.append({"field": "events", "message": problem})
+    if problems:
+        raise ValidationFailed(f"{problems[0]['field']}: {problems[0]['message']}",
+                               details=problems)
+
+
+def _new_secret() -> str:
+    return "whsec_" + secrets_module.token_urlsafe(32)
+
+
+def endpoint_create(*, environment: Environment, url: str, events: list[str], actor,
+                    description: str = "") -> tuple[WebhookEndpoint, str]:
+    """Register an endpoint; returns it with its secret, shown this once."""
+    _check(url, events)
+    secret = _new_secret()
+    with transaction.atomic():
+        env = Environment.objects.lock(environment.pk)
+        bound = _limits()["max_endpoints"]
+        if WebhookEndpoint.objects.filter(environment=env).count() >= bound:
+            raise Conflict(f"{env.full_name} has {bound} webhook endpoints, the most it "
+                           "may have (BELLWETHER_WEBHOOK_MAX_ENDPOINTS).",
+                           code="too_many_endpoints")
+        endpoint = WebhookEndpoint.objects.create(
+            environment=env, url=url, events=events, description=description, secret=secret,
+            created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        audit_record(actor=actor, action=Action.WEBHOOK_CREATE, obj=endpoint, environment=env,
+                     summary=f"Webhook {endpoint.pk} to {url[:200]} for {', '.join(events)}",
+                     data={"url": url, "events": events})
+    return endpoint, secret
+
+
+def endpoint_update(*, endpoint: WebhookEndpoint, actor, url: str | None = None,
+                    events: list[str] | None = None, enabled: bool | None = None,
+                    description: str | None = None, rotate_secret: bool = False
+                    ) -> tuple[WebhookEndpoint, str | None]:
+    """Change what is given; with rotate_secret a new secret, returned this once
+    (deliveries still pending are signed with it from their next attempt)."""
+    _check(url, events)
+    changes = {k: v for k, v in {"url": url, "events": events, "enabled": enabled,
+                                 "description": description}.items() if v is not None}
+    secret = _new_secret() if rotate_secret else None
+    with transaction.atomic():
+        Environment.objects.lock(endpoint.environment_id)
+        locked = locks.lock_one(WebhookEndpoint.objects, pk=endpoint.pk)
+        for name, value in changes.items():
+            setattr(locked, name, value)
+        if secret:
+            locked.secret = secret
+        locked.save(update_fields=[*changes, *(["secret"] if secret else [])])
+        audit_record(actor=actor, action=Action.WEBHOOK_UPDATE, obj=locked,
+                     environment=locked.environment,
+                     summary=f"Webhook {locked.pk} changed: "
+                             + ", ".join([*changes, *(["secret rotated"] if secret else [])]),
+                     data=dict(changes))
+        if enabled:
+            queue_deliveries(locked.pk)
+    return locked, secret
+
+
+def endpoint_delete(*, endpoint: WebhookEndpoint, actor) -> None:
+    """Delete an endpoint with its delivery log."""
+    with transaction.atomic():
+        Environment.objects.lock(endpoint.environment_id)
+        locked = locks.lock_one(WebhookEndpoint.objects, pk=endpoint.pk)
+        audit_record(actor=actor, action=Action.WEBHOOK_DELETE, obj=locked,
+                     environment=locked.environment,
+                     summary=f"Webhook {locked.pk} to {locked.url[:200]} deleted")
+        locked.delete()
+
+
+def queue_deliveries(endpoint_id: int) -> None:
+    """Prompt a worker to deliver the endpoint's pending deliveries after commit."""
+    queue_on_commit(webhook_deliver_task, endpoint_id)
+
+
+def _record(name: str, environment_id: int, data: dict) -> None:
+    endpoints = [e for e in locks.lock_all(WebhookEndpoint.objects.filter(
+        environment_id=environment_id, enabled=True).select_related("environment__application"))
+        if name in e.events]
+    if not endpoints:
+        return
+    now = timezone.now()
+    deliveries = []
+    for endpoint in endpoints:
+        deliveries.append(WebhookDelivery(
+            endpoint=endpoint, sequence=endpoint.next_sequence, event=name,
+            next_attempt_at=now, body=rules.body(
+                event=name, sequence=endpoint.next_sequence, data=data,
+                environment=endpoint.environment.full_name, occurred_at=now.isoformat())))
+        endpoint.next_sequence += 1
+    WebhookEndpoint.objects.bulk_update(endpoints, ["next_sequence"])
+    WebhookDelivery.objects.bulk_create(deliveries)
+    for endpoint in endpoints:
+        queue_deliveries(endpoint.pk)
+
+
+def event_record(name: str, *, environment_id: int, data: dict) -> None:
+    """The subscriber of domain events (apps.core.events): a delivery for every
+    enabled endpoint of the environment that takes `name`, numbered under the
+    endpoint's row lock, so sequence order is commit order."""
+    if transaction.get_connection().in_atomic_block:
+        _record(name, environment_id, data)
+    else:
+        with transaction.atomic():
+            _record(name, environment_id, data)
