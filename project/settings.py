@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "apps.snapshots",
     "apps.audit",
     "apps.fleet",
+    "apps.governance",
     "apps.rollouts",
     "apps.releases",
     "apps.dashboard",
@@ -247,6 +248,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 # Periodic work: one `celery beat` in production; in embedded mode the same
 # schedule runs in-process (project/embedded.py, started by runserver).
+# Task modules beyond each app's `tasks` (autodiscovered).
+CELERY_IMPORTS = ["apps.releases.scheduled"]
 CELERY_BEAT_SCHEDULE = {
     "reconcile-publications": {
         "task": "apps.releases.tasks.publication_reconcile_task",
@@ -263,6 +266,11 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-rollouts": {
         "task": "apps.rollouts.tasks.rollouts_reconcile_task",
         "schedule": 15.0,
+    },
+    # Scheduled releases start within this long of their time (compare-and-set).
+    "start-scheduled-releases": {
+        "task": "apps.releases.scheduled.scheduled_releases_start_task",
+        "schedule": 10.0,
     },
 }
 

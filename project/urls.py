@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from apps.core.handlers import favicon, healthz, not_found_api, readyz
 
-API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts"]
+API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts", "governance"]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

@@ -33,6 +33,8 @@ from apps.fleet.rules import (
     pin_target_refusal,
     push_refusal,
 )
+from apps.governance.gates import release_gate
+from apps.governance.rules import activation_plan, push_plan
 from apps.releases.rules import publication_activates_by_policy
 from apps.releases.tasks import publication_render_task
 from apps.rollouts.models import Rollout, RolloutTarget
@@ -222,6 +224,8 @@ def snapshot_activate(*, snapshot: Snapshot, actor,
         if environment.active_snapshot_id == snapshot.pk:
             return snapshot
         _refuse_going_back(environment, snapshot)
+        release_gate(environment=environment, snapshot=snapshot, plan=activation_plan(),
+                     actor=actor, what="activation")
         followers = fleet.environment_activate(environment=environment, snapshot=snapshot)
         audit_record(actor=actor, action=Action.SNAPSHOT_ACTIVATE, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
@@ -241,6 +245,8 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor,
                            what="pushed")
         agents = fleet.agents_chosen(environment, agent_ids)
         _raise(push_refusal(agents, snapshot, environment.active_snapshot))
+        release_gate(environment=environment, snapshot=snapshot, plan=push_plan(agent_ids),
+                     actor=actor, what="push")
         deployments = fleet.pushes_create(snapshot=snapshot, agents=agents, actor=actor)
         audit_record(actor=actor, action=Action.SNAPSHOT_DEPLOY, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,

@@ -47,3 +47,4 @@ def publication_reconcile_task() -> int:
         logger.warning("publication %s still rendering; queueing it again", publication_id)
         publication_render_task.delay(str(publication_id))
     return len(stale)
+
