@@ -13,6 +13,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from apps.core.errors import ApplicationError
 from apps.core.text import whole_number
+from apps.core.validators import WholeNumberFormField
 from apps.environments.models import Environment
 from apps.rollouts.models import Rollout
 from configlang.yamlconfig import load_yaml
@@ -292,3 +293,18 @@ class RolloutActionForm(DashboardForm):
 
     expected_version = NumberField("reload the page and try again.",
                                    widget=forms.HiddenInput)
+
+
+class DecisionForm(DashboardForm):
+    """Approve or reject a release, naming the content reviewed (hidden fields)."""
+
+    checksum = forms.CharField(max_length=71, widget=forms.HiddenInput)
+    plan_digest = forms.CharField(max_length=64, widget=forms.HiddenInput)
+    comment = forms.CharField(max_length=2000, required=False, widget=forms.Textarea)
+
+
+class OverrideForm(DashboardForm):
+    """An owner's emergency override of the freezes: a reason and how long."""
+
+    reason = forms.CharField(max_length=500)
+    minutes = WholeNumberFormField(min_value=1, max_value=24 * 60, initial=60)

@@ -22,7 +22,7 @@ def _invalid(field: str, message: str, code: str = "invalid"):
     return ValidationFailed(f"{field}: {message}", code=code, details={"field": field})
 
 
-def _window_checked(kind: str, name: str, tz: str, starts_at: datetime | None,
+def window_checked(kind: str, name: str, tz: str, starts_at: datetime | None,
                     ends_at: datetime | None, weekdays: list[int] | None,
                     start_time: time | None, end_time: time | None) -> rules.Window:
     """The window as the rules read it, or 400 naming the field at fault."""
@@ -81,7 +81,7 @@ def window_create(*, environment: Environment, actor, kind: str, name: str,
                   end_time: time | None = None) -> ReleaseWindow:
     """A freeze or an allow window of the environment; one that overlaps another of
     its kind is refused (409 overlapping_window, naming it)."""
-    checked = _window_checked(kind, name, timezone_name, starts_at, ends_at, weekdays,
+    checked = window_checked(kind, name, timezone_name, starts_at, ends_at, weekdays,
                               start_time, end_time)
     with transaction.atomic():
         env = Environment.objects.lock(environment.pk)
