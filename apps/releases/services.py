@@ -259,15 +259,27 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
               override_reason: str | None = None) -> Agent:
     """Hold the agent on `snapshot` whatever is activated or pushed, until released."""
     with transaction.atomic():
-        Environment.objects.lock(agent.environment_id)
+        environment = Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
+        locked.environment = environment
         _raise(decommissioned_refusal([locked], f"pin #{snapshot.number}"))
         check_generation(locked, expected_generation)
         _raise(pin_target_refusal(locked, snapshot))
         refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
                            what="pinned")
         _raise(going_back_refusal(locked, snapshot))
+        _gate_pin(locked, snapshot, actor)
         return fleet.agent_pin_hold(agent=locked, snapshot=snapshot, actor=actor)
+
+
+def _gate_pin(agent: Agent, snapshot: Snapshot, actor) -> None:
+    """A pin to content newer than the active snapshot releases it to that agent: it
+    passes the gates of a push to it. Holding an agent on the active or older
+    content releases nothing new (and is how a host is held still in a freeze)."""
+    active = agent.environment.active_snapshot
+    if active is None or snapshot.number > active.number:
+        release_gate(environment=agent.environment, snapshot=snapshot,
+                     plan=push_plan([agent.pk]), actor=actor, what="pin")
 
 
 def pin_release(*, agent: Agent, rollout_id: int | None, expected_generation: int,

@@ -4,6 +4,7 @@ threads released together by a barrier, each on its own connection."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -66,11 +67,10 @@ def test_an_approval_racing_a_plan_change_never_stands_for_old_content(activatio
                 else rules.activation_plan())
         Approval.objects.filter(release=activation).delete()
         outcomes = _race([
-            lambda: services.release_decide(release=activation, actor=alice,
-                                            decision="approve", checksum=checksum,
-                                            plan_digest=digest),
-            lambda: services.release_update(release=activation, actor=deployer,
-                                            expected_version=version, plan=plan)])
+            partial(services.release_decide, release=activation, actor=alice,
+                    decision="approve", checksum=checksum, plan_digest=digest),
+            partial(services.release_update, release=activation, actor=deployer,
+                    expected_version=version, plan=plan)])
         assert isinstance(outcomes[1], ReleaseRequest), outcomes
         assert isinstance(outcomes[0], ReleaseRequest | Conflict), outcomes
         current = ReleaseRequest.objects.get(pk=activation.pk)

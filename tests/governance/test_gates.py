@@ -204,3 +204,16 @@ def test_a_freeze_makes_reconcile_wait_and_say_why(second, environment, superuse
     assert error.code == "frozen"
     windows.window_delete(window=environment.release_windows.get(), actor=superuser)
     assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "advanced"
+
+
+def test_a_pin_to_newer_content_passes_the_gates_holding_back_does_not(second, environment,
+                                                                       superuser, first,
+                                                                       two_approvals):
+    node = factories.enrolled_agents(environment, 1)[0].fresh()
+    error = _refusal(lambda: releases.agent_pin(agent=node, snapshot=second, actor=superuser,
+                                                expected_generation=node.generation))
+    assert error.code == "approval_required"
+    _freeze(environment, superuser)
+    held = releases.agent_pin(agent=node, snapshot=first, actor=superuser,
+                              expected_generation=node.generation)
+    assert held.pinned_snapshot_id == first.pk  # holding an agent still is no release

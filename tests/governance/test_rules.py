@@ -110,7 +110,8 @@ def test_a_hold_names_the_freeze_or_the_allow_windows_and_an_override_lifts_it()
 
 
 def test_a_schedule_fails_when_the_active_snapshot_or_the_release_changed():
-    same = dict(expected_active=1, active=1, expected_version=1, version=1, state="open")
+    same = {"expected_active": 1, "active": 1, "expected_version": 1, "version": 1,
+            "state": "open"}
     assert rules.schedule_changed(**same) is None
     assert rules.schedule_changed(**{**same, "active": 3})["reason"] == "active_changed"
     assert rules.schedule_changed(**{**same, "version": 2})["reason"] == "release_changed"
