@@ -39,7 +39,8 @@ def approval_rule_set(*, environment: Environment, actor, required_approvals: in
                                details={"field": "approver_groups", "unknown": unknown})
     with transaction.atomic():
         env = Environment.objects.lock(environment.pk)
-        rule, created = ApprovalRule.objects.select_for_update().get_or_create(environment=env)
+        # Under the environment's lock: no other writer creates or changes the rule.
+        rule, created = ApprovalRule.objects.get_or_create(environment=env)
         if expected_version is not None and rule.version != expected_version and not created:
             raise Conflict(f"The approval rule changed since you loaded it (version "
                            f"{rule.version}).", code="stale", details={"version": rule.version})
