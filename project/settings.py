@@ -390,6 +390,10 @@ SPECTACULAR_SETTINGS = {
         "RolloutGateEnum": "apps.rollouts.models.Rollout.Gate",
         "RolloutStateEnum": "apps.rollouts.models.Rollout.State",
         "ReleasePolicyEnum": "apps.environments.models.Environment.ReleasePolicy",
+        "PlanKindEnum": "apps.governance.rules.PLAN_KINDS",
+        "WindowKindEnum": "apps.governance.models.ReleaseWindow.Kind",
+        "ReleaseRequestStateEnum": "apps.governance.models.ReleaseRequest.State",
+        "ScheduledReleaseStateEnum": "apps.governance.models.ScheduledRelease.State",
     },
 }
 

@@ -30,7 +30,7 @@ def _valid(serializer_class, request, **options):
 
 
 def _release_body(release: ReleaseRequest) -> dict:
-    return {**s.ReleaseSerializer(release).data, **selectors.release_status(release)}
+    return {**s.ReleaseRequestSerializer(release).data, **selectors.release_status(release)}
 
 
 def _in_visible(model, pk: int, user, required: Role):
@@ -44,7 +44,8 @@ def _in_visible(model, pk: int, user, required: Role):
 
 
 class GovernanceApi(EnvironmentAPIView):
-    @extend_schema(responses=s.RuleSerializer, summary="The approval rule and freeze status")
+    @extend_schema(responses=s.GovernanceStatusSerializer,
+                   summary="The approval rule and freeze status")
     def get(self, request, application, environment):
         env = self.environment()
         override = selectors.override_in_force(env.pk, timezone.now())
@@ -54,7 +55,7 @@ class GovernanceApi(EnvironmentAPIView):
                          "override": override and {"reason": override.reason,
                                                    "ends_at": override.ends_at}})
 
-    @extend_schema(request=s.RuleSerializer, responses=s.RuleSerializer,
+    @extend_schema(request=s.RuleSerializer, responses=s.RuleOutSerializer,
                    summary="Set the approval rule (owners)")
     def put(self, request, application, environment):
         env = self.environment(Role.OWNER)
@@ -64,15 +65,15 @@ class GovernanceApi(EnvironmentAPIView):
 
 
 class ReleaseListApi(EnvironmentAPIView):
-    @extend_schema(responses=s.ReleaseSerializer(many=True), summary="Releases asking approval")
+    @extend_schema(responses=s.ReleaseListSerializer, summary="Releases asking approval")
     def get(self, request, application, environment):
         env = self.environment()
         releases = (ReleaseRequest.objects.filter(environment=env)
                     .select_related("snapshot", "environment__application", "requested_by",
                                     "skipped_by")[:100])
-        return Response({"results": s.ReleaseSerializer(releases, many=True).data})
+        return Response({"results": s.ReleaseRequestSerializer(releases, many=True).data})
 
-    @extend_schema(request=s.ReleaseSubmitSerializer, responses={201: s.ReleaseSerializer},
+    @extend_schema(request=s.ReleaseSubmitSerializer, responses={201: s.ReleaseDetailSerializer},
                    summary="Ask for approval of a snapshot and its plan")
     def post(self, request, application, environment):
         env = self.environment(Role.DEPLOYER)
@@ -93,11 +94,11 @@ class _ReleaseApi(EnvironmentAPIView):
 
 
 class ReleaseDetailApi(_ReleaseApi):
-    @extend_schema(responses=s.ReleaseSerializer)
+    @extend_schema(responses=s.ReleaseDetailSerializer)
     def get(self, request, release_id):
         return Response(_release_body(self.release_for(Role.VIEWER)))
 
-    @extend_schema(request=s.ReleaseUpdateSerializer, responses=s.ReleaseSerializer,
+    @extend_schema(request=s.ReleaseUpdateSerializer, responses=s.ReleaseDetailSerializer,
                    summary="Change the snapshot or plan: every decision given is cancelled")
     def patch(self, request, release_id):
         release = self.release_for(Role.DEPLOYER)
@@ -118,7 +119,7 @@ class ReleaseDetailApi(_ReleaseApi):
 class _DecisionApi(_ReleaseApi):
     decision = Approval.Decision.APPROVE
 
-    @extend_schema(request=s.DecisionSerializer, responses=s.ReleaseSerializer,
+    @extend_schema(request=s.DecisionSerializer, responses=s.ReleaseDetailSerializer,
                    summary="Decide on a release, naming the checksum and plan digest reviewed")
     def post(self, request, release_id):
         release = self.release_for(Role.VIEWER)
@@ -137,17 +138,17 @@ class ReleaseRejectApi(_DecisionApi):
 
 
 class ReleaseSkipApi(_ReleaseApi):
-    @extend_schema(request=s.ReasonSerializer, responses=s.ReleaseSerializer,
+    @extend_schema(request=s.SkipReasonSerializer, responses=s.ReleaseDetailSerializer,
                    summary="Skip the approvals (platform admins, where the rule allows)")
     def post(self, request, release_id):
         release = self.release_for(Role.VIEWER)
-        v = _valid(s.ReasonSerializer, request).validated_data
+        v = _valid(s.SkipReasonSerializer, request).validated_data
         return Response(_release_body(services.release_skip(release=release,
                                                             actor=request.user, **v)))
 
 
 class ReleaseWithdrawApi(_ReleaseApi):
-    @extend_schema(request=None, responses=s.ReleaseSerializer, summary="Withdraw a release")
+    @extend_schema(request=None, responses=s.ReleaseDetailSerializer, summary="Withdraw a release")
     def post(self, request, release_id):
         release = self.release_for(Role.DEPLOYER)
         return Response(_release_body(services.release_withdraw(release=release,
@@ -166,7 +167,7 @@ class ReleaseScheduleApi(_ReleaseApi):
 
 
 class ScheduleListApi(EnvironmentAPIView):
-    @extend_schema(responses=s.ScheduledReleaseSerializer(many=True))
+    @extend_schema(responses=s.ScheduleListSerializer)
     def get(self, request, application, environment):
         rows = (ScheduledRelease.objects.filter(environment=self.environment())
                 .select_related("expected_active_snapshot").order_by("-run_at")[:100])
@@ -183,7 +184,7 @@ class ScheduleCancelApi(EnvironmentAPIView):
 
 
 class WindowListApi(EnvironmentAPIView):
-    @extend_schema(responses=s.WindowSerializer(many=True), summary="Freezes and allow windows")
+    @extend_schema(responses=s.WindowListSerializer, summary="Freezes and allow windows")
     def get(self, request, application, environment):
         env = self.environment()
         rows = ReleaseWindow.objects.filter(environment=env)
@@ -209,7 +210,7 @@ class WindowDetailApi(EnvironmentAPIView):
 
 
 class FreezeOverrideApi(EnvironmentAPIView):
-    @extend_schema(request=s.OverrideSerializer, responses={201: None},
+    @extend_schema(request=s.OverrideSerializer, responses={201: s.OverrideOutSerializer},
                    summary="An owner's emergency override of the freezes, with a reason")
     def post(self, request, application, environment):
         env = self.environment(Role.OWNER)

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 ACTIVATE, PUSH, ROLLOUT = "activate", "push", "rollout"
 PLAN_KINDS = (ACTIVATE, PUSH, ROLLOUT)
 MANUAL, AUTO = "manual", "auto"  # apps.rollouts.models.Rollout.Gate
+GATE_CHOICES = [(MANUAL, "Manual confirm"), (AUTO, "Automatic")]  # the same choices
 DEFAULT_WAVES = [{"percent": 100, "gate": AUTO, "bake_s": 0}]
 # Weekly windows are compared over this horizon (a year: every DST change of a zone).
 OVERLAP_HORIZON = timedelta(days=371)

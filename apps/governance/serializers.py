@@ -22,7 +22,7 @@ class RuleSerializer(serializers.Serializer):
 class WaveSerializer(serializers.Serializer):
     percent = WholeNumberField(min_value=1, max_value=100, required=False)
     count = WholeNumberField(min_value=1, required=False)
-    gate = serializers.ChoiceField([rules.MANUAL, rules.AUTO], default=rules.AUTO)
+    gate = serializers.ChoiceField(rules.GATE_CHOICES, default=rules.AUTO)
     bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
 
     def validate(self, attrs):
@@ -43,7 +43,7 @@ class PlanSerializer(serializers.Serializer):
     canary_agents = serializers.ListField(child=WholeNumberField(min_value=1, max_value=BIG),
                                           required=False, max_length=10_000)
     canary_labels = LabelsField(child=NameField(), required=False)
-    canary_gate = serializers.ChoiceField([rules.MANUAL, rules.AUTO], default=rules.MANUAL)
+    canary_gate = serializers.ChoiceField(rules.GATE_CHOICES, default=rules.MANUAL)
     bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
     waves = WaveSerializer(many=True, required=False, max_length=50)
     failure_threshold = WholeNumberField(min_value=0, max_value=100_000, default=0)
@@ -88,11 +88,11 @@ class DecisionSerializer(serializers.Serializer):
                                     default="")
 
 
-class ReasonSerializer(serializers.Serializer):
+class SkipReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500)
 
 
-class OverrideSerializer(ReasonSerializer):
+class OverrideSerializer(SkipReasonSerializer):
     minutes = WholeNumberField(min_value=1, max_value=24 * 60, default=60)
 
 
@@ -121,11 +121,13 @@ class WindowSerializer(serializers.ModelSerializer):
                   "weekdays", "start_time", "end_time", "created_at"]
 
 
-class ReleaseSerializer(serializers.ModelSerializer):
+class ReleaseRequestSerializer(serializers.ModelSerializer):
     environment = serializers.CharField(source="environment.full_name")
     snapshot = WholeNumberField(source="snapshot.number")
-    requested_by = serializers.CharField(source="requested_by.username", default=None)
-    skipped_by = serializers.CharField(source="skipped_by.username", default=None)
+    requested_by = serializers.CharField(source="requested_by.username", allow_null=True,
+                                         default=None)
+    skipped_by = serializers.CharField(source="skipped_by.username", allow_null=True,
+                                       default=None)
 
     class Meta:
         model = ReleaseRequest
@@ -136,10 +138,56 @@ class ReleaseSerializer(serializers.ModelSerializer):
 
 class ScheduledReleaseSerializer(serializers.ModelSerializer):
     expected_active_snapshot = WholeNumberField(source="expected_active_snapshot.number",
-                                                default=None)
+                                                allow_null=True, default=None)
 
     class Meta:
         model = ScheduledRelease
         fields = ["id", "release", "run_at", "state", "expected_active_snapshot",
                   "expected_release_version", "outcome_code", "outcome", "result",
                   "created_at", "finished_at"]
+
+
+# --- response shapes (for the schema) --------------------------------------------------
+
+
+class GovernanceStatusSerializer(serializers.Serializer):
+    environment = serializers.CharField()
+    rule = serializers.DictField()
+    governed = serializers.BooleanField()
+    frozen = serializers.DictField(allow_null=True, help_text="What holds releases now, or null.")
+    override = serializers.DictField(allow_null=True)
+
+
+class RuleOutSerializer(serializers.Serializer):
+    environment = serializers.CharField()
+    rule = serializers.DictField()
+
+
+class ReleaseDetailSerializer(ReleaseRequestSerializer):
+    """A release with what it still lacks and its decisions (cancelled ones too)."""
+
+    missing = serializers.DictField(allow_null=True, read_only=True)
+    decisions = serializers.ListField(child=serializers.DictField(), read_only=True)
+
+    class Meta(ReleaseRequestSerializer.Meta):
+        fields = [*ReleaseRequestSerializer.Meta.fields, "missing", "decisions"]
+
+
+class ReleaseListSerializer(serializers.Serializer):
+    results = ReleaseRequestSerializer(many=True)
+
+
+class WindowListSerializer(serializers.Serializer):
+    results = WindowSerializer(many=True)
+    frozen = serializers.DictField(allow_null=True)
+
+
+class ScheduleListSerializer(serializers.Serializer):
+    results = ScheduledReleaseSerializer(many=True)
+
+
+class OverrideOutSerializer(serializers.Serializer):
+    id = WholeNumberField()
+    reason = serializers.CharField()
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
