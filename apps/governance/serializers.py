@@ -101,13 +101,21 @@ class ScheduleSerializer(serializers.Serializer):
     expected_version = WholeNumberField(min_value=1)
 
 
+class MomentField(serializers.DateTimeField):
+    """A moment as given: with its offset, or a wall-clock time without one, which
+    the window's own timezone reads (apps.governance.windows), not the server's."""
+
+    def enforce_timezone(self, value):
+        return value
+
+
 class WindowInputSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(ReleaseWindow.Kind.choices)
     name = NameField(max_length=100)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
     timezone = serializers.CharField(max_length=64, default="UTC")
-    starts_at = serializers.DateTimeField(required=False, default_timezone=None)
-    ends_at = serializers.DateTimeField(required=False, default_timezone=None)
+    starts_at = MomentField(required=False)
+    ends_at = MomentField(required=False)
     weekdays = serializers.ListField(child=WholeNumberField(min_value=0, max_value=6),
                                      required=False, max_length=7)
     start_time = serializers.TimeField(required=False)

@@ -2,7 +2,7 @@
 inputs (bad timezone, overlapping windows, approving one's own change or a stale
 checksum, malformed plans) answered 4xx with the envelope naming the field."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.utils import timezone
@@ -222,3 +222,19 @@ def test_a_rollout_through_the_api_names_its_missing_approval(second, environmen
         "snapshot": 2, "canary_agents": [node.pk]}, format="json"), 409, "approval_required")
     assert body["details"]["plan_digest"] == rules.plan_digest(
         rules.rollout_plan(canary_agents=[node.pk]))
+
+
+def test_a_one_off_window_reads_a_time_without_offset_in_its_timezone(environment, alice):
+    client = _client(alice)
+    response = client.post(f"{ENV}/windows", {
+        "kind": "freeze", "name": "rome", "timezone": "Europe/Rome",
+        "starts_at": "2030-01-01T10:00:00", "ends_at": "2030-01-01T12:00:00"}, format="json")
+    assert response.status_code == 201, response.content
+    response = client.post(f"{ENV}/windows", {
+        "kind": "freeze", "name": "offset", "timezone": "America/New_York",
+        "starts_at": "2030-02-01T10:00:00+01:00", "ends_at": "2030-02-01T12:00:00+01:00"},
+        format="json")
+    assert response.status_code == 201, response.content
+    rome, offset = (ReleaseWindow.objects.get(name=n) for n in ("rome", "offset"))
+    assert rome.starts_at.astimezone(UTC).hour == 9  # 10:00 in Rome, winter
+    assert offset.starts_at.astimezone(UTC).hour == 9  # the offset given wins
