@@ -88,6 +88,7 @@ INSTALLED_APPS = [
     "apps.snapshots",
     "apps.audit",
     "apps.fleet",
+    "apps.governance",
     "apps.rollouts",
     "apps.releases",
     "apps.webhooks",
@@ -258,6 +259,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 # Periodic work: one `celery beat` in production; in embedded mode the same
 # schedule runs in-process (project/embedded.py, started by runserver).
+# Task modules beyond each app's `tasks` (autodiscovered).
+CELERY_IMPORTS = ["apps.releases.scheduled"]
 CELERY_BEAT_SCHEDULE = {
     "reconcile-publications": {
         "task": "apps.releases.tasks.publication_reconcile_task",
@@ -282,6 +285,11 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-webhooks": {
         "task": "apps.webhooks.tasks.webhooks_sweep_task",
         "schedule": 15.0,
+    },
+    # Scheduled releases start within this long of their time (compare-and-set).
+    "start-scheduled-releases": {
+        "task": "apps.releases.scheduled.scheduled_releases_start_task",
+        "schedule": 10.0,
     },
 }
 
@@ -401,6 +409,10 @@ SPECTACULAR_SETTINGS = {
         "RolloutGateEnum": "apps.rollouts.models.Rollout.Gate",
         "RolloutStateEnum": "apps.rollouts.models.Rollout.State",
         "ReleasePolicyEnum": "apps.environments.models.Environment.ReleasePolicy",
+        "PlanKindEnum": "apps.governance.rules.PLAN_KINDS",
+        "WindowKindEnum": "apps.governance.models.ReleaseWindow.Kind",
+        "ReleaseRequestStateEnum": "apps.governance.models.ReleaseRequest.State",
+        "ScheduledReleaseStateEnum": "apps.governance.models.ScheduledRelease.State",
     },
 }
 

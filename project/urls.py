@@ -12,7 +12,7 @@ from apps.core.handlers import favicon, healthz, not_found_api, readyz
 from project.metrics import metrics
 
 API_APPS = ["environments", "snapshots", "audit", "fleet", "rollouts", "releases",
-            "webhooks"]
+            "webhooks", "governance"]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

@@ -63,6 +63,22 @@ class Action(models.TextChoices):
     WEBHOOK_CREATE = "webhook.create"
     WEBHOOK_UPDATE = "webhook.update"  # its events, enabled, or a new secret
     WEBHOOK_DELETE = "webhook.delete"
+    APPROVAL_RULE_SET = "governance.rule"  # an environment's approval rule
+    RELEASE_SUBMIT = "release.submit"  # a release (snapshot + plan) asks for approval
+    RELEASE_UPDATE = "release.update"  # its snapshot or plan changed: approvals cancelled
+    RELEASE_APPROVE = "release.approve"
+    RELEASE_REJECT = "release.reject"
+    RELEASE_SKIP = "release.skip"  # a platform admin skipped the approvals, with a reason
+    RELEASE_WITHDRAW = "release.withdraw"
+    RELEASE_USE = "release.use"  # an approved release started (activation, push, rollout)
+    WINDOW_CREATE = "window.create"  # a freeze or an allow window
+    WINDOW_DELETE = "window.delete"
+    FREEZE_OVERRIDE = "freeze.override"  # an owner's emergency override, with a reason
+    ROLLOUT_HELD = "rollout.held"  # reconcile held a wave advance (a freeze)
+    SCHEDULE_CREATE = "schedule.create"
+    SCHEDULE_CANCEL = "schedule.cancel"
+    SCHEDULE_START = "schedule.start"
+    SCHEDULE_FAIL = "schedule.fail"  # it did not start, and says why
 
     @classmethod
     def file_change(cls, kind: str, change: str) -> "Action":

@@ -204,9 +204,8 @@ class RolloutForm(DashboardForm):
     cleaned_data["plan"] is the waves as rollout_create takes them."""
 
     snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
-    # A named strategy (docs/rollouts.md): chosen, it gives the waves, gate, bake time,
-    # failures tolerated and wave timeout (the fields for them are not used); canaries
-    # named here replace its canary size.
+    # A named strategy (docs/rollouts.md), chosen, gives the waves and their settings
+    # (those fields unused); canaries named here replace its canary size.
     strategy = forms.ChoiceField(required=False, choices=[("", "none: the fields below")])
     canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
                              widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
@@ -384,3 +383,18 @@ class WebhookForm(DashboardForm):
 
 class WebhookActionForm(DashboardForm):
     endpoint = NumberField("not a webhook endpoint.")
+
+
+class DecisionForm(DashboardForm):
+    """Approve or reject a release, naming the content reviewed (hidden fields)."""
+
+    checksum = forms.CharField(max_length=71, widget=forms.HiddenInput)
+    plan_digest = forms.CharField(max_length=64, widget=forms.HiddenInput)
+    comment = forms.CharField(max_length=2000, required=False, widget=forms.Textarea)
+
+
+class OverrideForm(DashboardForm):
+    """An owner's emergency override of the freezes: a reason and how long."""
+
+    reason = forms.CharField(max_length=500)
+    minutes = WholeNumberFormField(min_value=1, max_value=24 * 60, initial=60)

@@ -5,6 +5,7 @@ from django.urls import path
 
 from apps.dashboard import (
     audit_views,
+    governance_views,
     history_views,
     rollout_views,
     snapshot_views,
@@ -55,4 +56,13 @@ urlpatterns = [
          name="rollout-rollback"),
     path(f"{ENV}rollouts/<int:rollout_id>/release-pins/", rollout_views.rollout_release_pins_view,
          name="rollout-release-pins"),
+    path(f"{ENV}governance/", governance_views.governance_page, name="governance"),
+    path(f"{ENV}governance/releases/<int:release_id>/approve/",
+         governance_views.release_decide_view, {"decision": "approve"}, name="release-approve"),
+    path(f"{ENV}governance/releases/<int:release_id>/reject/",
+         governance_views.release_decide_view, {"decision": "reject"}, name="release-reject"),
+    path(f"{ENV}governance/override/", governance_views.freeze_override_view,
+         name="freeze-override"),
+    path(f"{ENV}governance/schedules/<int:schedule_id>/cancel/",
+         governance_views.schedule_cancel_view, name="schedule-cancel"),
 ]

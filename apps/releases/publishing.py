@@ -11,6 +11,7 @@ from django.db import transaction
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
 from apps.fleet.services import environment_activate
+from apps.governance.gates import direct_activation_held
 from apps.releases.rules import publication_activates
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of
@@ -83,7 +84,9 @@ def _finish(publication: Publication, rendered: Rendered) -> Publication:
                 release_policy=environment.release_policy,
                 rollout_active=Rollout.objects.active_in(environment).exists(),
                 quarantined=publication.snapshot is not None
-                and quarantine_of(environment.pk, publication.snapshot.checksum) is not None):
+                and quarantine_of(environment.pk, publication.snapshot.checksum) is not None,
+                governance_holds=publication.kind != Publication.Kind.ROLLBACK
+                and direct_activation_held(environment)):
             environment_activate(environment=environment, snapshot=publication.snapshot)
             publication_activated(publication)
     return publication

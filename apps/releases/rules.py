@@ -14,15 +14,16 @@ def publication_activates_by_policy(*, release_policy: str, is_rollback: bool) -
 
 def publication_activates(*, outcome: Outcome | None, is_rollback: bool,
                           release_policy: str, rollout_active: bool,
-                          quarantined: bool = False) -> bool:
+                          quarantined: bool = False, governance_holds: bool = False) -> bool:
     """A new ready snapshot becomes active at once when the release policy says
     so, unless a rollout is active (then the rollout decides what becomes active)
     or its content is quarantined (what a rollout rolled back is stored, flagged,
-    and never activated by itself)."""
+    and never activated by itself), or governance holds it (an environment that needs
+    approvals, or a freeze: apps.governance.gates.direct_activation_held)."""
     return (outcome == Outcome.NEW
             and publication_activates_by_policy(release_policy=release_policy,
                                                 is_rollback=is_rollback)
-            and not rollout_active and not quarantined)
+            and not rollout_active and not quarantined and not governance_holds)
 
 
 RELEASED_BY = ["rollout", "activation"]
@@ -49,6 +50,7 @@ def release_note(*, release_policy: str, activates: bool, activated: bool | None
         return {"released_by": [], "note": "Nothing new to activate: that snapshot is the "
                                            "active one."}
     why = ("the release policy is staged" if not activates
-           else "a rollout was active or its content is quarantined")
+           else "a rollout was active, its content is quarantined, or governance holds "
+                "it: approvals needed or a freeze")
     return {"released_by": RELEASED_BY,
             "note": f"Stored, not activated ({why}): start a rollout of it, or activate it."}

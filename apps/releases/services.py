@@ -33,6 +33,8 @@ from apps.fleet.rules import (
     pin_target_refusal,
     push_refusal,
 )
+from apps.governance.gates import release_gate
+from apps.governance.rules import activation_plan, push_plan
 from apps.releases.publishing import refuse_degenerate
 from apps.releases.rules import publication_activates_by_policy
 from apps.releases.tasks import publication_render_task
@@ -234,6 +236,8 @@ def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None 
             return snapshot
         _refuse_going_back(environment, snapshot)
         refuse_degenerate(environment, snapshot, confirmed=confirmed)
+        release_gate(environment=environment, snapshot=snapshot, plan=activation_plan(),
+                     actor=actor, what="activation")
         followers = fleet.environment_activate(environment=environment, snapshot=snapshot)
         audit_record(actor=actor, action=Action.SNAPSHOT_ACTIVATE, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
@@ -253,6 +257,8 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor,
                            what="pushed")
         agents = fleet.agents_chosen(environment, agent_ids)
         _raise(push_refusal(agents, snapshot, environment.active_snapshot))
+        release_gate(environment=environment, snapshot=snapshot, plan=push_plan(agent_ids),
+                     actor=actor, what="push")
         deployments = fleet.pushes_create(snapshot=snapshot, agents=agents, actor=actor)
         audit_record(actor=actor, action=Action.SNAPSHOT_DEPLOY, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
@@ -265,15 +271,27 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
               override_reason: str | None = None) -> Agent:
     """Hold the agent on `snapshot` whatever is activated or pushed, until released."""
     with transaction.atomic():
-        Environment.objects.lock(agent.environment_id)
+        environment = Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
+        locked.environment = environment
         _raise(decommissioned_refusal([locked], f"pin #{snapshot.number}"))
         check_generation(locked, expected_generation)
         _raise(pin_target_refusal(locked, snapshot))
         refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
                            what="pinned")
         _raise(going_back_refusal(locked, snapshot))
+        _gate_pin(locked, snapshot, actor)
         return fleet.agent_pin_hold(agent=locked, snapshot=snapshot, actor=actor)
+
+
+def _gate_pin(agent: Agent, snapshot: Snapshot, actor) -> None:
+    """A pin to content newer than the active snapshot releases it to that agent: it
+    passes the gates of a push to it. Holding an agent on the active or older
+    content releases nothing new (and is how a host is held still in a freeze)."""
+    active = agent.environment.active_snapshot
+    if active is None or snapshot.number > active.number:
+        release_gate(environment=agent.environment, snapshot=snapshot,
+                     plan=push_plan([agent.pk]), actor=actor, what="pin")
 
 
 def pin_release(*, agent: Agent, rollout_id: int | None, expected_generation: int,

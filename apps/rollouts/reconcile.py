@@ -10,8 +10,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.models import Action
+from apps.audit.services import audit_record
 from apps.core.errors import Conflict
+from apps.core.events import emit
 from apps.environments.models import Environment
+from apps.governance.rules import describe_hold
+from apps.governance.selectors import freeze_in_force
 from apps.rollouts import inflight, rules, selectors
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import advance, locked_rollout, rollout_rollback, transition
@@ -52,6 +56,9 @@ def _drive(rollout: Rollout) -> str:
     waited = timezone.now() - rollout.wave_started_at
     baked = waited >= timedelta(seconds=wave.get("bake_s", 0))
     if evidence.settled and wave.get("gate") == Rollout.Gate.AUTO and baked:
+        hold = freeze_in_force(rollout.environment_id)
+        if hold is not None:
+            return _held(rollout, hold)
         advance(rollout, None, "acknowledged and baked")
         return "advanced"
     if waited > timedelta(seconds=rollout.wave_timeout_s):
@@ -75,7 +82,24 @@ def _wave_limits(rollout: Rollout) -> str | None:
                    f"Rollout {rollout.pk} paused: {reason}",
                    state=Rollout.State.PAUSED, reason=reason)
         return "stopped"
+    if freeze_in_force(rollout.environment_id) is not None:
+        return None  # no more agents get it during a freeze; _drive says why
     return "topped_up" if inflight.wave_top_up(rollout) else None
+
+
+def _held(rollout: Rollout, hold: dict) -> str:
+    """A freeze holds the wave advance: the rollout waits, saying why in its `reason`
+    (its version unchanged: an operator's confirm or rollback still applies), and the
+    hold is audited once when it begins or changes."""
+    reason = f"waiting: {describe_hold(hold)}"
+    if rollout.reason != reason:
+        rollout.reason = reason
+        rollout.save(update_fields=["reason"])
+        emit("rollout", environment_id=rollout.environment_id, id=rollout.pk)
+        audit_record(actor=None, action=Action.ROLLOUT_HELD, obj=rollout,
+                     environment=rollout.environment,
+                     summary=f"Rollout {rollout.pk} {reason}", data=hold)
+    return "frozen"
 
 
 def rollouts_reconcile() -> dict:

@@ -20,6 +20,8 @@ from apps.environments.models import Environment
 from apps.fleet.models import Agent
 from apps.fleet.rules import check_generation, held_refusal, is_held, refuses
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
+from apps.governance.gates import refuse_frozen, release_gate
+from apps.governance.rules import rollout_plan
 from apps.rollouts import bounds, inflight, rules, selectors
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.rollouts.quarantine import quarantine_record, refuse_quarantined
@@ -173,6 +175,12 @@ def rollout_create(
         locks.lock_one(Tenant.objects, applications__environments=environment.pk)
         env = Environment.objects.lock(environment.pk)
         _check_environment(env, snapshot, actor, override_reason)
+        release_gate(environment=env, snapshot=snapshot, actor=actor, what="rollout",
+                     plan=rollout_plan(
+                         targets=[t["agent"] for t in targets or []], canary_agents=canary_agents,
+                         canary_labels=canary_labels, waves=waves, canary_gate=canary_gate,
+                         bake_s=bake_s, failure_threshold=failure_threshold,
+                         wave_timeout_s=wave_timeout_s))
         agents = _targets(env, targets, snapshot)
         bounds.history_prune(env, actor)
         size = canary_count or (canary_percent and -(-len(agents) * canary_percent // 100))
@@ -261,6 +269,7 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
         locked = locked_rollout(rollout.pk, expected_version)
         if not locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
+        refuse_frozen(locked.environment, "wave advance")
         evidence = selectors.wave_evidence(locked)
         if not evidence.complete:
             blockers = evidence.blockers()

@@ -1,0 +1,105 @@
+"""Two people acting at once on governance, on PostgreSQL with real row locks:
+threads released together by a barrier, each on its own connection."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from functools import partial
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.audit.models import AuditEvent
+from apps.core.errors import Conflict
+from apps.governance import rules, schedules, services
+from apps.governance.models import Approval, ReleaseRequest, ScheduledRelease
+from apps.governance.selectors import approval_missing
+from apps.releases import scheduled
+from tests.governance.conftest import approve
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TIMEOUT_S = 60
+
+
+def _outcome(call):
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - the outcome is what the test checks
+        return exc
+    finally:
+        connection.close()
+
+
+def _race(calls) -> list:
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        barrier.wait(timeout=TIMEOUT_S)
+        return _outcome(call)
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls, timeout=TIMEOUT_S))
+
+
+def test_two_approvers_racing_both_count(activation, alice, bob):
+    outcomes = _race([lambda: approve(activation, alice), lambda: approve(activation, bob)])
+    assert all(isinstance(o, ReleaseRequest) for o in outcomes), outcomes
+    assert Approval.objects.filter(release=activation, cancelled_at__isnull=True).count() == 2
+    assert approval_missing(ReleaseRequest.objects.get(pk=activation.pk)) is None
+
+
+def test_one_approver_racing_themselves_counts_once(activation, alice):
+    outcomes = _race([lambda: approve(activation, alice), lambda: approve(activation, alice)])
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(refused) == 1 and refused[0].code == "already_decided", outcomes
+    assert Approval.objects.filter(release=activation).count() == 1
+
+
+def test_an_approval_racing_a_plan_change_never_stands_for_old_content(activation, alice,
+                                                                       deployer):
+    for _round in range(3):
+        activation.refresh_from_db()
+        version, checksum, digest = (activation.version, activation.checksum,
+                                     activation.plan_digest)
+        plan = (rules.push_plan(None) if activation.plan["kind"] == "activate"
+                else rules.activation_plan())
+        Approval.objects.filter(release=activation).delete()
+        outcomes = _race([
+            partial(services.release_decide, release=activation, actor=alice,
+                    decision="approve", checksum=checksum, plan_digest=digest),
+            partial(services.release_update, release=activation, actor=deployer,
+                    expected_version=version, plan=plan)])
+        assert isinstance(outcomes[1], ReleaseRequest), outcomes
+        assert isinstance(outcomes[0], ReleaseRequest | Conflict), outcomes
+        current = ReleaseRequest.objects.get(pk=activation.pk)
+        standing = Approval.objects.filter(release=current, cancelled_at__isnull=True)
+        assert not standing.exclude(plan_digest=current.plan_digest).exists()
+
+
+def test_two_submits_of_one_content_make_one_release(second, environment, deployer, alice):
+    def submit(actor):
+        return lambda: services.release_submit(environment=environment, snapshot=second,
+                                               plan=rules.activation_plan(), actor=actor)
+
+    outcomes = _race([submit(deployer), submit(alice)])
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(refused) == 1 and refused[0].code == "release_exists", outcomes
+    assert ReleaseRequest.objects.filter(environment=environment).count() == 1
+
+
+def test_two_runs_of_one_schedule_start_it_once(activation, alice, bob, deployer, environment):
+    approve(activation, alice)
+    approve(activation, bob)
+    schedule = schedules.schedule_create(release=activation, actor=deployer,
+                                         run_at=timezone.now() + timedelta(minutes=1),
+                                         expected_version=1)
+    ScheduledRelease.objects.filter(pk=schedule.pk).update(run_at=timezone.now())
+    outcomes = _race([lambda: scheduled.scheduled_release_start(schedule_id=schedule.pk),
+                      lambda: scheduled.scheduled_release_start(schedule_id=schedule.pk)])
+    # The second finds it started already (and says so): one activation only.
+    assert outcomes == ["started", "started"], outcomes
+    assert AuditEvent.objects.filter(action="schedule.start").count() == 1
+    assert AuditEvent.objects.filter(action="snapshot.activate").count() == 1
+    assert ScheduledRelease.objects.get(pk=schedule.pk).state == "started"

@@ -1,0 +1,219 @@
+"""The gates at the service layer: activation, push and rollouts refuse until
+approved (409 approval_required, naming what is missing); approvals are bound to
+the content; freezes hold activation, pushes and wave advances, and reconcile waits
+saying why; an owner's override lets them through, audited."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.audit.models import AuditEvent
+from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.governance import rules, services, windows
+from apps.governance.models import ReleaseRequest
+from apps.releases import services as releases
+from apps.rollouts import reconcile
+from apps.rollouts import services as rollouts
+from tests import factories
+from tests.governance.conftest import approve
+
+pytestmark = pytest.mark.django_db
+
+
+def _refusal(call) -> Conflict:
+    with pytest.raises(Conflict) as raised:
+        call()
+    return raised.value
+
+
+def test_activation_refuses_without_a_release_and_names_it(second, two_approvals, deployer):
+    error = _refusal(lambda: releases.snapshot_activate(snapshot=second, actor=deployer))
+    assert error.code == "approval_required"
+    assert error.details["missing"] == "release" and error.details["snapshot"] == 2
+
+
+def test_activation_refuses_until_two_owners_approve(activation, second, alice, bob,
+                                                     deployer, environment):
+    approve(activation, alice)
+    error = _refusal(lambda: releases.snapshot_activate(snapshot=second, actor=deployer))
+    assert (error.code, error.details["given"], error.details["missing"]) == (
+        "approval_required", 1, 1)
+    assert error.details["approved_by"] == ["alice"]
+    approve(activation, bob)
+    releases.snapshot_activate(snapshot=second, actor=deployer)
+    environment.refresh_from_db()
+    activation.refresh_from_db()
+    assert environment.active_snapshot_id == second.pk
+    assert activation.state == ReleaseRequest.State.RELEASED
+    assert AuditEvent.objects.filter(action="release.use", object_id=str(activation.pk)).exists()
+
+
+def test_the_author_cannot_approve_their_own_change(activation, deployer, superuser):
+    for author in (deployer, superuser):  # who asked, and who published the snapshot
+        with pytest.raises(PermissionDenied) as raised:
+            approve(activation, author)
+        assert raised.value.code == "not_an_approver"
+
+
+def test_a_viewer_who_is_not_an_owner_may_not_approve(activation, member):
+    with pytest.raises(PermissionDenied):
+        approve(activation, member("viewer", username="vic"))
+
+
+def test_an_approval_naming_a_stale_checksum_or_plan_is_refused(activation, alice, first):
+    error = _refusal(lambda: services.release_decide(
+        release=activation, actor=alice, decision="approve", checksum=first.checksum,
+        plan_digest=activation.plan_digest))
+    assert error.code == "stale" and error.details["checksum"] == activation.checksum
+    error = _refusal(lambda: services.release_decide(
+        release=activation, actor=alice, decision="approve", checksum=activation.checksum,
+        plan_digest=rules.plan_digest(rules.push_plan(None))))
+    assert error.code == "stale"
+    assert not activation.approvals.exists()
+
+
+def test_changing_the_plan_cancels_every_approval_given(activation, alice, bob, deployer,
+                                                        second, environment, superuser):
+    factories.enrolled_agent(environment, "manual-1", mode="manual", actor=superuser)
+    approve(activation, alice)
+    approve(activation, bob)
+    services.release_update(release=activation, actor=deployer, expected_version=1,
+                            plan=rules.push_plan(None))
+    activation.refresh_from_db()
+    assert activation.version == 2
+    assert activation.approvals.filter(cancelled_at__isnull=True).count() == 0
+    error = _refusal(lambda: releases.snapshot_deploy(snapshot=second, agent_ids=None,
+                                                      actor=deployer))
+    assert error.details["given"] == 0  # the push plan is the release's now, unapproved
+    # The old plan (activation) has no release at all any more.
+    error = _refusal(lambda: releases.snapshot_activate(snapshot=second, actor=deployer))
+    assert error.details["missing"] == "release"
+
+
+def test_a_stricter_rule_later_does_not_invalidate_an_approval_unless_strict(
+        activation, alice, bob, superuser, environment, second, deployer, member):
+    approve(activation, alice)
+    approve(activation, bob)
+    services.approval_rule_set(environment=environment, actor=superuser, required_approvals=3)
+    assert releases.snapshot_activate(snapshot=second, actor=deployer)  # held to 2
+
+
+def test_a_strict_environment_holds_releases_to_the_rule_in_force(activation, alice, bob,
+                                                                  superuser, environment,
+                                                                  second, deployer):
+    approve(activation, alice)
+    approve(activation, bob)
+    services.approval_rule_set(environment=environment, actor=superuser, required_approvals=3,
+                               strict=True)
+    error = _refusal(lambda: releases.snapshot_activate(snapshot=second, actor=deployer))
+    assert (error.details["required"], error.details["given"]) == (3, 2)
+
+
+def test_a_rejection_holds_the_release_and_needs_a_comment(activation, alice, bob, second,
+                                                           deployer):
+    with pytest.raises(ValidationFailed):
+        services.release_decide(release=activation, actor=alice, decision="reject",
+                                checksum=activation.checksum,
+                                plan_digest=activation.plan_digest)
+    services.release_decide(release=activation, actor=alice, decision="reject",
+                            checksum=activation.checksum, plan_digest=activation.plan_digest,
+                            comment="not during the sale")
+    error = _refusal(lambda: approve(activation, bob))
+    assert error.code == "release_closed"
+    error = _refusal(lambda: releases.snapshot_activate(snapshot=second, actor=deployer))
+    assert error.code == "approval_required"
+
+
+def test_a_platform_admin_skips_only_where_the_rule_allows(activation, superuser, environment,
+                                                           second, deployer):
+    with pytest.raises(PermissionDenied):
+        services.release_skip(release=activation, actor=superuser, reason="hotfix")
+    services.approval_rule_set(environment=environment, actor=superuser, required_approvals=2,
+                               admins_may_skip=True, strict=True)
+    services.release_skip(release=activation, actor=superuser, reason="hotfix")
+    releases.snapshot_activate(snapshot=second, actor=deployer)
+    assert AuditEvent.objects.filter(action="release.skip").exists()
+
+
+def test_a_rollout_refuses_until_its_exact_plan_is_approved(second, environment, deployer,
+                                                            two_approvals, alice, bob):
+    nodes = factories.enrolled_agents(environment, 2)
+    plan = rules.rollout_plan(canary_agents=[nodes[0].pk])
+    error = _refusal(lambda: factories.start_rollout(environment, second, nodes[:1]))
+    assert error.code == "approval_required"
+    release = services.release_submit(environment=environment, snapshot=second, plan=plan,
+                                      actor=deployer)
+    approve(release, alice)
+    approve(release, bob)
+    error = _refusal(lambda: factories.start_rollout(environment, second, nodes[:1],
+                                                     failure_threshold=1))
+    assert error.details["missing"] == "release"  # another plan than the one approved
+    rollout = factories.start_rollout(environment, second, nodes[:1])
+    assert rollout.is_active
+
+
+def test_publishing_in_a_governed_direct_environment_stores_without_activating(
+        environment, first, superuser, two_approvals):
+    snapshot = factories.publish_variant(environment, superuser, workers=9)
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == first.pk and snapshot.number == 2
+
+
+def _freeze(environment, actor, minutes_from=-1, minutes=60, name="sale"):
+    now = timezone.now()
+    return windows.window_create(environment=environment, actor=actor, kind="freeze",
+                                 name=name, starts_at=now + timedelta(minutes=minutes_from),
+                                 ends_at=now + timedelta(minutes=minutes))
+
+
+def test_a_freeze_refuses_activation_push_and_rollouts(second, environment, superuser):
+    _freeze(environment, superuser)
+    nodes = factories.enrolled_agents(environment, 2)
+    manual = factories.enrolled_agent(environment, "manual-1", mode="manual", actor=superuser)
+    for call in (lambda: releases.snapshot_activate(snapshot=second, actor=superuser),
+                 lambda: releases.snapshot_deploy(snapshot=second, agent_ids=[manual.pk],
+                                                  actor=superuser),
+                 lambda: factories.start_rollout(environment, second, nodes[:1])):
+        error = _refusal(call)
+        assert error.code == "frozen" and error.details["window"] == "sale"
+
+
+def test_an_owners_override_lets_releases_through_and_is_audited(second, environment,
+                                                                 superuser, alice):
+    _freeze(environment, superuser)
+    windows.freeze_override(environment=environment, actor=alice, reason="outage fix",
+                            minutes=15)
+    releases.snapshot_activate(snapshot=second, actor=superuser)
+    event = AuditEvent.objects.get(action="freeze.override")
+    assert event.data["reason"] == "outage fix" and event.data["held_by"]["window"] == "sale"
+
+
+def test_a_freeze_makes_reconcile_wait_and_say_why(second, environment, superuser):
+    nodes = factories.enrolled_agents(environment, 2)
+    rollout = factories.start_rollout(environment, second, nodes[:1], canary_gate="auto")
+    factories.ack(nodes[0], second)
+    _freeze(environment, superuser)
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "frozen"
+    rollout.refresh_from_db()
+    assert rollout.current_wave == 0 and rollout.reason.startswith("waiting: the freeze 'sale'")
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "frozen"
+    assert AuditEvent.objects.filter(action="rollout.held").count() == 1  # once, not per run
+    error = _refusal(lambda: rollouts.rollout_confirm(rollout=rollout, actor=superuser,
+                                                      expected_version=rollout.version))
+    assert error.code == "frozen"
+    windows.window_delete(window=environment.release_windows.get(), actor=superuser)
+    assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "advanced"
+
+
+def test_a_pin_to_newer_content_passes_the_gates_holding_back_does_not(second, environment,
+                                                                       superuser, first,
+                                                                       two_approvals):
+    node = factories.enrolled_agents(environment, 1)[0].fresh()
+    error = _refusal(lambda: releases.agent_pin(agent=node, snapshot=second, actor=superuser,
+                                                expected_generation=node.generation))
+    assert error.code == "approval_required"
+    _freeze(environment, superuser)
+    held = releases.agent_pin(agent=node, snapshot=first, actor=superuser,
+                              expected_generation=node.generation)
+    assert held.pinned_snapshot_id == first.pk  # holding an agent still is no release
