@@ -11,6 +11,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from apps.core.events import announce
 from apps.environments.models import Environment
 from apps.governance import rules, selectors
 from apps.governance.models import Approval, ApprovalRule, ReleaseRequest
@@ -94,6 +95,8 @@ def release_submit(*, environment: Environment, snapshot: Snapshot, plan: dict, 
                f"Release {release.pk}: #{snapshot.number} by {rules.describe_plan(plan)} asks "
                f"for {release.rule['required']} approval(s)", number=snapshot.number,
                checksum=snapshot.checksum, plan_digest=digest)
+        announce("approval.requested", environment_id=env.pk, approval=release.pk,
+                 snapshot=snapshot.number, requested_by=getattr(actor, "username", None))
     return release
 
 
@@ -185,6 +188,9 @@ def release_decide(*, release: ReleaseRequest, actor, decision: str, checksum: s
         _audit(actor, action, locked, env, f"Release {locked.pk} {decision}d"
                + (f": {comment.strip()}" if comment.strip() else ""), checksum=checksum,
                plan_digest=plan_digest, comment=comment.strip())
+        if decision == Approval.Decision.APPROVE:
+            announce("approval.given", environment_id=env.pk, approval=locked.pk,
+                     snapshot=locked.snapshot.number, given_by=actor.username)
     return locked
 
 

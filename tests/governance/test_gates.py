@@ -217,3 +217,22 @@ def test_a_pin_to_newer_content_passes_the_gates_holding_back_does_not(second, e
     held = releases.agent_pin(agent=node, snapshot=first, actor=superuser,
                               expected_generation=node.generation)
     assert held.pinned_snapshot_id == first.pk  # holding an agent still is no release
+
+
+def test_asking_for_and_giving_an_approval_are_announced_for_webhooks(
+        activation, alice, second, environment, monkeypatch):
+    from apps.core import events
+    from tests.governance.conftest import approve
+
+    heard = []
+    monkeypatch.setattr(events, "_subscribers", [
+        lambda name, *, environment_id, data: heard.append((name, environment_id, data))])
+    release = services.release_submit(environment=environment, snapshot=second,
+                                      plan=rules.push_plan([]), actor=alice)
+    approve(activation, alice)
+
+    assert heard == [
+        ("approval.requested", environment.pk,
+         {"approval": release.pk, "snapshot": second.number, "requested_by": "alice"}),
+        ("approval.given", environment.pk,
+         {"approval": activation.pk, "snapshot": second.number, "given_by": "alice"})]
