@@ -210,24 +210,33 @@ def agents(client, args, out: Output) -> int:
 
 
 def approve(client, args, out: Output) -> int:
-    """Not on the server yet (endpoints.APPROVALS): today it answers 404."""
-    body = client.post(endpoints.approvals(args.rollout),
-                       {"comment": args.comment} if args.comment else {})
+    """Approve a release (docs/governance.md) naming the content read now — its
+    snapshot's checksum and its plan's digest — so a release changed since is
+    refused (409 stale) rather than approved unseen."""
+    release = client.get(endpoints.release(args.release))
+    request = {"checksum": release["checksum"], "plan_digest": release["plan_digest"]}
+    if args.comment:
+        request["comment"] = args.comment
+    body = client.post(endpoints.release(args.release) + "/approve", request)
     if out.is_json:
         out.data(body)
     else:
-        out.line(f"rollout {args.rollout}: approved")
+        out.line(f"release {args.release}: approved #{release['snapshot']} "
+                 f"({release['checksum'][:19]}); now {body.get('state', '?')}")
     return 0
 
 
 def promote(client, args, out: Output) -> int:
-    """Not on the server yet (endpoints.PROMOTIONS): today it answers 404."""
-    request = {"from": args.source}
+    """Publish on the target what the source runs (its release applied to the
+    target's own config), waiting for the render like `publish`."""
+    request = {"from": args.source, "confirm": args.confirm}
     if args.snapshot is not None:
-        request["snapshot"] = args.snapshot
-    body = client.post(endpoints.promotions(args.target), request)
+        request["number"] = args.snapshot
+    body = client.post(endpoints.promote(args.target), request)
     if out.is_json:
         out.data(body)
     else:
-        out.line(f"promoted {args.source} to {args.target}")
+        snapshot = body.get("snapshot") or {}
+        out.line(f"promoted {args.source} to {args.target}: "
+                 f"{snapshot_ref(snapshot) if snapshot else body.get('state', '?')}")
     return 0

@@ -1,8 +1,4 @@
-"""Every route of the operator API the CLI calls (docs/api.md), one place each.
-
-APPROVALS and PROMOTIONS are the shapes those features are expected to take; the
-server does not have them yet, so today they answer 404 with the error envelope,
-which the CLI shows like any refusal."""
+"""Every route of the operator API the CLI calls (docs/api.md), one place each."""
 
 from __future__ import annotations
 
@@ -11,9 +7,7 @@ from urllib.parse import quote
 API = "/api/v1"
 ENVIRONMENTS = f"{API}/environments"
 DESCRIPTORS = f"{API}/descriptors"
-# Not on the server yet (see the module docstring): one constant each to wire later.
-APPROVALS = API + "/rollouts/{rollout}/approvals"
-PROMOTIONS = API + "/environments/{environment}/promotions"
+RELEASE = API + "/releases/{release}"  # a release asking for approval (governance)
 
 
 def environment(name: str) -> str:
@@ -42,9 +36,9 @@ def publication(publication_id: str) -> str:
     return f"{API}/publications/{quote(publication_id, safe='')}"
 
 
-def approvals(rollout_id: int) -> str:
-    return APPROVALS.format(rollout=rollout_id)
+def release(release_id: int) -> str:
+    return RELEASE.format(release=release_id)
 
 
-def promotions(env: str) -> str:
-    return PROMOTIONS.format(environment=environment(env).removeprefix(ENVIRONMENTS + "/"))
+def promote(env: str) -> str:
+    return f"{environment(env)}/promote"

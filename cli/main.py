@@ -203,13 +203,18 @@ def environment_commands(sub, parents) -> None:
     p.add_argument("--drift", choices=["any", "drifted", "not-drifted"], default="any",
                    help="only agents with (or without) unrestored drift")
     p = add_command(sub, "promote", commands.promote,
-                    "Promote what one environment runs to another (the server's "
-                    "promotions; until it has them this answers 404).",
-                    "  bellwether promote shop/staging shop/prod\n", parents)
+                    "Promote what one environment runs to another of its application: "
+                    "its release applied to the target's own config, published there "
+                    "(and, where governed, to be approved).",
+                    "  bellwether promote shop/staging shop/prod\n"
+                    "  bellwether promote shop/staging shop/prod --snapshot 12 --confirm\n",
+                    parents)
     p.add_argument("source", type=environment_name, help="from APPLICATION/ENVIRONMENT")
     p.add_argument("target", type=environment_name, help="to APPLICATION/ENVIRONMENT")
-    p.add_argument("--snapshot", type=positive, help="the source's snapshot (default: "
-                   "its active one)")
+    p.add_argument("--snapshot", type=positive, help="the snapshot you expect the source to "
+                   "run (409 stale when it runs another)")
+    p.add_argument("--confirm", action="store_true", help="release it even if a file is "
+                   "emptied or the files shrink sharply (the degenerate-render guard)")
     add_config_command(sub, parents)
 
 
@@ -221,10 +226,10 @@ def add_config_command(sub, parents) -> None:
 
 def rollout_commands(sub, parents) -> None:
     p = add_command(sub, "approve", commands.approve,
-                    "Approve a rollout waiting for approval (the server's approvals; "
-                    "until it has them this answers 404).",
+                    "Approve a release asking for approval (docs/governance.md), naming "
+                    "the content read now: a release changed since is refused.",
                     "  bellwether approve 42 --comment 'change ticket CHG-7'\n", parents)
-    p.add_argument("rollout", type=positive, help="rollout id")
+    p.add_argument("release", type=positive, help="release id")
     p.add_argument("--comment", help="why, for the audit log")
     rollout = sub.add_parser(
         "rollout", help="Start, watch, confirm or roll back a staged rollout.",

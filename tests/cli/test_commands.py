@@ -185,15 +185,24 @@ def test_confirm_and_rollback_of_an_unknown_rollout_are_404(shared_live):
         assert error_of(result)["code"] == "not_found"
 
 
-def test_approve_and_promote_show_the_servers_404_until_it_has_them(shared_live):
-    # Not on this server yet (cli/endpoints.py APPROVALS, PROMOTIONS).
-    for args in (["approve", "1", "--comment", "CHG-7"],
-                 ["promote", "shop/staging", "shop/prod"]):
-        result = shared_live.run(*args, "-o", "json")
-        assert result.returncode == REFUSED, result.stderr
-        error = error_of(result)
-        assert (error["status"], error["code"]) == (404, "not_found")
-        assert "No route for" in error["message"]
+def test_approving_an_unknown_release_is_the_servers_404(shared_live):
+    result = shared_live.run("approve", "99999", "--comment", "CHG-7", "-o", "json")
+    assert result.returncode == REFUSED, result.stderr
+    assert (error_of(result)["status"], error_of(result)["code"]) == (404, "not_found")
+
+
+def test_promote_publishes_on_the_target_what_the_source_runs(live):
+    promoted = live.run("promote", "shop/staging", "shop/prod", "-o", "json")
+    assert promoted.returncode == 0, promoted.stderr
+    body = json.loads(promoted.stdout)
+    # Staging runs no descriptor: on prod's own config that renders prod's #2 again.
+    assert (body["state"], body["snapshot"]["number"], body["deduplicated"]) == (
+        "ready", 2, True)
+
+    stale = live.run("promote", "shop/staging", "shop/prod", "--snapshot", "1", "-o", "json")
+    assert stale.returncode == REFUSED and error_of(stale)["code"] == "stale", stale.stdout
+    across = live.run("promote", "shop/staging", "blog/prod", "-o", "json")
+    assert across.returncode == REFUSED and error_of(across)["status"] == 404
 
 
 def test_a_server_that_is_down_fails_fast_and_clearly(shared_live):
