@@ -34,8 +34,8 @@ UNAVAILABLE = "The database is unavailable; try again shortly."
 
 def error_response(status_code: int, code: str, message: str, details=None, headers=None):
     body = {"error": {"code": code, "message": message}}
-    if details is not None:
-        body["error"]["details"] = details
+    if details is not None:  # always a list (docs/design.md): one object is a list of one
+        body["error"]["details"] = [details] if isinstance(details, dict) else details
     return Response(body, status=status_code, headers=headers)
 
 

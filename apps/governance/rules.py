@@ -32,9 +32,14 @@ def push_plan(agent_ids: Iterable[int] | None) -> dict:
 
 
 def _wave(spec: dict) -> dict:
+    """A wave in canonical form: its size, gate, bake time and its own limits (what
+    an approval covers: a wave's pace is part of the plan)."""
     size = {"count": spec["count"]} if spec.get("count") is not None else {
         "percent": spec["percent"]}
-    return {**size, "gate": spec.get("gate") or AUTO, "bake_s": spec.get("bake_s") or 0}
+    limits = {key: spec[key] for key in ("max_in_flight", "max_failures")
+              if spec.get(key) is not None}
+    return {**size, "gate": spec.get("gate") or AUTO, "bake_s": spec.get("bake_s") or 0,
+            **limits}
 
 
 def rollout_plan(*, targets: Iterable[int] | None = None,

@@ -24,6 +24,9 @@ class WaveSerializer(serializers.Serializer):
     count = WholeNumberField(min_value=1, required=False)
     gate = serializers.ChoiceField(rules.GATE_CHOICES, default=rules.AUTO)
     bake_s = WholeNumberField(min_value=0, max_value=7 * 86400, default=0)
+    # The wave's own limits (apps.rollouts.inflight): part of what is approved.
+    max_in_flight = WholeNumberField(min_value=1, max_value=10_000, required=False)
+    max_failures = WholeNumberField(min_value=1, max_value=10_000, required=False)
 
     def validate(self, attrs):
         if ("percent" in attrs) == ("count" in attrs):

@@ -15,6 +15,7 @@ from apps.governance import rules, selectors
 from apps.governance.models import FreezeOverride, ReleaseWindow
 
 MAX_ONE_OFF = timedelta(days=366)
+YEARS = (2000, 2999)  # a one-off window's dates (and no arithmetic past datetime's range)
 MAX_OVERRIDE_MINUTES = 24 * 60
 
 
@@ -37,6 +38,9 @@ def window_checked(kind: str, name: str, tz: str, starts_at: datetime | None,
         raise _invalid("starts_at", "give starts_at and ends_at (once), or weekdays, "
                                     "start_time and end_time (weekly)")
     if once:
+        for field, moment in (("starts_at", starts_at), ("ends_at", ends_at)):
+            if moment is not None and not YEARS[0] <= moment.year <= YEARS[1]:
+                raise _invalid(field, f"a year from {YEARS[0]} to {YEARS[1]}")
         if starts_at is None or ends_at is None or ends_at <= starts_at:
             raise _invalid("ends_at", "a window ends after it starts")
         if ends_at - starts_at > MAX_ONE_OFF:

@@ -25,6 +25,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent, Deployment
+from apps.governance.models import ReleaseRequest
 from apps.releases.selectors import over_bounds, retention_usage
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
 from apps.rollouts.selectors import rollouts_without_pins
@@ -46,6 +47,7 @@ HOLDS = {
     "rollback_target": "it is the last snapshot a rollback could return to",
     "rendering": "a rollback to it is still rendering",
     "awaiting_confirmation": "its publication waits for a confirmation",
+    "release": "a release (governance) names it: the record of what was approved",
 }
 ROLLOUT_SNAPSHOTS = ("snapshot_id", "previous_snapshot_id", "rollback_snapshot_id")
 
@@ -102,6 +104,8 @@ def snapshot_holds(environment: Environment, snapshot_ids) -> dict[int, list[str
         ("rollback_target", {_rollback_target(environment)}),
         ("rendering", set(publications.filter(state=Publication.State.RENDERING)
                           .values_list("rolled_back_from_id", flat=True))),
+        ("release", set(ReleaseRequest.objects.filter(environment=environment)
+                        .values_list("snapshot_id", flat=True))),
         ("awaiting_confirmation", set(publications.filter(
             needs_confirmation__isnull=False, activated=False,
             state=Publication.State.READY).values_list("snapshot_id", flat=True))),

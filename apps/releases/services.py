@@ -33,7 +33,7 @@ from apps.fleet.rules import (
     pin_target_refusal,
     push_refusal,
 )
-from apps.governance.gates import release_gate
+from apps.governance.gates import refuse_frozen, release_gate
 from apps.governance.rules import activation_plan, push_plan
 from apps.releases.publishing import refuse_degenerate
 from apps.releases.rules import publication_activates_by_policy
@@ -139,6 +139,7 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
         locked = Environment.objects.lock(snapshot.environment_id)
         _refuse_during_rollout(locked, "roll that back instead.")
         refuse_quarantined(snapshot)
+        refuse_frozen(locked, "rollback")  # an owner's override lets an emergency through
         return _queued(publication_create(environment=locked, actor=actor,
                                           kind=Publication.Kind.ROLLBACK,
                                           source=snapshot.source, rolled_back_from=snapshot,
@@ -285,11 +286,12 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
 
 
 def _gate_pin(agent: Agent, snapshot: Snapshot, actor) -> None:
-    """A pin to content newer than the active snapshot releases it to that agent: it
-    passes the gates of a push to it. Holding an agent on the active or older
-    content releases nothing new (and is how a host is held still in a freeze)."""
+    """A pin to any content but the active snapshot's releases it to that agent (an
+    older snapshot may hold content never released): it passes the gates of a push
+    to it. Holding an agent on the active content releases nothing new (and is how a
+    host is held still in a freeze)."""
     active = agent.environment.active_snapshot
-    if active is None or snapshot.number > active.number:
+    if active is None or snapshot.checksum != active.checksum:
         release_gate(environment=agent.environment, snapshot=snapshot,
                      plan=push_plan([agent.pk]), actor=actor, what="pin")
 

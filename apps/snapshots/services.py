@@ -110,9 +110,14 @@ def _bundle(number: int, label: str, rendered: Rendered) -> bytes:
 
 
 def _label(environment: Environment, today) -> str:
+    """Today's date and the next of today's sequence: one past the highest label of
+    the day still stored (a removed snapshot leaves a gap, never a repeat)."""
     prefix = f"{today:%Y%m%d}-"
-    taken = Snapshot.objects.filter(environment=environment, label__startswith=prefix).count()
-    return f"{prefix}{taken + 1:03d}"
+    labels = Snapshot.objects.filter(environment=environment, label__startswith=prefix)
+    highest = max((int(label.removeprefix(prefix)) for label in
+                   labels.values_list("label", flat=True)
+                   if label.removeprefix(prefix).isdigit()), default=0)
+    return f"{prefix}{highest + 1:03d}"
 
 
 def _outcome(environment: Environment, publication: Publication, rendered: Rendered,

@@ -8,9 +8,11 @@ so a new route is attacked without being listed here."""
 
 import hashlib
 import json
+from datetime import timedelta
 
 import pytest
 from django.apps import apps
+from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 
 from apps.environments.models import Environment
@@ -90,9 +92,33 @@ def hostile_world(snapshots, superuser, environment, empty_cache):
     publication = Publication.objects.filter(snapshot=second).first()
     values = {"application": "shop", "environment": "prod", "number": "2",
               "agent_id": str(agents[1].agent.pk), "rollout_id": str(rollout.pk),
-              "publication_id": str(publication.pk)}
+              "publication_id": str(publication.pk), **_governed(environment, second,
+                                                               superuser)}
     return {"values": values, "user": factories.api_client_for(superuser),
             "agent": factories.bearer_client(agents[1].token)}
+
+
+def _governed(environment, snapshot, superuser) -> dict:
+    """Path values of governance and webhook objects: a release, a freeze window far
+    ahead, a webhook endpoint, a built-in strategy; a schedule id no row has."""
+    from apps.governance import rules as governance_rules
+    from apps.governance import services as governance
+    from apps.governance import windows
+    from apps.rollouts.models import RolloutStrategy
+    from apps.webhooks.services import endpoint_create
+
+    release = governance.release_submit(environment=environment, snapshot=snapshot,
+                                        plan=governance_rules.activation_plan(),
+                                        actor=superuser)
+    later = timezone.now() + timedelta(days=300)
+    window = windows.window_create(environment=environment, actor=superuser, kind="freeze",
+                                   name="later", starts_at=later,
+                                   ends_at=later + timedelta(hours=1))
+    endpoint, _ = endpoint_create(environment=environment, url="https://hooks.example.com/x",
+                                  events=["snapshot.published"], actor=superuser)
+    return {"release_id": str(release.pk), "window_id": str(window.pk),
+            "endpoint_id": str(endpoint.pk), "schedule_id": "999999",
+            "strategy_id": str(RolloutStrategy.objects.order_by("pk").first().pk)}
 
 
 def url_for(path: str, values: dict) -> str:

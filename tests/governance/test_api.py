@@ -45,7 +45,7 @@ def test_a_rule_naming_an_unknown_group_or_too_many_approvals_is_refused(environ
     body = _error(client.put(f"{ENV}/governance", {"required_approvals": 2,
                                                    "approver_groups": ["nobody"]},
                              format="json"), 400, "unknown_group")
-    assert body["details"]["field"] == "approver_groups"
+    assert body["details"][0]["field"] == "approver_groups"
     _error(client.put(f"{ENV}/governance", {"required_approvals": 11}, format="json"), 400)
     _error(client.put(f"{ENV}/governance", {"required_approvals": "two"}, format="json"), 400)
 
@@ -87,7 +87,7 @@ def test_two_owners_approve_then_the_activation_goes(activation, alice, bob, dep
                                                      environment):
     activate = f"{ENV}/snapshots/2/activate"
     body = _error(_client(deployer).post(activate), 409, "approval_required")
-    assert body["details"]["missing"] == 2 and body["details"]["release"] == activation.pk
+    assert body["details"][0]["missing"] == 2 and body["details"][0]["release"] == activation.pk
     assert _decide(_client(alice), activation, comment="ok").status_code == 200
     response = _decide(_client(bob), activation)
     assert response.json()["missing"] is None
@@ -100,7 +100,7 @@ def test_approving_ones_own_change_a_stale_checksum_or_twice_is_refused(activati
                                                                         deployer, first):
     _error(_decide(_client(deployer), activation), 403, "not_an_approver")
     body = _error(_decide(_client(alice), activation, checksum=first.checksum), 409, "stale")
-    assert body["details"]["checksum"] == activation.checksum
+    assert body["details"][0]["checksum"] == activation.checksum
     _error(_decide(_client(alice), activation, plan_digest="0" * 64), 409, "stale")
     _error(_client(alice).post(f"/api/v1/releases/{activation.pk}/approve", {}, format="json"),
            400)
@@ -110,7 +110,7 @@ def test_approving_ones_own_change_a_stale_checksum_or_twice_is_refused(activati
 
 def test_reject_needs_a_comment_and_closes_the_release(activation, alice):
     body = _error(_decide(_client(alice), activation, "reject"), 400, "comment_required")
-    assert body["details"]["field"] == "comment"
+    assert body["details"][0]["field"] == "comment"
     response = _decide(_client(alice), activation, "reject", comment="not in the sale")
     assert response.json()["state"] == "rejected"
     assert response.json()["missing"]["state"] == "rejected"
@@ -156,10 +156,10 @@ def test_windows_add_list_delete_and_hostile_inputs(environment, alice, deployer
     body = _error(client.post(f"{ENV}/windows", {**weekly, "name": "again",
                                                  "start_time": "20:00"}, format="json"),
                   409, "overlapping_window")
-    assert body["details"]["overlaps"] == "fridays"
+    assert body["details"][0]["overlaps"] == "fridays"
     body = _error(client.post(f"{ENV}/windows", {**weekly, "name": "tz", "timezone": "Mars/Base"},
                               format="json"), 400, "bad_timezone")
-    assert body["details"]["field"] == "timezone"
+    assert body["details"][0]["field"] == "timezone"
     _error(client.post(f"{ENV}/windows", {**weekly, "name": "days", "weekdays": [7]},
                        format="json"), 400)
     _error(client.post(f"{ENV}/windows", {"kind": "freeze", "name": "back",
@@ -183,7 +183,7 @@ def test_a_freeze_answers_409_frozen_and_an_owner_overrides_it(second, environme
         "kind": "freeze", "name": "sale", "starts_at": (now - timedelta(hours=1)).isoformat(),
         "ends_at": (now + timedelta(hours=1)).isoformat()}, format="json")
     body = _error(_client(deployer).post(f"{ENV}/snapshots/2/activate"), 409, "frozen")
-    assert body["details"]["window"] == "sale"
+    assert body["details"][0]["window"] == "sale"
     assert _client(deployer).get(f"{ENV}/governance").json()["frozen"]["window"] == "sale"
     _error(_client(deployer).post(f"{ENV}/freeze-override", {"reason": "x"}, format="json"),
            403)
@@ -220,7 +220,7 @@ def test_a_rollout_through_the_api_names_its_missing_approval(second, environmen
     node = factories.enrolled_agents(environment, 1)[0]
     body = _error(_client(deployer).post(f"{ENV}/rollouts", {
         "snapshot": 2, "canary_agents": [node.pk]}, format="json"), 409, "approval_required")
-    assert body["details"]["plan_digest"] == rules.plan_digest(
+    assert body["details"][0]["plan_digest"] == rules.plan_digest(
         rules.rollout_plan(canary_agents=[node.pk]))
 
 

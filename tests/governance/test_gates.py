@@ -236,3 +236,55 @@ def test_asking_for_and_giving_an_approval_are_announced_for_webhooks(
          {"approval": release.pk, "snapshot": second.number, "requested_by": "alice"}),
         ("approval.given", environment.pk,
          {"approval": activation.pk, "snapshot": second.number, "given_by": "alice"})]
+
+
+def test_a_pin_to_older_content_than_the_active_is_a_release_too(environment, superuser):
+    """An older snapshot may hold content never released (hostile finding): only the
+    active content is ungated."""
+    first = factories.publish(environment, superuser)
+    second = factories.publish_variant(environment, superuser, workers=9)
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == second.pk
+    services.approval_rule_set(environment=environment, actor=superuser, required_approvals=2)
+    node = factories.enrolled_agents(environment, 1)[0].fresh()
+
+    error = _refusal(lambda: releases.agent_pin(agent=node, snapshot=first, actor=superuser,
+                                                expected_generation=node.generation))
+    assert error.code == "approval_required"
+    held = releases.agent_pin(agent=node, snapshot=second, actor=superuser,
+                              expected_generation=node.generation)
+    assert held.pinned_snapshot_id == second.pk
+
+
+def test_an_environment_rollback_waits_for_the_freeze_or_an_override(environment, superuser):
+    first = factories.publish(environment, superuser)
+    factories.publish_variant(environment, superuser, workers=9)
+    _freeze(environment, superuser)
+
+    error = _refusal(lambda: releases.snapshot_rollback(snapshot=first, actor=superuser))
+    assert error.code == "frozen"
+    windows.freeze_override(environment=environment, actor=superuser, reason="outage",
+                            minutes=30)
+    assert releases.snapshot_rollback(snapshot=first, actor=superuser).kind == "rollback"
+
+
+def test_a_release_plans_wave_limits_are_part_of_what_is_approved():
+    plain = rules.rollout_plan(waves=[{"percent": 100}])
+    limited = rules.rollout_plan(waves=[{"percent": 100, "max_in_flight": 1,
+                                         "max_failures": 1}])
+    assert limited["waves"][0]["max_in_flight"] == 1
+    assert rules.plan_digest(plain) != rules.plan_digest(limited)
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+14:00", "9999-12-31T20:00:00"])
+def test_a_window_beyond_the_supported_years_is_400_not_500(moment, environment, superuser):
+    from datetime import datetime
+
+    from apps.core.errors import ValidationFailed as Invalid
+
+    start = datetime.fromisoformat(moment)
+    with pytest.raises(Invalid) as raised:
+        windows.window_create(environment=environment, actor=superuser, kind="freeze",
+                              name="far", starts_at=start, ends_at=start + timedelta(hours=1)
+                              if start.year < 9999 else start)
+    assert raised.value.details == {"field": "starts_at"}

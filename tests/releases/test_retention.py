@@ -179,3 +179,32 @@ def test_usage_reports_counts_and_bytes_against_the_bounds(environment, superuse
     assert usage["snapshots"] == {"count": 2, "bound": 100}
     assert 0 < usage["bytes"]["stored"] < usage["bytes"]["bound"] == 1 << 30
     assert usage["rollouts"] == {"count": 0, "bound": 100}
+
+
+def test_after_a_removal_the_next_snapshot_of_the_day_gets_a_new_label(environment, superuser):
+    """A removed snapshot leaves a gap in the day's labels, never a repeat (hostile
+    finding: the next publish hit the label's unique constraint)."""
+    first = factories.publish(environment, superuser)
+    factories.publish_variant(environment, superuser, workers=7)
+    factories.publish_variant(environment, superuser, workers=8)
+    retention.snapshot_remove(snapshot=first, actor=superuser, reason="test")
+
+    fourth = factories.publish_variant(environment, superuser, workers=9)
+
+    prefix = first.label.rsplit("-", 1)[0]
+    assert fourth.label == f"{prefix}-004" and fourth.state == "ready"
+
+
+def test_a_snapshot_a_governance_release_names_is_kept(environment, superuser):
+    from apps.governance import rules as governance_rules
+    from apps.governance import services as governance
+
+    factories.publish(environment, superuser)
+    second = factories.publish_variant(environment, superuser, workers=7)
+    factories.publish_variant(environment, superuser, workers=8)
+    governance.release_submit(environment=environment, snapshot=second,
+                              plan=governance_rules.activation_plan(), actor=superuser)
+
+    with pytest.raises(Conflict) as refused:
+        retention.snapshot_remove(snapshot=second, actor=superuser, reason="test")
+    assert "release" in {d["reason"] for d in refused.value.details}
