@@ -101,10 +101,10 @@ async def _vouched_agent(scope, headers) -> int | None:
     if parsed is None:
         return None
     key, secret = parsed
-    if await edge._owes(key) is not False:
-        return None
     state = await cache.poll_state_async(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        return None
+    if await edge._owes(key, state.get("generation")) is not False:
         return None
     return state["agent_id"]
 
