@@ -204,15 +204,14 @@ class RolloutForm(DashboardForm):
     cleaned_data["plan"] is the waves as rollout_create takes them."""
 
     snapshot = NumberField("pick a snapshot to roll out.", widget=forms.Select)
-    # A named strategy (docs/rollouts.md), chosen, gives the waves and their settings
-    # (those fields unused); canaries named here replace its canary size.
+    # A strategy chosen gives the waves and their settings (docs/rollouts.md).
     strategy = forms.ChoiceField(required=False, choices=[("", "none: the fields below")])
     canary = NumberListField("not an agent id.", maximum=AGENT_ID_MAX, required=False,
                              widget=forms.CheckboxSelectMultiple(attrs={"class": "checks"}))
     canary_labels = forms.CharField(required=False, max_length=2000, widget=forms.TextInput(
         attrs={"placeholder": "e.g. zone=eu-1, tier=canary"}))
     canary_percent = NumberField("a percentage from 1 to 100.", maximum=100, required=False)
-    waves = forms.CharField(initial="50, 100", error_messages={"required": WAVES_MESSAGE})
+    waves = forms.CharField(initial="50, 100", required=False)  # blank: the strategy's
     gate = forms.ChoiceField(choices=[(gate, GATES[gate]) for gate in Rollout.Gate.values],
                              initial=Rollout.Gate.MANUAL, error_messages={
                                  "invalid_choice": f"one of {', '.join(Rollout.Gate.values)}.",
@@ -273,7 +272,8 @@ class RolloutForm(DashboardForm):
                 and not (cleaned.get("canary") or cleaned.get("canary_labels")
                          or cleaned.get("canary_percent") or cleaned.get("strategy")):
             self.add_error("canary", "Name the canaries: pick at least one agent.")
-        if "waves" in cleaned and "gate" in cleaned and "bake_s" in cleaned:
+        cleaned["plan"] = None
+        if cleaned.get("waves") and "gate" in cleaned and "bake_s" in cleaned:
             cleaned["plan"] = [{"percent": percent, "gate": cleaned["gate"],
                                 "bake_s": cleaned["bake_s"]} for percent in cleaned["waves"]]
         return cleaned

@@ -53,6 +53,8 @@ ROLLOUTS_DOCUMENTED = {
     "/api/v1/rollouts/{rollout_id}/confirm": {"post"},
     "/api/v1/rollouts/{rollout_id}/rollback": {"post"},
     "/api/v1/rollouts/{rollout_id}/release-pins": {"post"},
+    "/api/v1/rollouts/{rollout_id}/pause": {"post"},
+    "/api/v1/rollouts/{rollout_id}/resume": {"post"},
 }
 STRATEGIES_DOCUMENTED = {
     "/api/v1/strategies": {"get", "post"},
