@@ -82,7 +82,8 @@ def _wave_limits(rollout: Rollout) -> str | None:
                    f"Rollout {rollout.pk} paused: {reason}",
                    state=Rollout.State.PAUSED, reason=reason)
         return "stopped"
-    if freeze_in_force(rollout.environment_id) is not None:
+    limited = rollout.waves[rollout.current_wave].get("max_in_flight")
+    if not limited or freeze_in_force(rollout.environment_id) is not None:
         return None  # no more agents get it during a freeze; _drive says why
     return "topped_up" if inflight.wave_top_up(rollout) else None
 
