@@ -33,7 +33,7 @@ MANIFEST_STORAGE = "whitenoise.storage.CompressedManifestStaticFilesStorage"
 
 BOOLEANS = ["DEBUG", "DATABASE_POOL", "CELERY_TASK_ALWAYS_EAGER", "SECURE_COOKIES",
             "SECURE_SSL_REDIRECT", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD",
-            "BELLWETHER_RENDER_ISOLATED"]
+            "BELLWETHER_RENDER_ISOLATED", "BELLWETHER_WEBHOOK_ALLOW_PRIVATE"]
 # Every integer variable with its default and the smallest value it accepts.
 INTEGERS = {
     "DATABASE_POOL_SIZE": (10, 1),
@@ -65,6 +65,11 @@ INTEGERS = {
     "DATABASE_POOL_TIMEOUT_S": (1, 1),
     "BELLWETHER_DJANGO_CONCURRENCY": (10, 1),
     "BELLWETHER_DJANGO_QUEUE_S": (15, 1),
+    "BELLWETHER_WEBHOOK_TIMEOUT_S": (5, 1),
+    "BELLWETHER_WEBHOOK_MAX_ATTEMPTS": (8, 1),
+    "BELLWETHER_WEBHOOK_BACKOFF_S": (10, 1),
+    "BELLWETHER_WEBHOOK_BACKOFF_MAX_S": (3600, 1),
+    "BELLWETHER_WEBHOOK_MAX_ENDPOINTS": (20, 1),
     "BELLWETHER_BODY_RECEIVE_S": (30, 1),
     "SECURE_HSTS_SECONDS": (0, 0),
     "BELLWETHER_PROXY_COUNT": (0, 0),
@@ -76,7 +81,9 @@ INTEGERS = {
 MAXIMA = {"REDIS_TIMEOUT_S": 5, "DATABASE_CONNECT_TIMEOUT_S": 30,
           "DATABASE_POOL_TIMEOUT_S": 30, "BELLWETHER_PROXY_COUNT": 10,
           "BELLWETHER_RENDER_TIME_LIMIT_S": 40, "BELLWETHER_LONG_POLL_MAX_S": 300,
-          "BELLWETHER_DJANGO_QUEUE_S": 300, "BELLWETHER_BODY_RECEIVE_S": 600}
+          "BELLWETHER_DJANGO_QUEUE_S": 300, "BELLWETHER_BODY_RECEIVE_S": 600,
+          "BELLWETHER_WEBHOOK_TIMEOUT_S": 30, "BELLWETHER_WEBHOOK_MAX_ATTEMPTS": 20,
+          "BELLWETHER_WEBHOOK_BACKOFF_S": 3600}
 # Request rates, with their defaults.
 RATES = {"BELLWETHER_THROTTLE_USER": ("user", "1200/minute"),
          "BELLWETHER_THROTTLE_AGENT": ("agent", "600/minute"),
@@ -113,6 +120,8 @@ def integer_setting(module, name: str) -> int:
         return limits[key]
     if name == "BELLWETHER_MAX_REQUEST_BYTES":
         return module.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if key.startswith("webhook_"):
+        return module.BELLWETHER_WEBHOOKS[key.removeprefix("webhook_")]
     return getattr(module, name)
 
 
