@@ -326,9 +326,12 @@ class Api:
             pytest.fail(f"{method} {path} answered {status}, expected {expect}: {data!r}")
         return data
 
-    def publish(self) -> dict:
-        """Publish the environment's current inputs; returns the new snapshot (ready)."""
-        body = self.call("POST", f"{self.env_path}/publish", expect=201)
+    def publish(self, *, confirm: bool = False) -> dict:
+        """Publish the environment's current inputs; returns the new snapshot (ready).
+        `confirm`: release it even if a file goes away or the files shrink sharply
+        (the degenerate-render guard)."""
+        body = self.call("POST", f"{self.env_path}/publish",
+                         {"confirm": True} if confirm else None, expect=201)
         assert body["state"] == "ready", body
         return body["snapshot"]
 

@@ -55,7 +55,7 @@ def test_every_agent_applies_each_published_snapshot_and_reports_success(make_fl
     # A new snapshot: a changed file and a removed one.
     fleet.change_config(config("hello v2", workers=8))
     fleet.remove_template("app/peers.txt")
-    second = fleet.api.publish()
+    second = fleet.api.publish(confirm=True)  # a file goes away: the guard asks first
     assert second["number"] == 2
 
     agents = wait_in_sync(fleet, names, 2)
