@@ -13,7 +13,10 @@ before any of our code runs: such a child can block for ever, and a database
 connection closed there can end the parent's session. multiprocessing is no
 way out either: Celery's pool processes are daemonic (refused children) and
 carry an authentication key multiprocessing cannot pickle. Starting costs
-about 0.1 s.
+0.1-0.4 s, so each process keeps one spare child started ahead: a render takes
+the spare (its interpreter already up) and starts the next one. A spare holds
+no work until it is given some, and exits when its parent's end of its stdin
+closes; a forked process forgets its parent's spare.
 
 The parent writes the pickled (render, source, seconds, memory_bytes) to the
 child's stdin and reads the pickled Rendered from its stdout; `render` is a
@@ -24,12 +27,14 @@ own allowance (STARTUP_SECONDS), so a busy machine's slow start (0.1 s idle,
 seconds under load) is not charged to the template.
 """
 
+import atexit
 import os
 import pickle
 import resource
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +50,71 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 STOPPED = "the render took longer than {seconds:g} seconds and was stopped"
 NOT_STARTED = "the render could not start within {seconds:g} seconds and was stopped"
 OVER_LIMIT = "the render went over its memory or CPU limit and was stopped"
+
+
+_spare_lock = threading.Lock()
+_spare: subprocess.Popen | None = None
+
+
+def _start_child() -> subprocess.Popen:
+    """A fresh interpreter importing what rendering needs (OSError when none can start)."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _ROOT,
+               "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "configlang.isolated"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environ, cwd=_ROOT,
+        close_fds=True)
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Kill `child` if it still runs, close our ends of its pipes, reap it."""
+    if child.poll() is None:
+        child.kill()
+    for stream in (child.stdin, child.stdout):
+        if not stream.closed:
+            stream.close()
+    child.wait()
+
+
+def _take_child() -> subprocess.Popen:
+    """A child for one render: the spare if it is still alive, else a new one; then
+    a new spare for the next render. OSError when no child can be started."""
+    global _spare
+    with _spare_lock:
+        child, _spare = _spare, None
+    if child is not None and child.poll() is not None:
+        _stop(child)
+        child = None
+    if child is None:
+        child = _start_child()
+    try:
+        spare = _start_child()
+    except OSError:
+        return child
+    with _spare_lock:
+        spare, _spare = _spare, spare
+    if spare is not None:  # another thread's spare arrived first
+        _stop(spare)
+    return child
+
+
+def discard_spare() -> None:
+    """Stop this process's spare child (at exit; tests that change how children start)."""
+    global _spare
+    with _spare_lock:
+        child, _spare = _spare, None
+    if child is not None:
+        _stop(child)
+
+
+def _forget_spare_after_fork() -> None:
+    """The forked process's spare is its parent's child: forget it, never use it."""
+    global _spare, _spare_lock
+    _spare_lock, _spare = threading.Lock(), None
+
+
+atexit.register(discard_spare)
+os.register_at_fork(after_in_child=_forget_spare_after_fork)
 
 
 def _address_space() -> int:
@@ -124,25 +194,15 @@ def render_isolated(source: dict, *, seconds: float, memory_bytes: int,
     be a module-level function (pickled by reference)."""
     work = pickle.dumps((render, source, seconds, memory_bytes),
                         protocol=pickle.HIGHEST_PROTOCOL)
-    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _ROOT,
-               "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "configlang.isolated"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environ, cwd=_ROOT,
-            close_fds=True)
+        child = _take_child()
     except OSError:  # no child can be started: render here
         return render(source, seconds=seconds)
     data = True
     try:
         data = _exchange(child, work, startup, seconds + grace)
     finally:
-        if isinstance(data, bool):
-            child.kill()
-        for stream in (child.stdin, child.stdout):
-            if not stream.closed:
-                stream.close()
-        child.wait()
+        _stop(child)
     if data is False:
         return _limited(NOT_STARTED.format(seconds=startup), timed_out=True)
     if data is True:

@@ -1,15 +1,27 @@
 """The backstop: a render in a child process limited in memory and time."""
 
 import multiprocessing
+import os
+import select
 import threading
 import time
 from unittest import mock
+
+import pytest
 
 from configlang import isolated, rendering
 from configlang.isolated import render_isolated
 from tests.configlang.test_render_budget import PRODUCTION
 from tests.configlang.test_rendering import make_source
 from tests.render_children import hang, hog, nothing
+
+
+@pytest.fixture(autouse=True)
+def no_spare():
+    """Each test starts its children the way it sets up (some change how)."""
+    isolated.discard_spare()
+    yield
+    isolated.discard_spare()
 
 
 def _source(template: str):
@@ -171,3 +183,51 @@ def test_a_wall_time_stop_is_timed_out_and_a_memory_stop_is_not():
     hogged = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, render=hog)
     assert hung.timed_out and not hogged.timed_out
     assert [p.code for p in hogged.problems] == ["render_limit"]
+
+
+def test_a_render_takes_the_spare_child_and_leaves_a_new_one_started():
+    render_isolated(_source("{{ name }}"), seconds=5, memory_bytes=128 << 20)
+    spare = isolated._spare
+    assert spare is not None and spare.poll() is None
+    assert select.select([spare.stdout], [], [], 30)[0]  # READY: started ahead of the render
+    rendered = render_isolated(_source("{{ name }}"), seconds=5, memory_bytes=128 << 20)
+    assert rendered.files == [{"path": "a.conf", "content": "shop"}]
+    assert spare.returncode == 0 and spare.stdout.closed  # it did this render
+    assert isolated._spare is not None and isolated._spare is not spare
+
+
+def test_a_spare_that_died_is_replaced_not_used():
+    render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20)
+    dead = isolated._spare
+    dead.kill()
+    dead.wait()
+    rendered = render_isolated(_source("{{ name }}"), seconds=5, memory_bytes=128 << 20)
+    assert rendered.problems == []
+    assert rendered.files == [{"path": "a.conf", "content": "shop"}]
+
+
+def test_a_spare_still_holds_the_limits_of_the_render_it_is_given():
+    render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20)  # leaves a spare
+    assert isolated._spare is not None
+    rendered = render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20, render=hog)
+    assert [p.code for p in rendered.problems] == ["render_limit"]
+    assert "memory" in rendered.problems[0].message
+
+
+def _spare_seen_after_fork(queue):
+    queue.put(isolated._spare is None)
+
+
+def test_a_forked_process_forgets_its_parents_spare_and_the_parent_keeps_it():
+    render_isolated(_source("x"), seconds=5, memory_bytes=128 << 20)
+    spare = isolated._spare
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=_spare_seen_after_fork, args=(queue,))
+    process.start()
+    try:
+        assert queue.get(timeout=30) is True
+    finally:
+        process.join(10)
+    assert isolated._spare is spare and spare.poll() is None
+    assert os.getpid() != process.pid
