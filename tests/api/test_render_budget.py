@@ -278,34 +278,34 @@ def test_threads_hammering_web_renders_with_the_database_busy_all_answer(environ
     from apps.environments.models import Environment
 
     settings.BELLWETHER_WEB_RENDERS = 8
-    outcomes, stop = [], time.monotonic() + 3
+    outcomes, previewing = [], threading.Event()
 
     def previews():
         try:
-            while time.monotonic() < stop:
+            for _ in range(5):
                 env = Environment.objects.select_related("application").get(pk=environment.pk)
-                started = time.monotonic()
-                rendered = selectors.snapshot_preview(env)
-                outcomes.append((time.monotonic() - started, rendered.problems))
+                outcomes.append(selectors.snapshot_preview(env).problems)
         finally:
             connection.close()
 
     def queries():
         try:
-            while time.monotonic() < stop:
+            while previewing.is_set():
                 list(Environment.objects.all())
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=previews) for _ in range(3)] + \
-        [threading.Thread(target=queries) for _ in range(2)]
-    for thread in threads:
+    previewing.set()
+    renderers = [threading.Thread(target=previews) for _ in range(3)]
+    others = [threading.Thread(target=queries) for _ in range(2)]
+    for thread in renderers + others:
         thread.start()
-    for thread in threads:
+    for thread in renderers:
         thread.join()
-    assert len(outcomes) > 10
-    assert all(problems == [] for _, problems in outcomes)
-    assert max(took for took, _ in outcomes) < 1.5
+    previewing.clear()
+    for thread in others:
+        thread.join()
+    assert outcomes == [[]] * 15  # every render answered, none stopped or refused
 
 
 TOO_MANY_TOKENS = {"variables": "{{a}}" * 200_000, "tags": "{% if a %}x{% endif %}" * 3000,

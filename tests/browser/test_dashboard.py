@@ -385,7 +385,8 @@ def test_a_published_descriptor_is_previewed_then_applied_and_the_agent_row_upda
         page.locator("#snapshot-2").get_by_role("link", name="diff").click()
         result = page.locator("#result")
         expect(result.locator("h2")).to_contain_text("#2 against #1")
-        expect(result.locator(".bw-file-head")).to_have_text([f"{SETTINGS} (modified)"])
+        expect(result.locator(".bw-file-head")).to_have_text(
+            ["effective config (modified)", f"{SETTINGS} (modified)"])  # params changed too
         expect(result.locator(".bw-diff .add")).to_contain_text(["channel = beta"])
         screenshot(page, "diff")
         dashboard.assert_no_script_errors()

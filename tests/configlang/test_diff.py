@@ -140,10 +140,12 @@ HOSTILE_SHAPES = {
 
 
 @pytest.mark.parametrize(("old", "new"), HOSTILE_SHAPES.values(), ids=HOSTILE_SHAPES.keys())
-def test_a_diff_too_costly_to_match_is_shown_as_changed_within_a_second(old, new):
+def test_a_diff_too_costly_to_match_is_shown_as_changed_not_matched_for_minutes(old, new):
+    # Bounded work takes about a second on a quiet machine (bench/ measures speed);
+    # the unbounded matcher takes minutes. The bound only tells the two apart.
     started = time.monotonic()
     [change] = diff_files(files({"list.txt": old}), files({"list.txt": new}))
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 15
     assert change["too_large"] is True
     assert change["diff"] == ""
     assert (change["old_bytes"], change["new_bytes"]) == (len(old.encode()), len(new.encode()))
@@ -157,7 +159,7 @@ def test_the_work_bound_holds_over_all_files_of_a_diff():
     started = time.monotonic()
     changes = diff_files(files({f"f{i}.txt": old for i in range(many)}),
                          files({f"f{i}.txt": new for i in range(many)}))
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15  # unbounded: minutes
     assert sum(c["too_large"] for c in changes) >= many - 1
 
 

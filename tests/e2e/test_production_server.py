@@ -89,14 +89,17 @@ def test_a_bundle_is_replayed_as_django_sent_it_and_refused_once_revoked(
     etag = f'"{first.checksum}+gzip"'
     not_modified = [get(production, url, {**auth, "If-None-Match": etag}) for _ in range(2)]
 
-    def shown(answer):
+    def shown(answer):  # what is not per request (the date, Django's request id)
         status, headers, body = answer
-        return status, [(n, v) for n, v in headers.items() if n.lower() != "date"], body
+        return status, [(n, v) for n, v in headers.items()
+                        if n.lower() not in ("date", "x-request-id")], body
 
     assert answers[0][0] == 200 and answers[0][1]["Content-Encoding"] == "gzip"
     assert gzip.decompress(answers[0][2]) == bytes(first.bundle)
     assert shown(answers[0]) == shown(answers[1]) == shown(answers[2])
     assert not_modified[0][0] == 304 and shown(not_modified[0]) == shown(not_modified[1])
+    django_request_id = answers[0][1]["X-Request-ID"]  # never replayed to another request
+    assert all(a[1].get("X-Request-ID") != django_request_id for a in answers[1:])
 
     enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
     status, _, body = get(production, url, auth)
