@@ -262,14 +262,19 @@ def error_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def ranks(values: list[float]) -> dict[str, float]:
+    """p50, p90, p99 (nearest rank) and max of `values` (0 for none)."""
+    ordered = sorted(values) or [0.0]
+
+    def rank(p: float) -> float:
+        return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
+    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1]}
+
+
 def percentiles(values: list[float]) -> str:
     if not values:
         return "-"
-    ordered = sorted(values)
-    def rank(p: float) -> float:  # nearest rank
-        return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
-    return (f"p50 {rank(50):.2f} s, p90 {rank(90):.2f} s, p99 {rank(99):.2f} s, "
-            f"max {ordered[-1]:.2f} s")
+    return ", ".join(f"{name} {value:.2f} s" for name, value in ranks(values).items())
 
 
 async def api(url: str, token: str, method: str, path: str, body: dict | None = None):

@@ -45,6 +45,7 @@ from fleet import (  # noqa: E402
     interval,
     port_range,
     raise_fd_limit,
+    ranks,
     wait_until,
 )
 
@@ -103,14 +104,6 @@ class TimedConnection(Connection):
             raise
         self.samples.append((started, time.monotonic() - started, answer[0]))
         return answer
-
-
-def ranks(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values) or [0.0]
-
-    def rank(p: float) -> float:  # nearest rank
-        return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
-    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1]}
 
 
 def window(samples, start: float, end: float) -> tuple[dict, int, dict]:

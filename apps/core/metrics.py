@@ -8,6 +8,8 @@ processes behind one port), prometheus_client keeps these in files there and
 /metrics adds them up.
 """
 
+import functools
+
 from prometheus_client import Counter, Gauge
 
 POLLS = Counter("bellwether_agent_polls", "Agent polls of their desired state, by outcome",
@@ -30,8 +32,14 @@ def poll_outcome(status: int) -> str:
     return _OUTCOMES.get(status, "other")
 
 
+@functools.cache
+def _polls(outcome: str):
+    """The poll counter's child for `outcome`, looked up once (the edge counts every poll)."""
+    return POLLS.labels(outcome)
+
+
 def poll_answered(status: int) -> None:
-    POLLS.labels(poll_outcome(status)).inc()
+    _polls(poll_outcome(status)).inc()
 
 
 def report_accepted(status: str) -> None:

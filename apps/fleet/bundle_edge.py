@@ -43,6 +43,7 @@ from apps.core.compression import accepts_gzip
 from apps.core.throttling import AgentRateThrottle
 from apps.fleet import cache, edge, rules
 from apps.fleet.models import Agent
+from apps.fleet.pollanswer import PER_REQUEST
 
 logger = logging.getLogger(__name__)
 
@@ -263,11 +264,6 @@ def forget() -> None:
     _answers.forget()
 
 
-# Headers that belong to the one request Django answered, never replayed: its
-# request id (project/requestid.py), which the client may have chosen.
-_PER_REQUEST = frozenset({b"x-request-id"})
-
-
 async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     """Django answers; its 200 or 304 (setting no cookie) is kept for `ask.key`."""
     start, body = None, []
@@ -285,7 +281,7 @@ async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
             name.lower() == b"set-cookie" for name, _ in start.get("headers", ())):
         _answers.keep(ask.key, Answer(start["status"], [
             (bytes(n), bytes(v)) for n, v in start["headers"]
-            if n.lower() not in _PER_REQUEST], b"".join(body)))
+            if n.lower() not in PER_REQUEST], b"".join(body)))
     return result
 
 

@@ -17,8 +17,11 @@ from django.dispatch import receiver
 
 # Accept headers under which the API renders JSON (DRF's first renderer).
 JSON_ACCEPTED = frozenset({None, "*/*", "application/json"})
+# Headers of the one request Django answered, never sent to another: its request id
+# (project/requestid.py), which the client may have chosen.
+PER_REQUEST = frozenset({b"x-request-id"})
 # Headers of Django's answer that are the answer's own, not the route's.
-_OWN = frozenset({b"etag", b"content-length", b"date", b"server", b"x-request-id"})
+_OWN = PER_REQUEST | {b"etag", b"content-length", b"date", b"server"}
 MAX_REMEMBERED = 100_000
 
 _headers_by_scheme: dict[bool, list[tuple[bytes, bytes]]] = {}

@@ -4,6 +4,7 @@ rollout back when more targets failed than it tolerates. Run by a worker after a
 report (apps.releases) and by beat for every active rollout.
 """
 
+import functools
 from datetime import timedelta
 
 from django.db import transaction
@@ -48,7 +49,8 @@ def rollout_reconcile(*, rollout_id: int) -> str:
 def _drive(rollout: Rollout) -> str:
     """Advance an acknowledged, baked wave behind an automatic gate, or pause a wave
     that timed out. Called with the rollout locked."""
-    limited = _wave_limits(rollout)
+    hold = functools.cache(lambda: freeze_in_force(rollout.environment_id))  # read once
+    limited = _wave_limits(rollout, hold)
     if limited:
         return limited
     wave = rollout.waves[rollout.current_wave]
@@ -56,9 +58,8 @@ def _drive(rollout: Rollout) -> str:
     waited = timezone.now() - rollout.wave_started_at
     baked = waited >= timedelta(seconds=wave.get("bake_s", 0))
     if evidence.settled and wave.get("gate") == Rollout.Gate.AUTO and baked:
-        hold = freeze_in_force(rollout.environment_id)
-        if hold is not None:
-            return _held(rollout, hold)
+        if hold() is not None:
+            return _held(rollout, hold())
         advance(rollout, None, "acknowledged and baked")
         return "advanced"
     if waited > timedelta(seconds=rollout.wave_timeout_s):
@@ -73,9 +74,10 @@ def _drive(rollout: Rollout) -> str:
     return "waiting"
 
 
-def _wave_limits(rollout: Rollout) -> str | None:
+def _wave_limits(rollout: Rollout, hold) -> str | None:
     """A wave's own limits (apps.rollouts.inflight): stop it (pause) at its
-    max_failures, else top it up to max_in_flight. None when neither acted."""
+    max_failures, else top it up to max_in_flight unless `hold()` names a freeze.
+    None when neither acted."""
     reason = inflight.wave_stop_reason(rollout)
     if reason:
         transition(rollout, None, Action.ROLLOUT_PAUSE,
@@ -83,7 +85,7 @@ def _wave_limits(rollout: Rollout) -> str | None:
                    state=Rollout.State.PAUSED, reason=reason)
         return "stopped"
     limited = rollout.waves[rollout.current_wave].get("max_in_flight")
-    if not limited or freeze_in_force(rollout.environment_id) is not None:
+    if not limited or hold() is not None:
         return None  # no more agents get it during a freeze; _drive says why
     return "topped_up" if inflight.wave_top_up(rollout) else None
 
