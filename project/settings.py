@@ -357,6 +357,11 @@ BELLWETHER_LIVE_MAX_ENVIRONMENTS = env_int("BELLWETHER_LIVE_MAX_ENVIRONMENTS", 5
 BELLWETHER_PROXY_COUNT = env_int("BELLWETHER_PROXY_COUNT", 0, minimum=0, maximum=10)
 SECURE_PROXY_SSL_HEADER = (("HTTP_X_FORWARDED_PROTO", "https") if BELLWETHER_PROXY_COUNT
                            else None)
+# The peers that may be those proxies: X-Forwarded-For is believed only from a
+# connection out of these networks, so a client reaching a node directly cannot
+# claim another address (loopback for /metrics, a fresh one against its throttle).
+BELLWETHER_TRUSTED_PROXIES = env_networks("BELLWETHER_TRUSTED_PROXIES", [
+    "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"])
 
 # Request bodies above this size are refused with 413 (apps.core.api).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BELLWETHER_MAX_REQUEST_BYTES", 10 * 1024 * 1024,

@@ -7,6 +7,7 @@ A throttle never fails a request because the cache is down: it lets the request
 through, as the poll cache falls back to the database.
 """
 
+import ipaddress
 import logging
 import math
 import threading
@@ -26,15 +27,24 @@ logger = logging.getLogger(__name__)
 
 def client_ip(request) -> str:
     """The client's address: REMOTE_ADDR, or with BELLWETHER_PROXY_COUNT proxies in
-    front, the address the outermost of them saw (its entry in X-Forwarded-For,
-    counted from the right, where each proxy appends); nothing a client writes."""
+    front and the connection from one of BELLWETHER_TRUSTED_PROXIES, the address the
+    outermost of them saw (its entry in X-Forwarded-For, counted from the right,
+    where each proxy appends); nothing a client writes."""
     remote = request.META.get("REMOTE_ADDR", "") or ""
     proxies = settings.BELLWETHER_PROXY_COUNT
     forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
                  if a.strip()]
-    if not proxies or not forwarded:
+    if not proxies or not forwarded or not _trusted_proxy(remote):
         return remote
     return forwarded[-min(proxies, len(forwarded))]
+
+
+def _trusted_proxy(address: str) -> bool:
+    try:
+        peer = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(peer in network for network in settings.BELLWETHER_TRUSTED_PROXIES)
 
 
 class _ScopedRateThrottle(SimpleRateThrottle):

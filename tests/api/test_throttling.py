@@ -2,6 +2,7 @@
 error envelope and Retry-After; agents at their normal poll rate are never refused;
 a cache that is down throttles nobody rather than failing requests."""
 
+from ipaddress import ip_network
 from unittest import mock
 
 import pytest
@@ -161,5 +162,21 @@ def test_the_client_address_believes_only_the_proxies_entries(rf, forwarded, cou
     headers = {"REMOTE_ADDR": "192.0.2.9"}
     if forwarded is not None:
         headers["HTTP_X_FORWARDED_FOR"] = forwarded
-    with override_settings(BELLWETHER_PROXY_COUNT=count):
+    with override_settings(BELLWETHER_PROXY_COUNT=count,
+                           BELLWETHER_TRUSTED_PROXIES=[ip_network("192.0.2.0/24")]):
         assert throttling.client_ip(rf.get("/", **headers)) == expected
+
+
+@pytest.mark.parametrize("peer", ["203.0.113.7", "2001:db8::7", "", "not-an-address"])
+def test_a_client_reaching_the_node_directly_cannot_claim_an_address(rf, peer):
+    request = rf.get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR="127.0.0.1")
+    with override_settings(BELLWETHER_PROXY_COUNT=1):  # default: private networks only
+        assert throttling.client_ip(request) == peer
+
+
+@pytest.mark.parametrize("peer", ["127.0.0.1", "10.1.2.3", "172.20.0.5", "192.168.1.1", "::1",
+                                  "fd00::5"])
+def test_a_proxy_on_a_private_network_is_believed_by_default(rf, peer):
+    request = rf.get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR="203.0.113.5")
+    with override_settings(BELLWETHER_PROXY_COUNT=1):
+        assert throttling.client_ip(request) == "203.0.113.5"

@@ -91,7 +91,8 @@ RATES = {"BELLWETHER_THROTTLE_USER": ("user", "1200/minute"),
          "BELLWETHER_THROTTLE_FAILED_AUTH": ("failed_auth", "60/minute")}
 STRINGS = ["DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
            "SQLITE_PATH", "CELERY_TASK_DEFAULT_QUEUE", "LOG_LEVEL", "BELLWETHER_VAR_DIR",
-           "BELLWETHER_LOG_FORMAT", "BELLWETHER_METRICS_TOKEN", "BELLWETHER_METRICS_NETWORKS"]
+           "BELLWETHER_LOG_FORMAT", "BELLWETHER_METRICS_TOKEN", "BELLWETHER_METRICS_NETWORKS",
+           "BELLWETHER_TRUSTED_PROXIES"]
 
 
 @pytest.fixture
@@ -489,3 +490,12 @@ def test_log_format_and_metrics_networks_are_checked_at_start_up(load_settings):
         load_settings(BELLWETHER_LOG_FORMAT="xml")
     with pytest.raises(ImproperlyConfigured, match="BELLWETHER_METRICS_NETWORKS"):
         load_settings(BELLWETHER_METRICS_NETWORKS="10.0.0.0/33")
+
+
+def test_trusted_proxies_are_private_networks_unless_named(load_settings):
+    default = load_settings().BELLWETHER_TRUSTED_PROXIES
+    assert "127.0.0.0/8" in [str(n) for n in default] and len(default) == 6
+    module = load_settings(BELLWETHER_TRUSTED_PROXIES="198.51.100.0/24")
+    assert [str(n) for n in module.BELLWETHER_TRUSTED_PROXIES] == ["198.51.100.0/24"]
+    with pytest.raises(ImproperlyConfigured, match="BELLWETHER_TRUSTED_PROXIES"):
+        load_settings(BELLWETHER_TRUSTED_PROXIES="proxy.example.com")
