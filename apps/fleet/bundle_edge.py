@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 BUNDLE_PATH = re.compile(r"/api/v1/agent/snapshots/([0-9]{1,10})/bundle")
 MAX_NUMBER = 2**31 - 1  # a snapshot's number is a PositiveIntegerField
 ANSWERS_MAX_BYTES = 64 * 1024 * 1024
+# Per kept answer beyond its bytes: the tuple, the dict entry, the key and the bytes objects.
+ANSWER_OVERHEAD = 512
 # `Accept` values for which DRF's negotiation lets the view answer (others may be 406).
 _JSON_ACCEPTED = frozenset({None, "*/*", "application/json"})
 _ALSO_READ = frozenset({b"accept", b"accept-encoding"})
@@ -65,6 +67,11 @@ class Answer(NamedTuple):
     status: int
     headers: list[tuple[bytes, bytes]]
     body: bytes
+
+    @property
+    def size(self) -> int:
+        """What keeping it costs, about: its bytes and a fixed share for the objects."""
+        return ANSWER_OVERHEAD + len(self.body) + sum(len(n) + len(v) for n, v in self.headers)
 
 
 def requested_number(scope) -> int | None:
@@ -172,7 +179,7 @@ async def bundle_ask(scope) -> BundleAsk | None:
 
 class _Answers:
     """Django's 200 and 304 per BundleAsk key, the least recently used dropped first
-    once their bodies pass `max_bytes`."""
+    once their sizes (body, headers, objects) pass `max_bytes`."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
@@ -189,17 +196,17 @@ class _Answers:
             return dict(answers)
 
     def keep(self, key, answer: Answer) -> None:
-        if len(answer.body) > self.max_bytes:
+        if answer.size > self.max_bytes:
             return
         with self._lock:
             answers = self._kept.setdefault(key, {})
             replaced = answers.get(answer.status)
-            self._bytes += len(answer.body) - (len(replaced.body) if replaced else 0)
+            self._bytes += answer.size - (replaced.size if replaced else 0)
             answers[answer.status] = answer
             self._kept.move_to_end(key)
             while self._bytes > self.max_bytes:
                 _, dropped = self._kept.popitem(last=False)
-                self._bytes -= sum(len(a.body) for a in dropped.values())
+                self._bytes -= sum(a.size for a in dropped.values())
 
     def forget(self) -> None:
         with self._lock:

@@ -413,16 +413,26 @@ def test_the_agents_api_rate_counts_the_edges_answers_too(agent, django_app, set
 
 
 def test_kept_answers_are_bounded_by_their_bytes_least_recently_used_first():
-    kept = bundle_edge._Answers(max_bytes=250)
+    one = bundle_edge.ANSWER_OVERHEAD + 100
+    kept = bundle_edge._Answers(max_bytes=2 * one + 50)
     for number in (1, 2):
         kept.keep((1, number, False), Answer(200, [], b"x" * 100))
     kept.get((1, 1, False))  # used: #2 is now the least recently used
 
     kept.keep((1, 3, False), Answer(200, [], b"x" * 100))
-    kept.keep((1, 4, False), Answer(200, [], b"x" * 251))  # larger than the bound
+    kept.keep((1, 4, False), Answer(200, [], b"x" * (2 * one + 51)))  # larger than the bound
 
     assert [bool(kept.get((1, n, False))) for n in (1, 2, 3, 4)] == [True, False, True, False]
-    assert kept._bytes == 200
+    assert kept._bytes == 2 * one
+
+
+def test_headers_and_many_small_answers_count_against_the_bound():
+    kept = bundle_edge._Answers(max_bytes=100_000)
+    headers = [(b"x-header", b"v" * 1000)] * 10  # about 10 KB of headers, a 1-byte body
+    for number in range(1, 1000):
+        kept.keep((1, number, False), Answer(200, headers, b"x"))
+    assert kept._bytes <= 100_000
+    assert len(kept._kept) == 100_000 // Answer(200, headers, b"x").size
 
 
 def test_an_answer_setting_a_cookie_is_not_kept(agent, django_app):
