@@ -369,7 +369,7 @@ class WebhookForm(DashboardForm):
     """A new webhook endpoint: its URL and the events it takes (the service checks
     both and names the field of a refusal)."""
 
-    url = forms.CharField(max_length=2000)
+    url = forms.CharField(max_length=2000, strip=False)  # refused with whitespace
     events = forms.MultipleChoiceField(choices=[(e, e) for e in DOMAIN_EVENTS],
                                        widget=forms.CheckboxSelectMultiple(
                                            attrs={"class": "checks"}))

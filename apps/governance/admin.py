@@ -3,8 +3,11 @@ through approval_rule_set), freezes and allow windows (created and deleted throu
 the window services, never edited), releases with their decisions (approve the
 content shown), overrides and scheduled releases (cancel) read-only."""
 
+from datetime import datetime
+
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import widgets
 
 from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
@@ -50,7 +53,25 @@ class ApprovalRuleAdmin(_Owned, OwnedAdminMixin, admin.ModelAdmin):
         """The groups were set by approval_rule_set (audited with the rule)."""
 
 
+class WallClockField(forms.SplitDateTimeField):
+    """A date and a time as typed, without an offset: window_checked reads it in the
+    window's own timezone (as the API does), never the server's."""
+
+    widget = widgets.AdminSplitDateTime
+
+    def compress(self, data_list):
+        if not data_list:
+            return None
+        for part, code in zip(data_list, ("invalid_date", "invalid_time"), strict=True):
+            if part in self.empty_values:
+                raise forms.ValidationError(self.error_messages[code], code=code)
+        return datetime.combine(*data_list)
+
+
 class WindowForm(forms.ModelForm):
+    starts_at = WallClockField(required=False, help_text="In the window's timezone (once).")
+    ends_at = WallClockField(required=False, help_text="In the window's timezone (once).")
+
     class Meta:
         model = ReleaseWindow
         fields = ["environment", "kind", "name", "reason", "timezone", "starts_at", "ends_at",

@@ -5,9 +5,9 @@ timezone through zoneinfo."""
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 ACTIVATE, PUSH, ROLLOUT = "activate", "push", "rollout"
@@ -160,27 +160,54 @@ class Window:
     end_time: time | None = None
 
 
+def local_moment(wall: datetime, tz: ZoneInfo) -> datetime | None:
+    """The moment (in UTC) a wall-clock time without an offset names in `tz`, or None
+    when a DST change skips it (02:30 on a spring-forward night in Europe/Berlin). A
+    time a DST change repeats is its first occurrence (RFC 5545, PEP 495 fold=0)."""
+    first = wall.replace(tzinfo=tz, fold=0)
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall.replace(fold=0):
+        return None
+    return first.astimezone(UTC)
+
+
 def _local(day: date, at: time, tz: ZoneInfo) -> datetime:
-    return datetime.combine(day, at, tzinfo=tz)
+    """`at` o'clock on `day` in `tz`, in UTC. As in RFC 5545: a time a DST change skips
+    is read with the offset before the change (02:30 becomes 03:30 summer time), a
+    time it repeats is its first occurrence."""
+    return datetime.combine(day, at, tzinfo=tz).astimezone(UTC)
+
+
+def _spans(window: Window, start: datetime) -> Iterator[tuple[datetime, datetime]]:
+    """The window's spans [from, to) in UTC ending after `start`, in time order, for
+    as long as the caller reads (a weekly window's never end)."""
+    if window.start_time is None:
+        if window.ends_at > start:
+            yield window.starts_at.astimezone(UTC), window.ends_at.astimezone(UTC)
+        return
+    tz = zone(window.timezone)
+    day = start.astimezone(tz).date() - timedelta(days=1)
+    overnight = window.end_time <= window.start_time
+    quiet = 0  # days without a span: a year of them means none will come
+    while quiet < 366:
+        quiet += 1
+        if day.weekday() in window.weekdays:
+            begins = _local(day, window.start_time, tz)
+            ends = _local(day + timedelta(days=overnight), window.end_time, tz)
+            # A span a DST change swallows whole (02:00-03:00 on the night it is
+            # skipped) is empty that day.
+            if begins < ends and ends > start:
+                quiet = 0
+                yield begins, ends
+        day += timedelta(days=1)
 
 
 def occurrences(window: Window, start: datetime, end: datetime) -> list[tuple]:
-    """The window's spans [from, to) that meet [start, end), in time order."""
-    if window.start_time is None:
-        if window.starts_at < end and window.ends_at > start:
-            return [(window.starts_at, window.ends_at)]
-        return []
-    tz = zone(window.timezone)
+    """The window's spans [from, to), in UTC, that meet [start, end), in time order."""
     spans = []
-    day = start.astimezone(tz).date() - timedelta(days=1)
-    while _local(day, time(0), tz) < end:
-        if day.weekday() in window.weekdays:
-            begins = _local(day, window.start_time, tz)
-            ends_day = day if window.end_time > window.start_time else day + timedelta(days=1)
-            ends = _local(ends_day, window.end_time, tz)
-            if begins < end and ends > start:
-                spans.append((begins, ends))
-        day += timedelta(days=1)
+    for begins, ends in _spans(window, start):
+        if begins >= end:
+            break
+        spans.append((begins, ends))
     return spans
 
 
@@ -192,28 +219,42 @@ def window_open_at(window: Window, at: datetime) -> tuple | None:
     return None
 
 
-def windows_overlap(a: Window, b: Window, now: datetime) -> tuple | None:
-    """The first span where both windows are open (from now on), or None: one-off
-    windows within their own spans, weekly ones over a year of their occurrences."""
-    start = now
-    end = now + OVERLAP_HORIZON
+def _overlap_range(a: Window, b: Window, now: datetime) -> tuple[datetime, datetime]:
+    """Where two windows can share a span, from now: within every one-off window's own
+    span, exactly, however long or far ahead; two weekly windows over a year of
+    occurrences (every DST change of both zones; past it the pattern repeats)."""
+    start, end = now, None
     for w in (a, b):
         if w.start_time is None:
-            start, end = max(start, w.starts_at), min(end, w.ends_at)
+            start = max(start, w.starts_at)
+            end = w.ends_at if end is None else min(end, w.ends_at)
+    return start, (now + OVERLAP_HORIZON if end is None else end)
+
+
+def windows_overlap(a: Window, b: Window, now: datetime) -> tuple | None:
+    """The first span where both windows are open (from now on), or None. Spans are
+    read lazily and the first shared one ends the search: a weekly window opens
+    every week, so a weekly and a one-off window are decided within the first weeks
+    of the one-off's span, whatever its length; two weekly ones within a year."""
+    start, end = _overlap_range(a, b, now)
     if start >= end:
         return None
-    first, second = occurrences(a, start, end), occurrences(b, start, end)
-    i = j = 0
-    while i < len(first) and j < len(second):
-        begins = max(first[i][0], second[j][0], start)
-        ends = min(first[i][1], second[j][1])
+    first, second = _spans(a, start), _spans(b, start)
+    x, y = next(first, None), next(second, None)
+    while x is not None and y is not None and max(x[0], y[0]) < end:
+        begins, ends = max(x[0], y[0], start), min(x[1], y[1], end)
         if begins < ends:
             return begins, ends
-        if first[i][1] <= second[j][1]:
-            i += 1
+        if x[1] <= y[1]:
+            x = next(first, None)
         else:
-            j += 1
+            y = next(second, None)
     return None
+
+
+def shown_in(window: Window, moment: datetime) -> str:
+    """A moment of the window as people read it: in the window's own timezone."""
+    return moment.astimezone(zone(window.timezone) or UTC).isoformat()
 
 
 def release_hold(*, freezes: list[Window], allows: list[Window], at: datetime,
@@ -226,12 +267,14 @@ def release_hold(*, freezes: list[Window], allows: list[Window], at: datetime,
     for window in freezes:
         span = window_open_at(window, at)
         if span is not None:
-            return {"reason": "freeze", "window": window.name, "until": span[1].isoformat()}
+            return {"reason": "freeze", "window": window.name,
+                    "until": shown_in(window, span[1])}
     if allows and not any(window_open_at(w, at) for w in allows):
-        upcoming = [occurrences(w, at, at + timedelta(days=8))[:1] for w in allows]
-        opens = min((spans[0][0] for spans in upcoming if spans), default=None)
+        upcoming = [(spans[0][0], w) for w in allows
+                    for spans in [occurrences(w, at, at + timedelta(days=8))] if spans]
+        opens = min(upcoming, key=lambda pair: pair[0], default=None)
         return {"reason": "outside_allow_windows", "windows": sorted(w.name for w in allows),
-                "until": opens.isoformat() if opens else None}
+                "until": shown_in(opens[1], opens[0]) if opens else None}
     return None
 
 

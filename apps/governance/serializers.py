@@ -1,5 +1,6 @@
 """The governance API's input and output shapes (apps.governance.api)."""
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from apps.core.fields import LabelsField, NameField, WholeNumberField
@@ -99,8 +100,22 @@ class OverrideSerializer(SkipReasonSerializer):
     minutes = WholeNumberField(min_value=1, max_value=24 * 60, default=60)
 
 
+class OffsetMomentField(serializers.DateTimeField):
+    """A moment with its UTC offset (`Z` or `+02:00`). One without is refused (400
+    naming the field), never read in the server's timezone: a release starts at the
+    moment its author meant or not at all (docs/governance.md)."""
+
+    default_error_messages = {"naive": "A moment with its UTC offset, e.g. "
+                                       "2026-06-01T09:00:00+02:00 or 2026-06-01T07:00:00Z."}
+
+    def enforce_timezone(self, value):
+        if timezone.is_naive(value):
+            self.fail("naive")
+        return super().enforce_timezone(value)
+
+
 class ScheduleSerializer(serializers.Serializer):
-    run_at = serializers.DateTimeField()
+    run_at = OffsetMomentField()
     expected_version = WholeNumberField(min_value=1)
 
 

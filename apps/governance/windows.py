@@ -2,7 +2,7 @@
 deleted under the environment's lock, audited. The controller reads them at every
 check (apps.governance.selectors.freeze_in_force), so a change holds the next step."""
 
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -38,14 +38,14 @@ def window_checked(kind: str, name: str, tz: str, starts_at: datetime | None,
         raise _invalid("starts_at", "give starts_at and ends_at (once), or weekdays, "
                                     "start_time and end_time (weekly)")
     if once:
-        for field, moment in (("starts_at", starts_at), ("ends_at", ends_at)):
-            if moment is not None and not YEARS[0] <= moment.year <= YEARS[1]:
-                raise _invalid(field, f"a year from {YEARS[0]} to {YEARS[1]}")
-        if starts_at is None or ends_at is None or ends_at <= starts_at:
+        if starts_at is None or ends_at is None:
+            raise _invalid("starts_at" if starts_at is None else "ends_at",
+                           "a one-off window has both starts_at and ends_at")
+        starts_at, ends_at = _moment("starts_at", starts_at, tz), _moment("ends_at", ends_at, tz)
+        if ends_at <= starts_at:
             raise _invalid("ends_at", "a window ends after it starts")
         if ends_at - starts_at > MAX_ONE_OFF:
             raise _invalid("ends_at", "a one-off window lasts at most 366 days")
-        starts_at, ends_at = (_aware(starts_at, tz), _aware(ends_at, tz))
     else:
         if not weekdays or any(d not in range(7) for d in weekdays):
             raise _invalid("weekdays", "name days 0 (Monday) to 6 (Sunday)")
@@ -57,11 +57,20 @@ def window_checked(kind: str, name: str, tz: str, starts_at: datetime | None,
                         start_time=start_time, end_time=end_time)
 
 
-def _aware(moment: datetime, tz: str) -> datetime:
-    """A wall-clock moment without an offset is read in the window's timezone."""
-    if timezone.is_naive(moment):
-        return moment.replace(tzinfo=rules.zone(tz))
-    return moment
+def _moment(field: str, moment: datetime, tz: str) -> datetime:
+    """A one-off window's bound in UTC: as given with its offset, or a wall-clock time
+    read in the window's timezone — refused when a DST change skips it there; the
+    first of the two when a DST change repeats it (docs/governance.md)."""
+    if not YEARS[0] <= moment.year <= YEARS[1]:
+        raise _invalid(field, f"a year from {YEARS[0]} to {YEARS[1]}")
+    if timezone.is_aware(moment):
+        return moment.astimezone(UTC)
+    aware = rules.local_moment(moment, rules.zone(tz))
+    if aware is None:
+        raise _invalid(field, f"{moment:%Y-%m-%d %H:%M} does not exist in {tz}: the clocks "
+                              "skip it (a change to daylight saving time); give another "
+                              "time or an offset", "nonexistent_time")
+    return aware
 
 
 def _refuse_overlap(environment: Environment, window: rules.Window) -> None:

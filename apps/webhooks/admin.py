@@ -3,18 +3,18 @@ shown once), change it, rotate its secret or delete it through the services; the
 delivery log is read-only."""
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 
 from apps.core.admin import OwnedAdminMixin, ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 from apps.core.events import DOMAIN_EVENTS
 from apps.environments.models import Environment
-from apps.webhooks import rules, services
+from apps.webhooks import services
 from apps.webhooks.models import WebhookDelivery, WebhookEndpoint
 
 
 class EndpointForm(forms.ModelForm):
+    url = forms.CharField(max_length=2000, strip=False)  # refused with whitespace, not trimmed
     events = forms.MultipleChoiceField(choices=[(e, e) for e in DOMAIN_EVENTS],
                                        widget=forms.CheckboxSelectMultiple)
 
@@ -23,8 +23,7 @@ class EndpointForm(forms.ModelForm):
         fields = ["environment", "url", "events", "description", "enabled"]
 
     def clean_url(self):
-        problem = rules.url_problem(self.cleaned_data["url"],
-                                    allow_private=settings.BELLWETHER_WEBHOOKS["allow_private"])
+        problem = services.url_problem(self.cleaned_data["url"])
         if problem:
             raise forms.ValidationError(problem)
         return self.cleaned_data["url"]

@@ -25,8 +25,9 @@ class EndpointSerializer(serializers.ModelSerializer):
                   "next_sequence", "created_at"]
 
 
+# Whitespace is not trimmed: the URL is refused with it (apps.webhooks.rules.url_problem).
 class EndpointCreateSerializer(serializers.Serializer):
-    url = serializers.CharField(max_length=2000)
+    url = serializers.CharField(max_length=2000, trim_whitespace=False)
     events = serializers.ListField(child=serializers.ChoiceField(DOMAIN_EVENTS),
                                    min_length=1, max_length=len(DOMAIN_EVENTS))
     description = serializers.CharField(max_length=200, required=False, allow_blank=True,
@@ -34,7 +35,7 @@ class EndpointCreateSerializer(serializers.Serializer):
 
 
 class EndpointUpdateSerializer(serializers.Serializer):
-    url = serializers.CharField(max_length=2000, required=False)
+    url = serializers.CharField(max_length=2000, required=False, trim_whitespace=False)
     events = serializers.ListField(child=serializers.ChoiceField(DOMAIN_EVENTS),
                                    min_length=1, max_length=len(DOMAIN_EVENTS), required=False)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.environments.models import Environment
+from apps.webhooks.rules import url_shown
 
 
 class WebhookEndpoint(models.Model):
@@ -35,7 +36,9 @@ class WebhookEndpoint(models.Model):
         ordering = ["pk"]
 
     def __str__(self) -> str:
-        return f"webhook {self.pk} of {self.environment_id} to {self.url[:80]}"
+        # Shown beyond the owners (the audit log's object, the delivery admin): no
+        # path, query or credentials (apps.webhooks.rules.url_shown).
+        return f"webhook {self.pk} of {self.environment_id} to {url_shown(self.url)}"
 
 
 class WebhookDelivery(models.Model):

@@ -16,7 +16,7 @@ from apps.core import locks
 from apps.core.dispatch import queue_on_commit
 from apps.core.errors import Conflict, ValidationFailed
 from apps.environments.models import Environment
-from apps.webhooks import rules
+from apps.webhooks import rules, transport
 from apps.webhooks.models import WebhookDelivery, WebhookEndpoint
 from apps.webhooks.tasks import webhook_deliver_task
 
@@ -25,11 +25,22 @@ def _limits() -> dict:
     return settings.BELLWETHER_WEBHOOKS
 
 
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an endpoint's, or None: its form (apps.webhooks.rules) and,
+    unless private addresses are allowed, every address its host resolves to now
+    (each delivery resolves and checks them again)."""
+    allow_private = _limits()["allow_private"]
+    problem = rules.url_problem(url, allow_private=allow_private)
+    if problem is None and not allow_private:
+        problem = transport.host_refusal(url)
+    return problem
+
+
 def _check(url: str | None, events) -> None:
     """400 naming the field of a bad URL or event list."""
     problems = []
     if url is not None:
-        problem = rules.url_problem(url, allow_private=_limits()["allow_private"])
+        problem = url_problem(url)
         if problem:
             problems.append({"field": "url", "message": problem})
     if events is not None:
@@ -61,9 +72,16 @@ def endpoint_create(*, environment: Environment, url: str, events: list[str], ac
             environment=env, url=url, events=events, description=description, secret=secret,
             created_by=actor if getattr(actor, "is_authenticated", False) else None)
         audit_record(actor=actor, action=Action.WEBHOOK_CREATE, obj=endpoint, environment=env,
-                     summary=f"Webhook {endpoint.pk} to {url[:200]} for {', '.join(events)}",
-                     data={"url": url, "events": events})
+                     summary=f"Webhook {endpoint.pk} to {rules.url_shown(url)} for "
+                             f"{', '.join(events)}",
+                     data={"url": rules.url_shown(url), "events": events})
     return endpoint, secret
+
+
+def _audited(changes: dict) -> dict:
+    """What the audit log keeps of a change: the URL as shown to every reader of the
+    log (deployers too), never its path, query or credentials."""
+    return {**changes, **({"url": rules.url_shown(changes["url"])} if "url" in changes else {})}
 
 
 def endpoint_update(*, endpoint: WebhookEndpoint, actor, url: str | None = None,
@@ -88,7 +106,7 @@ def endpoint_update(*, endpoint: WebhookEndpoint, actor, url: str | None = None,
                      environment=locked.environment,
                      summary=f"Webhook {locked.pk} changed: "
                              + ", ".join([*changes, *(["secret rotated"] if secret else [])]),
-                     data=dict(changes))
+                     data=_audited(changes))
         if enabled:
             queue_deliveries(locked.pk)
     return locked, secret
@@ -101,7 +119,7 @@ def endpoint_delete(*, endpoint: WebhookEndpoint, actor) -> None:
         locked = locks.lock_one(WebhookEndpoint.objects, pk=endpoint.pk)
         audit_record(actor=actor, action=Action.WEBHOOK_DELETE, obj=locked,
                      environment=locked.environment,
-                     summary=f"Webhook {locked.pk} to {locked.url[:200]} deleted")
+                     summary=f"Webhook {locked.pk} to {rules.url_shown(locked.url)} deleted")
         locked.delete()
 
 

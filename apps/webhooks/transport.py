@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from apps.webhooks.rules import address_refused
+from apps.webhooks import rules
 
 MAX_RESPONSE_BYTES = 4096
 
@@ -26,6 +26,10 @@ class Outcome:
     @property
     def succeeded(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
+
+
+class Refused(Exception):
+    """The URL or an address of its host may not be reached: trying again will not help."""
 
 
 class _PinnedHTTP(http.client.HTTPConnection):
@@ -47,42 +51,86 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
-def _address(host: str, port: int, allow_private: bool) -> str:
-    """The address to connect to: every address of `host` must be allowed (a name
-    with one private address among public ones is refused)."""
+def resolve(host: str, port: int) -> list[str]:
+    """Every address of the URL's host: the address itself when it is written as one
+    (never handed to a resolver that reads 0x7f.1 as 127.0.0.1), else the name's."""
+    literal = rules.host_address(host)
+    if literal is not None:
+        return [str(literal)]
     addresses = [info[4][0] for info in socket.getaddrinfo(host, port,
                                                            type=socket.SOCK_STREAM)]
-    if not allow_private:
-        refused = [a for a in addresses if address_refused(a)]
-        if refused:
-            raise PermissionError(f"{host} resolves to {refused[0]}, a private or "
-                                  "loopback address")
+    if not addresses:
+        raise OSError("no address")
+    return addresses
+
+
+def addresses_refusal(host: str, addresses: list[str]) -> str | None:
+    """Why the host may not be reached when any one of its addresses may not (a
+    name with one private address among public ones is refused), or None."""
+    for address in addresses:
+        why = rules.address_refusal(address)
+        if why:
+            return f"{host} resolves to {address}: {why}; {rules.REFUSED_UNLESS_ALLOWED}"
+    return None
+
+
+def _url_port(parts) -> int:
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def host_refusal(url: str) -> str | None:
+    """At registration: why the host of a well-formed URL resolves to an address a
+    webhook must not reach, or None. A name that does not resolve (yet) passes:
+    every delivery resolves and checks it again."""
+    parts = urlsplit(url)
+    try:
+        addresses = resolve(parts.hostname, _url_port(parts))
+    except (OSError, UnicodeError):
+        return None
+    return addresses_refusal(parts.hostname, addresses)
+
+
+def _address(url: str, allow_private: bool) -> str:
+    """The one address the request goes to: the URL checked again as at registration
+    (a row stored before a rule existed), then every address of its host."""
+    problem = rules.url_problem(url, allow_private=allow_private)
+    if problem:
+        raise Refused(f"the URL is refused: {problem}")
+    parts = urlsplit(url)
+    addresses = resolve(parts.hostname, _url_port(parts))
+    why = None if allow_private else addresses_refusal(parts.hostname, addresses)
+    if why:
+        raise Refused(why)
     return addresses[0]
 
 
 def post(url: str, body: bytes, headers: dict, *, timeout_s: float,
          allow_private: bool) -> Outcome:
-    """POST `body` to `url`; never raises for what the receiver or network does."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    """POST `body` to `url`, connecting to the address checked (so a name that
+    resolves anew to a private address, DNS rebinding, is never reached); never
+    raises for what the URL, the receiver or the network does."""
     started = time.monotonic()
     try:
-        address = _address(parts.hostname, port, allow_private)
-    except PermissionError as exc:
+        address = _address(url, allow_private)
+    except Refused as exc:
         return Outcome(error=str(exc)[:500], refused=True)
-    except OSError as exc:
-        return Outcome(error=f"cannot resolve {parts.hostname}: {exc}"[:500])
+    except (OSError, UnicodeError) as exc:
+        return Outcome(error=f"cannot resolve the host: {exc}"[:500])
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     kind = _PinnedHTTPS if parts.scheme == "https" else _PinnedHTTP
-    connection = kind(parts.hostname, port, address=address, timeout=timeout_s)
+    connection = None
     try:
+        connection = kind(parts.hostname, _url_port(parts), address=address,
+                          timeout=timeout_s)
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
         excerpt = response.read(MAX_RESPONSE_BYTES)
         return Outcome(status=response.status, ms=int((time.monotonic() - started) * 1000),
                        response=excerpt.decode("utf-8", "replace")[:1000])
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         return Outcome(error=f"{type(exc).__name__}: {exc}"[:500],
                        ms=int((time.monotonic() - started) * 1000))
     finally:
-        connection.close()
+        if connection is not None:
+            connection.close()
