@@ -8,6 +8,8 @@ step from it, and checks the services and the database against it:
 - every agent's desired snapshot (and poll answer) is its pin, else its manual
   target, else the environment's active snapshot;
 - snapshot numbers only increase, and the active one never goes back;
+- a rollout is created unless refused for the model's own reason, among them
+  nothing_to_roll_out when every agent already runs exactly the snapshot;
 - confirm succeeds exactly when every agent of the current wave reported
   success for the exact snapshot after its activation, freshly.
 
@@ -108,6 +110,16 @@ def make_machine(environment, actor):
                 return pin[0]
             return self.target[agent_id] if agent_id in self.manual else self.active
 
+        def applied_number(self, agent_id: int) -> int:
+            applied = self.applied[agent_id]
+            return 0 if applied is None else self.number(applied)
+
+        def runs(self, agent_id: int, snapshot_id: int) -> bool:
+            """Whether the agent last applied exactly this snapshot: its number and
+            checksum (a rollback's replacement has the content, not the number)."""
+            applied = self.applied[agent_id]
+            return applied is not None and self.snapshots[applied] == self.snapshots[snapshot_id]
+
         def reports_since(self, agent_id: int, snapshot_id: int, since: int) -> list:
             """This agent's reports of exactly this snapshot after step `since`, except
             those moved back in time (older than any activation)."""
@@ -124,7 +136,7 @@ def make_machine(environment, actor):
             failed = [step for step, status in reports if status in FAILURES]
             if failed and (not succeeded or max(failed) > max(succeeded)):
                 return "failed"
-            if succeeded and self.applied[agent_id] == self.number(rollout["snapshot"]):
+            if succeeded and self.runs(agent_id, rollout["snapshot"]):
                 return "acknowledged"
             return "waiting"
 
@@ -201,15 +213,14 @@ def make_machine(environment, actor):
             step = self._next()
             ack(Agent.objects.get(pk=agent_id), Snapshot.objects.get(pk=snapshot_id),
                 status=status)
-            number = self.number(snapshot_id)
             if status == "succeeded":
-                self.applied[agent_id] = number
+                self.applied[agent_id] = snapshot_id
             else:
                 self.failed[agent_id].add(snapshot_id)
             self.reports[agent_id].append((step, snapshot_id, status))
 
         def may_report(self, agent_id: int, snapshot_id: int) -> bool:
-            return (self.number(snapshot_id) >= (self.applied[agent_id] or 0)
+            return (self.number(snapshot_id) >= self.applied_number(agent_id)
                     and snapshot_id not in self.failed[agent_id])
 
         # --- rules -------------------------------------------------------------------
@@ -228,7 +239,7 @@ def make_machine(environment, actor):
                 self.manual.add(agent.pk)
                 self.target[agent.pk] = self.active
             self.pin = dict.fromkeys(self.ids)
-            self.applied = dict.fromkeys(self.ids)
+            self.applied = dict.fromkeys(self.ids)  # the snapshot each applied last
             self.reports = {a: [] for a in self.ids}
             self.failed = {a: set() for a in self.ids}
             self.aged_until = dict.fromkeys(self.ids, -1)
@@ -270,7 +281,9 @@ def make_machine(environment, actor):
             number = self.number(snapshot_id)
             canary_ids = sorted({self.ids[i % len(self.ids)] for i in canaries})
             # The refusal rollout_create checks first: older than the active snapshot
-            # before any agent is looked at, an agent that applied a newer one last.
+            # before any agent is looked at, then held agents, an agent that applied a
+            # newer one, and last every target (all agents) already running exactly
+            # this snapshot: none would apply it and report, so it could never finish.
             refusal = None
             if self.snapshots[snapshot_id][1] in self.quarantined:
                 refusal = "quarantined"
@@ -280,8 +293,10 @@ def make_machine(environment, actor):
                 refusal = "rollback_required"
             elif any(pin is not None for pin in self.pin.values()):
                 refusal = "agent_pinned"
-            elif any(n is not None and n > number for n in self.applied.values()):
+            elif any(self.applied_number(a) > number for a in self.ids):
                 refusal = "rollback_required"
+            elif all(self.runs(a, snapshot_id) for a in self.ids):
+                refusal = "nothing_to_roll_out"
             previous = {a: self.desired(a) for a in self.ids}
             rollout = _expect(lambda: services.rollout_create(
                 environment=environment, snapshot=Snapshot.objects.get(pk=snapshot_id),
@@ -496,16 +511,47 @@ def make_machine(environment, actor):
     return RolloutMachine
 
 
-# Quarantined, not passing: on 2026-12-03 hypothesis found a sequence (a rollout of #2
-# completed, then a new rollout created) where rollout_create answers 409
-# nothing_to_roll_out and the model expected a rollout. Model or service: not yet
-# decided (see the issue notes). Not strict, so a run that finds nothing still passes.
-@pytest.mark.xfail(reason="open: model vs nothing_to_roll_out after a completed rollout",
-                   strict=False)
-def test_rollout_state_machine_keeps_its_invariants(environment, superuser):
-    first = publish(environment, superuser)
-    environment_update(environment=environment, release_policy="staged", actor=superuser)
+def _staged_with_first(environment, actor) -> None:
+    """shop/prod with #1 active and explicit activation from now on."""
+    first = publish(environment, actor)
+    environment_update(environment=environment, release_policy="staged", actor=actor)
     assert Environment.objects.get(pk=environment.pk).active_snapshot_id == first.pk
+
+
+def _invariants_hold(machine) -> None:
+    machine.at_most_one_active_rollout()
+    machine.desired_is_pin_then_manual_target_then_active()
+    machine.snapshot_numbers_only_increase()
+    machine.rollouts_are_where_the_model_says()
+
+
+def test_the_model_refuses_a_rollout_of_what_every_agent_already_runs(environment, superuser):
+    """Hypothesis's finding of 2026-12-03, replayed step by step: #2 rolled out to
+    completion, then #2 again with other canaries. Every agent runs #2, so the
+    service refuses it (409 nothing_to_roll_out) and the model must predict that."""
+    _staged_with_first(environment, superuser)
+    machine = make_machine(environment, superuser)()
+    try:
+        machine.enroll_and_start(count=3, with_manual=True, canaries={0}, canary_gate="manual",
+                                 plan=[{"percent": 100, "gate": "auto"}], threshold=0)
+        machine.current_wave_reports(failing=None, then="confirm")  # the canary
+        machine.current_wave_reports(failing=None, then="reconcile")  # the rest: completed
+        _invariants_hold(machine)
+        second = sorted(machine.snapshots)[1]
+        assert machine.current is None and machine.active == second
+        assert all(machine.runs(agent_id, second) for agent_id in machine.ids)
+
+        machine.create(canaries={1, 2}, canary_gate="manual", plan=[{"percent": 100,
+                       "gate": "auto"}], threshold=0, pick=1)  # _expect: refused as predicted
+
+        assert machine.current is None and len(machine.rollouts) == 1
+        _invariants_hold(machine)
+    finally:
+        machine.teardown()
+
+
+def test_rollout_state_machine_keeps_its_invariants(environment, superuser):
+    _staged_with_first(environment, superuser)
 
     run_state_machine_as_test(make_machine(environment, superuser), settings=settings(
         max_examples=60, stateful_step_count=12, deadline=None,
