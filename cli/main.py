@@ -289,6 +289,8 @@ def rollout_start_command(actions, parents) -> None:
                    help="failed agents tolerated before rolling back (server default 0)")
     p.add_argument("--wave-timeout-s", type=positive,
                    help="seconds a wave may take to acknowledge before the rollout pauses")
+    p.add_argument("--confirm", action="store_true", help="roll it out even if a file is "
+                   "emptied or the files shrink sharply (the degenerate-render guard)")
     p.add_argument("--wait", action="store_true",
                    help="wait for the outcome: exit 0 completed, 4 rolled back, 3 paused "
                         "or timed out")

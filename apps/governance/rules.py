@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 ACTIVATE, PUSH, ROLLOUT = "activate", "push", "rollout"
 PLAN_KINDS = (ACTIVATE, PUSH, ROLLOUT)
+PLAN_AGENT_FIELDS = ("agents", "targets", "canary_agents")  # a plan's agent ids
 MANUAL, AUTO = "manual", "auto"  # apps.rollouts.models.Rollout.Gate
 GATE_CHOICES = [(MANUAL, "Manual confirm"), (AUTO, "Automatic")]  # the same choices
 DEFAULT_WAVES = [{"percent": 100, "gate": AUTO, "bake_s": 0}]

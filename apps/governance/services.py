@@ -13,6 +13,7 @@ from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.core.events import announce
 from apps.environments.models import Environment
+from apps.fleet.selectors import refuse_agents_outside
 from apps.governance import rules, selectors
 from apps.governance.models import Approval, ApprovalRule, ReleaseRequest
 from apps.snapshots.models import Snapshot
@@ -56,10 +57,15 @@ def approval_rule_set(*, environment: Environment, actor, required_approvals: in
     return rule
 
 
-def _check_snapshot(environment: Environment, snapshot: Snapshot) -> None:
+def _check_content(environment: Environment, snapshot: Snapshot, plan: dict) -> None:
+    """A release names a ready snapshot of its environment, and a plan naming only
+    agents of it (400 unknown_agents naming the plan's field and the ids)."""
     if snapshot.environment_id != environment.pk or not snapshot.is_ready:
         raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
                                f"{environment.full_name}.", details={"field": "snapshot"})
+    refuse_agents_outside(environment, **{
+        f"plan.{field}": plan[field] for field in rules.PLAN_AGENT_FIELDS
+        if isinstance(plan.get(field), list)})
 
 
 def _refuse_duplicate(environment: Environment, snapshot: Snapshot, digest: str,
@@ -79,7 +85,7 @@ def release_submit(*, environment: Environment, snapshot: Snapshot, plan: dict, 
     is recorded with it (what it is held to, unless the environment turns strict)."""
     with transaction.atomic():
         env = Environment.objects.lock(environment.pk)
-        _check_snapshot(env, snapshot)
+        _check_content(env, snapshot, plan)
         digest = rules.plan_digest(plan)
         _refuse_duplicate(env, snapshot, digest)
         try:
@@ -127,7 +133,7 @@ def release_update(*, release: ReleaseRequest, actor, expected_version: int,
         if locked.state not in (ReleaseRequest.State.OPEN, ReleaseRequest.State.REJECTED):
             raise Conflict(f"Release {locked.pk} is {locked.state}.", code="release_closed")
         snapshot, plan = snapshot or locked.snapshot, plan or locked.plan
-        _check_snapshot(env, snapshot)
+        _check_content(env, snapshot, plan)
         digest = rules.plan_digest(plan)
         if (snapshot.pk, snapshot.checksum, digest) == (
                 locked.snapshot_id, locked.checksum, locked.plan_digest):

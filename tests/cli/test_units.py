@@ -84,6 +84,9 @@ def test_the_rollout_request_carries_only_what_was_given_and_the_strategy():
         "waves": [{"percent": 25}, {"count": 3, "gate": "manual", "bake_s": 60}]}
     bare = build_parser().parse_args(["rollout", "start", "shop/prod"])
     assert start_request(bare, 2) == {"snapshot": 2}
+    confirmed = build_parser().parse_args(["rollout", "start", "shop/prod", "--confirm"])
+    assert start_request(confirmed, 2) == {"snapshot": 2, "confirm": True}
+
 
 
 @pytest.mark.parametrize("bad", ["25", "x%", "25%:maybe", "%", "25%:auto:-1", ""])
