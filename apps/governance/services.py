@@ -126,7 +126,8 @@ def _cancel_decisions(release: ReleaseRequest, why: str) -> int:
 def release_update(*, release: ReleaseRequest, actor, expected_version: int,
                    snapshot: Snapshot | None = None, plan: dict | None = None) -> ReleaseRequest:
     """Change the snapshot or the plan of an open (or rejected) release: every
-    decision given is cancelled (it named other content) and it asks again."""
+    decision given is cancelled (it named other content) and it asks again; the
+    actor is one of its editors (an author: never its approver)."""
     with transaction.atomic():
         env = Environment.objects.lock(release.environment_id)
         locked = locked_release(release.pk, expected_version)
@@ -145,6 +146,8 @@ def release_update(*, release: ReleaseRequest, actor, expected_version: int,
         locked.state, locked.version, locked.skipped_by, locked.skip_reason = (
             ReleaseRequest.State.OPEN, locked.version + 1, None, "")
         locked.save()
+        if getattr(actor, "is_authenticated", False):
+            locked.editors.add(actor)
         _audit(actor, Action.RELEASE_UPDATE, locked, env,
                f"Release {locked.pk} changed to #{snapshot.number} by "
                f"{rules.describe_plan(plan)}; {cancelled} decision(s) cancelled",

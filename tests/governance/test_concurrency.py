@@ -124,3 +124,20 @@ def test_two_rollbacks_racing_for_one_approval_release_once(second, environment,
     assert Publication.objects.filter(kind="rollback").count() == 1
     assert AuditEvent.objects.filter(action="release.use").count() == 1
 
+
+def test_an_owner_editing_and_approving_at_once_never_approves_their_edit(activation, alice):
+    """Whichever comes first, no standing approval is by an editor of the content the
+    release holds now."""
+    for version in (1, 2, 3):
+        activation.refresh_from_db()
+        plan = (rules.push_plan(None) if activation.plan["kind"] == "activate"
+                else rules.activation_plan())
+        checksum, digest = activation.checksum, activation.plan_digest
+        outcomes = _race([
+            partial(services.release_decide, release=activation, actor=alice,
+                    decision="approve", checksum=checksum, plan_digest=digest),
+            partial(services.release_update, release=activation, actor=alice,
+                    expected_version=version, plan=plan)])
+        assert isinstance(outcomes[1], ReleaseRequest), outcomes
+        assert not Approval.objects.filter(release=activation, approver=alice,
+                                           cancelled_at__isnull=True).exists(), outcomes

@@ -77,6 +77,7 @@ def test_changing_a_release_to_a_plan_naming_other_agents_changes_nothing(
     activation.refresh_from_db()
     assert (activation.version, activation.plan) == (1, rules.activation_plan())
     assert activation.approvals.filter(cancelled_at__isnull=True).count() == 1
+    assert not activation.editors.exists()
 
 
 def test_the_service_refuses_them_too(second, environment, foreign, deployer):
