@@ -5,7 +5,10 @@
   edits a release and approves it would be a second pair of eyes that is not);
 - approvers are the environment's owners or members of the groups the rule names,
   and members of the environment's tenant (a Django group spans tenants);
-- a release asked for before the environment was governed gets no free pass."""
+- a release asked for before the environment was governed gets no free pass;
+- every surface names the content approved: the admin's bulk action first shows
+  each release's checksum and plan digest and approves exactly those, refusing a
+  release changed since it was shown."""
 
 import pytest
 from django.contrib.auth.models import Group
@@ -19,6 +22,8 @@ from tests import factories
 from tests.governance.conftest import approve
 
 pytestmark = pytest.mark.django_db
+
+ADMIN = "/admin/governance/releaserequest/"
 
 
 def _not_an_approver(call) -> PermissionDenied:
@@ -113,3 +118,62 @@ def test_a_release_asked_for_before_governance_needs_the_approvals_of_now(
     approve(early, bob)
     releases.snapshot_activate(snapshot=second, actor=deployer)
 
+
+# --- the admin's bulk action names the content it showed -------------------------------
+
+
+def _staff(user):
+    user.is_staff = True
+    user.save()
+    return factories.session_client(user)
+
+
+def _shown(client, *releases):
+    """The action's first step: a page showing each release's content, approving none."""
+    page = client.post(ADMIN, {"action": "approve",
+                               "_selected_action": [r.pk for r in releases]})
+    assert page.status_code == 200
+    html = page.content.decode()
+    for release in releases:
+        assert release.checksum in html and release.plan_digest in html
+    assert not Approval.objects.exists()
+    return html
+
+
+def _approve_shown(client, *releases):
+    form = {"action": "approve", "reviewed": "yes",
+            "_selected_action": [r.pk for r in releases]}
+    for release in releases:
+        form[f"release-{release.pk}-checksum"] = release.checksum
+        form[f"release-{release.pk}-plan_digest"] = release.plan_digest
+    return client.post(ADMIN, form, follow=True)
+
+
+def test_the_admin_refuses_a_release_changed_after_it_was_shown(activation, alice, deployer):
+    client = _staff(alice)
+    _shown(client, activation)
+    shown = type("Shown", (), {"pk": activation.pk, "checksum": activation.checksum,
+                               "plan_digest": activation.plan_digest})
+    services.release_update(release=activation, actor=deployer, expected_version=1,
+                            plan=rules.push_plan(None))  # changed behind the page
+
+    response = _approve_shown(client, shown)
+
+    assert "no longer holds the content you reviewed" in response.content.decode()
+    assert not Approval.objects.exists()
+
+
+def test_the_admin_approves_nothing_it_did_not_show(activation, alice):
+    response = _staff(alice).post(ADMIN, {"action": "approve", "reviewed": "yes",
+                                          "_selected_action": [activation.pk]}, follow=True)
+    assert "approve it from the page that shows its content" in response.content.decode()
+    assert not Approval.objects.exists()
+
+
+def test_the_admin_never_lets_an_editor_approve(activation, alice):
+    services.release_update(release=activation, actor=alice, expected_version=1,
+                            plan=rules.push_plan(None))
+    activation.refresh_from_db()
+    response = _approve_shown(_staff(alice), activation)
+    assert "the author of a change cannot approve" in response.content.decode()
+    assert not Approval.objects.exists()
