@@ -210,19 +210,30 @@ def agents(client, args, out: Output) -> int:
 
 
 def approve(client, args, out: Output) -> int:
-    """Approve a release (docs/governance.md) naming the content read now — its
-    snapshot's checksum and its plan's digest — so a release changed since is
-    refused (409 stale) rather than approved unseen."""
-    release = client.get(endpoints.release(args.release))
-    request = {"checksum": release["checksum"], "plan_digest": release["plan_digest"]}
+    """Approve a release (docs/governance.md) naming the content you reviewed — its
+    snapshot's checksum and its plan's digest, given as --checksum and
+    --plan-digest. Without them, show the release's content and the command that
+    approves exactly it: nothing is approved unseen, and a release changed since is
+    refused by the server (409 stale)."""
+    if not (args.checksum and args.plan_digest):
+        release = client.get(endpoints.release(args.release))
+        out.line(f"release {args.release}: #{release.get('snapshot')} of "
+                 f"{release.get('environment')} ({release.get('state')})")
+        for name in ("checksum", "plan_digest", "plan"):
+            out.line(f"  {name}: {release.get(name)}")
+        raise UsageError(
+            "name the content you reviewed to approve it: bellwether approve "
+            f"{args.release} --checksum {release.get('checksum')} --plan-digest "
+            f"{release.get('plan_digest')}", body={"release": release})
+    request = {"checksum": args.checksum, "plan_digest": args.plan_digest}
     if args.comment:
         request["comment"] = args.comment
     body = client.post(endpoints.release(args.release) + "/approve", request)
     if out.is_json:
         out.data(body)
     else:
-        out.line(f"release {args.release}: approved #{release['snapshot']} "
-                 f"({release['checksum'][:19]}); now {body.get('state', '?')}")
+        out.line(f"release {args.release}: approved #{body.get('snapshot')} "
+                 f"({args.checksum[:19]}); now {body.get('state', '?')}")
     return 0
 
 

@@ -227,9 +227,15 @@ def add_config_command(sub, parents) -> None:
 def rollout_commands(sub, parents) -> None:
     p = add_command(sub, "approve", commands.approve,
                     "Approve a release asking for approval (docs/governance.md), naming "
-                    "the content read now: a release changed since is refused.",
-                    "  bellwether approve 42 --comment 'change ticket CHG-7'\n", parents)
+                    "the content you reviewed: a release changed since is refused. "
+                    "Without --checksum and --plan-digest it shows the content and the "
+                    "command that approves it.",
+                    "  bellwether approve 42            # shows what you would approve\n"
+                    "  bellwether approve 42 --checksum sha256:… --plan-digest 3f… "
+                    "--comment 'CHG-7'\n", parents)
     p.add_argument("release", type=positive, help="release id")
+    p.add_argument("--checksum", help="the snapshot checksum you reviewed")
+    p.add_argument("--plan-digest", help="the plan digest you reviewed")
     p.add_argument("--comment", help="why, for the audit log")
     rollout = sub.add_parser(
         "rollout", help="Start, watch, confirm or roll back a staged rollout.",
@@ -289,6 +295,8 @@ def rollout_start_command(actions, parents) -> None:
                    help="failed agents tolerated before rolling back (server default 0)")
     p.add_argument("--wave-timeout-s", type=positive,
                    help="seconds a wave may take to acknowledge before the rollout pauses")
+    p.add_argument("--confirm", action="store_true", help="roll it out even if a file is "
+                   "emptied or the files shrink sharply (the degenerate-render guard)")
     p.add_argument("--wait", action="store_true",
                    help="wait for the outcome: exit 0 completed, 4 rolled back, 3 paused "
                         "or timed out")

@@ -14,6 +14,17 @@ START_OPTIONS = ("strategy", "canary_agents", "canary_labels", "canary_gate", "b
                  "waves", "failure_threshold", "wave_timeout_s")
 
 
+def start_request(args, snapshot: int) -> dict:
+    request = {"snapshot": snapshot}
+    for name in START_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None:
+            request[name] = value
+    if getattr(args, "confirm", False):
+        request["confirm"] = True
+    return request
+
+
 def newest_snapshot(client, environment: str) -> int:
     page = client.get(endpoints.snapshots(environment), limit=1)
     if not page["results"]:
@@ -23,15 +34,6 @@ def newest_snapshot(client, environment: str) -> int:
         raise CliError(f"{environment}'s newest snapshot #{newest['number']} is "
                        f"{newest['state']}: give --snapshot N")
     return newest["number"]
-
-
-def start_request(args, snapshot: int) -> dict:
-    request = {"snapshot": snapshot}
-    for name in START_OPTIONS:
-        value = getattr(args, name, None)
-        if value is not None:
-            request[name] = value
-    return request
 
 
 def start(client, args, out: Output) -> int:

@@ -22,6 +22,8 @@ from configlang.yamlconfig import load_yaml
 MAX_DESCRIPTOR_BYTES = 256 * 1024
 NUMBER_MAX = 2**31 - 1  # snapshot numbers, rollout versions
 AGENT_ID_MAX = 2**63 - 1
+# The degenerate-render guard's checkbox (the API's `confirm`) on every release form.
+CONFIRM_LABEL = "Release it even if a file is emptied or the files shrink sharply"
 
 
 class NumberField(forms.IntegerField):
@@ -106,8 +108,7 @@ class DescriptorForm(DashboardForm):
     file = forms.FileField(required=False, widget=forms.FileInput(
         attrs={"accept": ".yaml,.yml,.json,text/yaml,application/json"}))
     step = forms.CharField(required=False)
-    confirm = forms.BooleanField(required=False, label="Release it even if a file is emptied "
-                                                       "or the files shrink sharply")
+    confirm = forms.BooleanField(required=False, label=CONFIRM_LABEL)
 
     def __init__(self, *args, environment=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -226,9 +227,11 @@ class RolloutForm(DashboardForm):
     # gate, no bake time, no failure tolerated, an hour per wave.
     defaults = {"waves": "100", "gate": Rollout.Gate.MANUAL, "bake_s": "0",
                 "failure_threshold": "0", "wave_timeout_s": "3600"}
+    confirm = forms.BooleanField(required=False, label=CONFIRM_LABEL)
     refusal_fields = {"not_found": "snapshot", "quarantined": "snapshot",
-                      "nothing_to_roll_out": "snapshot",
-                      "no_canaries": "canary", "canary_not_target": "canary"}
+                      "nothing_to_roll_out": "snapshot", "confirmation_required": "confirm",
+                      "no_canaries": "canary", "canary_not_target": "canary",
+                      "unknown_agents": "canary"}
 
     def __init__(self, data=None, *args, snapshots=(), agents=(), chosen=None,
                  strategies=(), **kwargs):
@@ -304,6 +307,9 @@ class DeployForm(DashboardForm):
     snapshot = NumberField("not a snapshot number.", required=False, widget=forms.HiddenInput)
     agent = AgentChoiceField("not an agent id.", maximum=AGENT_ID_MAX, widget=forms.HiddenInput,
                              required_message="choose an agent, or all agents.")
+    # The page pushes the active snapshot (never degenerate against itself); a post
+    # naming another one confirms its degenerate render here, as the API's `confirm`.
+    confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args, active=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -351,14 +357,20 @@ class PromoteForm(DashboardForm):
     source = forms.ChoiceField(label="From")
     number = WholeNumberFormField(required=False, min_value=1, max_value=2**31 - 1,
                                   widget=forms.HiddenInput)
-    confirm = forms.BooleanField(required=False, label="Release it even if a file is emptied "
-                                                       "or the files shrink sharply")
+    confirm = forms.BooleanField(required=False, label=CONFIRM_LABEL)
     refusal_fields = {"promotion_scope": "source", "no_active_snapshot": "source",
                       "stale": "number", "confirmation_required": "confirm"}
 
     def __init__(self, *args, sources=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["source"].choices = [(name, name) for name in sources]
+
+
+class RollbackForm(DashboardForm):
+    """Roll back to a snapshot: the degenerate-render checkbox."""
+
+    confirm = forms.BooleanField(required=False, label=CONFIRM_LABEL)
+    refusal_fields = {"confirmation_required": "confirm"}
 
 
 class SnapshotRemoveForm(DashboardForm):
@@ -383,18 +395,3 @@ class WebhookForm(DashboardForm):
 
 class WebhookActionForm(DashboardForm):
     endpoint = NumberField("not a webhook endpoint.")
-
-
-class DecisionForm(DashboardForm):
-    """Approve or reject a release, naming the content reviewed (hidden fields)."""
-
-    checksum = forms.CharField(max_length=71, widget=forms.HiddenInput)
-    plan_digest = forms.CharField(max_length=64, widget=forms.HiddenInput)
-    comment = forms.CharField(max_length=2000, required=False, widget=forms.Textarea)
-
-
-class OverrideForm(DashboardForm):
-    """An owner's emergency override of the freezes: a reason and how long."""
-
-    reason = forms.CharField(max_length=500)
-    minutes = WholeNumberFormField(min_value=1, max_value=24 * 60, initial=60)

@@ -14,7 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from apps.core.errors import ApplicationError
-from apps.dashboard.forms import DashboardForm, DecisionForm, OverrideForm
+from apps.dashboard.forms import DashboardForm
+from apps.dashboard.governance_forms import DecisionForm, OverrideForm
 from apps.dashboard.views import _environment, _page_context, _signed_in_action, _wants_partial
 from apps.environments.selectors import require_role
 from apps.governance import schedules, selectors, services, windows

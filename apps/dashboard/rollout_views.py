@@ -74,7 +74,7 @@ def _start(env, data: dict, actor):
     strategy, options = rollout_options_for(env, data["strategy"] or None, given)
     return rollout_create(
         environment=env, snapshot=snapshot_get(environment=env, number=data["snapshot"]),
-        actor=actor, strategy=strategy, **options)
+        actor=actor, strategy=strategy, confirmed=data["confirm"], **options)
 
 
 def _rollout_action(request, application, environment, rollout_id, service, verb):

@@ -35,7 +35,9 @@ from apps.releases.services import (
     snapshot_deploy,
     snapshot_rollback,
 )
+from apps.snapshots.guard import degenerate_findings
 from apps.snapshots.models import Publication
+from apps.snapshots.rules import degenerate_summary
 from apps.snapshots.selectors import descriptor_dry_run, snapshot_get
 from apps.tenancy.models import Role
 
@@ -272,7 +274,8 @@ def deploy(request, application, environment):
         snapshot = snapshot_get(environment=env, number=form.cleaned_data["snapshot"])
         agent = form.cleaned_data["agent"]
         deployments = snapshot_deploy(snapshot=snapshot, actor=request.user,
-                                      agent_ids=None if agent is None else [agent])
+                                      agent_ids=None if agent is None else [agent],
+                                      confirmed=form.cleaned_data["confirm"])
         return f"Pushed #{snapshot.number} to {len(deployments)} agent(s)."
 
     return _act(request, env, "agents", push, form)
@@ -287,18 +290,22 @@ def snapshot_rollback_page(request, application, environment, number):
         snapshot = snapshot_get(environment=env, number=number)
     except ApplicationError as error:
         raise Http404(error.message) from None
-    context = {**_page_context(request, env), "snapshot": snapshot}
+    findings = degenerate_findings(env, snapshot.files)  # the page warns before asking
+    form = forms.RollbackForm(request.POST if request.method == "POST" else None)
+    context = {**_page_context(request, env), "snapshot": snapshot, "form": form,
+               "degenerate": degenerate_summary(findings) if findings else None}
     if request.method == "GET":
         return render(request, "dashboard/rollback.html", context)
 
     def roll_back():
-        publication = snapshot_rollback(snapshot=snapshot, actor=request.user)
+        publication = snapshot_rollback(snapshot=snapshot, actor=request.user,
+                                        confirmed=form.cleaned_data["confirm"])
         publication.refresh_from_db()
         if publication.state == Publication.State.READY:
             return f"Rolled back to #{snapshot.number} as #{publication.snapshot.number}."
         return _publication_message(publication, True)[1]
 
-    return _act(request, env, "snapshots", roll_back)
+    return _act(request, env, "snapshots", roll_back, form)
 
 
 @login_required

@@ -22,11 +22,16 @@ class EnvironmentAPIView(APIView):
 
 
 class QuarantineOverrideSerializer(serializers.Serializer):
-    """The fields of a release that may override a quarantine (an owner, with a reason)."""
+    """The fields every release (activate, push, pin, rollout) takes for the release
+    gate: overriding a quarantine (an owner, with a reason), and `confirm`."""
 
     override_quarantine = serializers.BooleanField(default=False)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500,
                                    default="")
+    confirm = serializers.BooleanField(
+        default=False, help_text="Release a degenerate render (a file emptied, the files "
+                                 "shrinking past the threshold, against the active "
+                                 "snapshot): 409 confirmation_required without it.")
 
 
 def quarantine_override(request, environment: Environment, data: dict) -> str | None:

@@ -217,10 +217,7 @@ class EnrollmentTokenApi(EnvironmentAPIView):
 
 class SnapshotActivateApi(EnvironmentAPIView):
     class ActivateSerializer(QuarantineOverrideSerializer):
-        confirm = serializers.BooleanField(
-            default=False, help_text="Release a degenerate render (a file emptied, the files "
-                                     "shrinking past the threshold): 409 "
-                                     "confirmation_required without it.")
+        """The release fields: a quarantine's override, `confirm`."""
 
     @extend_schema(request=ActivateSerializer, responses={200: None},
                    summary="Make a ready snapshot the one auto_pull agents follow")
@@ -277,7 +274,8 @@ class SnapshotDeployApi(EnvironmentAPIView):
         data.is_valid(raise_exception=True)
         deployments = releases.snapshot_deploy(
             snapshot=snapshot, agent_ids=data.validated_data["agents"], actor=request.user,
-            override_reason=quarantine_override(request, env, data.validated_data))
+            override_reason=quarantine_override(request, env, data.validated_data),
+            confirmed=data.validated_data["confirm"])
         for deployment in deployments:
             deployment.snapshot = snapshot
         return Response(DeploymentSerializer(deployments, many=True).data,
@@ -307,7 +305,8 @@ class AgentPinApi(_AgentApi):
         releases.agent_pin(agent=agent, snapshot=snapshot, actor=request.user,
                            expected_generation=data.validated_data["expected_generation"],
                            override_reason=quarantine_override(
-                               request, agent.environment, data.validated_data))
+                               request, agent.environment, data.validated_data),
+                           confirmed=data.validated_data["confirm"])
         return Response(_agent_body(self.agent_for(Role.VIEWER)))
 
 

@@ -18,6 +18,8 @@ Agent row or anything shaped like one) and say what follows.
   `debt_generations`, `cached_answer_reflects`: which cached answers a debt still
   trusts (those computed at the generation the change reached, or later).
 - `decommissioned_refusal`: a decommissioned agent takes no further change.
+- `strangers_refusal`: a plan (push, rollout, release) names only agents of its
+  own environment.
 - `enroll_command`: the command line that enrolls and runs an agent.
 - `if_none_match_matches`: whether a poll's If-None-Match names the current ETag.
 """
@@ -154,6 +156,20 @@ def decommissioned_refusal(agents: list, doing: str) -> Conflict | None:
 
 ENROLL_NAME_PLACEHOLDER = "<agent-name>"
 ENROLL_TARGET_PLACEHOLDER = "/etc/<service>/bellwether"
+
+
+def strangers_refusal(environment_name: str,
+                      strangers: dict[str, list[int]]) -> ValidationFailed | None:
+    """400 unknown_agents naming each field whose ids are no agents of the
+    environment (another environment's, or none), and those ids; None when none."""
+    named = {field: sorted(ids) for field, ids in strangers.items() if ids}
+    if not named:
+        return None
+    return ValidationFailed(
+        "; ".join(f"{field}: {ids[:20]} are no agents of {environment_name}"
+                  for field, ids in named.items()) + ".", code="unknown_agents",
+        details=[{"field": field, "message": f"no agents of {environment_name}",
+                  "agents": ids[:100]} for field, ids in named.items()])
 
 
 def enroll_command(*, server: str, enrollment_token: str, name: str = "",

@@ -221,3 +221,21 @@ def agent_drift(agent: Agent) -> dict | None:
         return None
     return {"files": agent.drift, "seen_at": agent.drift_seen_at,
             "restored": agent.drift_restored}
+
+
+def agents_outside(environment_id: int, **fields) -> dict[str, list[int]]:
+    """Of the agent ids each field names, those that are no agents of the
+    environment (another environment's, or none): {field: ids}, in one query."""
+    named = {int(pk) for ids in fields.values() for pk in ids or ()}
+    inside = set(Agent.objects.filter(environment_id=environment_id, pk__in=named)
+                 .values_list("pk", flat=True)) if named else set()
+    return {field: sorted(set(ids or ()) - inside) for field, ids in fields.items()}
+
+
+def refuse_agents_outside(environment, **fields) -> None:
+    """400 unknown_agents when a field names agents outside `environment`
+    (rules.strangers_refusal): nothing is looked up further, nothing written."""
+    refusal = rules.strangers_refusal(environment.full_name,
+                                      agents_outside(environment.pk, **fields))
+    if refusal is not None:
+        raise refusal

@@ -25,6 +25,7 @@ from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet import cache, longpoll, rules, selectors
 from apps.fleet.models import Agent, Deployment, PollInvalidation
+from apps.snapshots.guard import content_activated
 from apps.snapshots.models import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -184,12 +185,13 @@ def agent_update(*, agent: Agent, actor, **changes) -> Agent:
 
 
 def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int:
-    """Make `snapshot` what auto_pull agents follow; returns how many follow it.
-    An inner step: the caller holds the environment's lock, has checked the rules
-    of activation and writes the audit event."""
+    """Make `snapshot` what auto_pull agents follow (its content recorded as active
+    once); returns how many follow it. An inner step: the caller holds the lock,
+    passed the release gate (apps.governance.gates) and writes the audit event."""
     locks.require_transaction()
     environment.active_snapshot = snapshot
     environment.save(update_fields=["active_snapshot"])
+    content_activated(environment, snapshot)
     followers = Agent.objects.filter(environment=environment).following_active()
     ids = list(followers.values_list("pk", flat=True))
     _bump(ids)
@@ -203,19 +205,17 @@ def environment_activate(*, environment: Environment, snapshot: Snapshot) -> int
 
 
 def agents_chosen(environment: Environment, agent_ids: list[int] | None = None, *,
-                  queryset=None) -> list[Agent]:
-    """The agents an operation names (every enabled one in service when it names
-    none), locked in primary-key order: 404 naming the ids not in the environment,
-    409 decommissioned naming those decommissioned, no_agents when none is left."""
+                  queryset=None, field: str = "agents") -> list[Agent]:
+    """The agents an operation names in `field` (every enabled one in service when it
+    names none), locked in primary-key order: 400 unknown_agents naming the field and
+    the ids outside the environment, 409 decommissioned, no_agents when none is left."""
     agents = (Agent.objects if queryset is None else queryset).filter(environment=environment)
     agents = (agents.filter(pk__in=agent_ids) if agent_ids
               else agents.in_service().filter(enabled=True))
     agents = agents.lock_all()
     missing = sorted(set(agent_ids or []) - {a.pk for a in agents})
-    if missing:
-        raise NotFound(f"No agents {missing} in {environment.full_name}.",
-                       details=[{"agent": i} for i in missing])
-    refused = rules.decommissioned_refusal(agents, "include them")
+    refused = (rules.strangers_refusal(environment.full_name, {field: missing})
+               or rules.decommissioned_refusal(agents, "include them"))
     if refused is not None:
         raise refused
     if not agents:

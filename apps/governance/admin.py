@@ -1,15 +1,17 @@
 """Governance in the admin, for environment owners: the approval rule (saved
 through approval_rule_set), freezes and allow windows (created and deleted through
-the window services, never edited), releases with their decisions (approve the
-content shown), overrides and scheduled releases (cancel) read-only."""
+the window services, never edited), releases with their decisions (approved from a
+page showing their content, naming it), overrides and scheduled releases (cancel) read-only."""
 
 from datetime import datetime
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import widgets
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.template.response import TemplateResponse
 
-from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, ReadOnlyAdminMixin
+from apps.core.admin import OwnedAdminMixin, OwnedInlineMixin, ReadOnlyAdminMixin, pretty_json
 from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.governance import schedules, services, windows
@@ -118,6 +120,26 @@ class ReleaseWindowAdmin(_Owned, OwnedAdminMixin, admin.ModelAdmin):
             windows.window_delete(window=window, actor=request.user)
 
 
+MAX_APPROVED_AT_ONCE = 100
+
+
+class ReviewedContentForm(forms.Form):
+    """The content of one release as the approval page showed it (hidden inputs)."""
+
+    checksum = forms.CharField(max_length=71, widget=forms.HiddenInput)
+    plan_digest = forms.CharField(max_length=64, widget=forms.HiddenInput)
+
+    @classmethod
+    def of(cls, release: ReleaseRequest) -> "ReviewedContentForm":
+        return cls(prefix=f"release-{release.pk}", initial={
+            "checksum": release.checksum, "plan_digest": release.plan_digest})
+
+
+class DecisionCommentForm(forms.Form):
+    comment = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(
+        attrs={"rows": 2, "cols": 60}))
+
+
 class ApprovalInline(OwnedInlineMixin, admin.TabularInline):
     model = Approval
     fields = ["approver", "decision", "checksum", "plan_digest", "comment", "created_at",
@@ -144,18 +166,38 @@ class ReleaseRequestAdmin(_Owned, ReadOnlyAdminMixin, admin.ModelAdmin):
     inlines = [ApprovalInline]
     actions = ["approve"]
 
-    @admin.action(description="Approve the content shown (its checksum and plan)")
+    @admin.action(description="Approve the selected releases (after seeing their content)")
     def approve(self, request, queryset):
-        for release in queryset.select_related("snapshot", "environment"):
-            try:
-                services.release_decide(release=release, actor=request.user,
-                                        decision="approve", checksum=release.checksum,
-                                        plan_digest=release.plan_digest)
-            except ApplicationError as error:
-                self.message_user(request, f"Release {release.pk}: {error.message}",
-                                  messages.ERROR)
-            else:
-                self.message_user(request, f"Release {release.pk} approved.")
+        """First a page showing each release's content (its snapshot's checksum, its
+        plan and digest); approving there names the content shown, so a release
+        changed since is refused (stale), never approved unseen."""
+        releases = list(queryset.select_related("snapshot", "environment__application")
+                        .order_by("pk")[:MAX_APPROVED_AT_ONCE])
+        if request.POST.get("reviewed") != "yes":
+            return TemplateResponse(request, "admin/governance/releaserequest/approve.html", {
+                **self.admin_site.each_context(request), "title": "Approve these releases?",
+                "opts": self.model._meta, "action_checkbox_name": ACTION_CHECKBOX_NAME,
+                "comment": DecisionCommentForm(),
+                "rows": [(release, pretty_json(release.plan), ReviewedContentForm.of(release))
+                         for release in releases]})
+        comment = DecisionCommentForm(request.POST)
+        text = comment.cleaned_data["comment"] if comment.is_valid() else ""
+        for release in releases:
+            self._approve(request, release, ReviewedContentForm(
+                request.POST, prefix=f"release-{release.pk}"), text)
+
+    def _approve(self, request, release: ReleaseRequest, shown, comment: str) -> None:
+        if not shown.is_valid():
+            self.message_user(request, f"Release {release.pk} not approved: approve it from "
+                                       "the page that shows its content.", messages.ERROR)
+            return
+        try:
+            services.release_decide(release=release, actor=request.user, decision="approve",
+                                    comment=comment, **shown.cleaned_data)
+        except ApplicationError as error:
+            self.message_user(request, f"Release {release.pk}: {error.message}", messages.ERROR)
+        else:
+            self.message_user(request, f"Release {release.pk} approved.")
 
 
 @admin.register(FreezeOverride)

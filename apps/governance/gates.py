@@ -1,8 +1,13 @@
-"""The gates every release path passes, inside its caller's transaction with the
-environment locked: activation, pushes and rollout creation ask `refuse_unapproved`
-and `refuse_frozen`; a wave advance asks `refuse_frozen` (reconcile asks
-`freeze_in_force` and waits instead). Refusals are 409 approval_required / frozen,
-their details naming what is missing."""
+"""The release gate: one function, `release_gate`, that every path making a snapshot
+desired by agents passes inside its caller's transaction with the environment
+locked — activation, pushes, pins to other content than the active, rollout
+creation and wave advances, environment rollbacks, and what calls them (scheduled
+starts, a held publication's confirmation, the API, dashboard, admin and CLI).
+It refuses, in order: a freeze (409 frozen), a degenerate render not confirmed
+(409 confirmation_required), content not approved in a governed environment
+(409 approval_required), each naming what is missing. Reconcile asks
+`freeze_in_force` and waits instead; a publish with the direct policy is stored
+and held where the gate would refuse (`direct_activation_held`, the guard)."""
 
 from django.utils import timezone
 
@@ -13,6 +18,7 @@ from apps.core.errors import Conflict
 from apps.environments.models import Environment
 from apps.governance import rules, selectors
 from apps.governance.models import ReleaseRequest
+from apps.snapshots.guard import content_was_active, refuse_degenerate
 from apps.snapshots.models import Snapshot
 
 
@@ -52,6 +58,10 @@ def refuse_unapproved(*, environment: Environment, snapshot: Snapshot, plan: dic
         if missing.get("missing") == "release":
             why = (f"no approved release of #{snapshot.number} by "
                    f"{rules.describe_plan(plan)}: ask for approval of exactly this plan")
+            if what == "rollback":
+                why = (f"#{snapshot.number}'s content was never active here, so rolling "
+                       f"back to it is a release: ask for approval of activating "
+                       f"#{snapshot.number} (the rollback re-renders it)")
         elif "required" in missing:
             why = (f"release {missing['release']} has {missing['given']} of "
                    f"{missing['required']} approval(s)"
@@ -79,11 +89,23 @@ def release_use(*, release: ReleaseRequest, actor, what: str) -> None:
                        "plan_digest": locked.plan_digest})
 
 
-def release_gate(*, environment: Environment, snapshot: Snapshot, plan: dict, actor,
-                 what: str) -> None:
-    """Both gates of a release's start, in order: no freeze holds it (409 frozen), and
-    exactly this content is approved (409 approval_required)."""
+def release_gate(*, environment: Environment, snapshot: Snapshot, plan: dict | None, actor,
+                 what: str, confirmed: bool = False, restores: bool = False) -> None:
+    """The one gate of every path that makes `snapshot` desired by agents, in order:
+    no freeze holds it (409 frozen); its render is not degenerate against the active
+    snapshot unless `confirmed` (409 confirmation_required); in a governed environment
+    exactly this content and `plan` are approved (409 approval_required; the release
+    is used up). `restores` (an environment rollback): content that has been the
+    environment's active content needs no new approval. `plan` None: a step of a
+    release that started (a wave advance): its render and approval were checked
+    when it started and the active snapshot cannot change during a rollout, so only
+    a freeze holds it."""
     refuse_frozen(environment, what)
+    if plan is None:
+        return
+    refuse_degenerate(environment, snapshot, confirmed=confirmed)
+    if restores and content_was_active(environment.pk, snapshot.checksum):
+        return
     refuse_unapproved(environment=environment, snapshot=snapshot, plan=plan, actor=actor,
                       what=what)
 

@@ -69,6 +69,9 @@ class ReleaseRequest(models.Model):
     note = models.TextField(blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                      on_delete=models.SET_NULL, related_name="+")
+    # Who changed its snapshot or plan since: authors of the content too, so never
+    # its approvers (docs/governance.md).
+    editors = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
     skipped_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
     skip_reason = models.TextField(blank=True)

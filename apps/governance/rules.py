@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 ACTIVATE, PUSH, ROLLOUT = "activate", "push", "rollout"
 PLAN_KINDS = (ACTIVATE, PUSH, ROLLOUT)
+PLAN_AGENT_FIELDS = ("agents", "targets", "canary_agents")  # a plan's agent ids
 MANUAL, AUTO = "manual", "auto"  # apps.rollouts.models.Rollout.Gate
 GATE_CHOICES = [(MANUAL, "Manual confirm"), (AUTO, "Automatic")]  # the same choices
 DEFAULT_WAVES = [{"percent": 100, "gate": AUTO, "bake_s": 0}]
@@ -88,8 +89,9 @@ NO_RULE = frozen_rule(required=0, owners_approve=True, groups=[], admins_may_ski
 def rule_in_force(*, submitted: dict, current: dict) -> dict:
     """The rule a release is held to: the one it was submitted under, so a stricter
     rule arriving later invalidates no approval already given, unless the environment
-    now says `strict` (then the current one)."""
-    return current if current["strict"] else submitted
+    now says `strict`, or the release was submitted while the environment needed no
+    approval (it has none to keep): then the current one."""
+    return current if current["strict"] or submitted["required"] == 0 else submitted
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,16 @@ def approvals_missing(*, rule: dict, decisions: list[Decision], skipped: bool) -
             "rejected_by": rejected}
 
 
-def approver_refusal(*, is_author: bool, is_owner: bool, groups: set[str],
+def approver_refusal(*, is_author: bool, is_member: bool, is_owner: bool, groups: set[str],
                      rule: dict) -> str | None:
-    """Why this person may not decide on the release, or None."""
+    """Why this person may not decide on the release, or None: never an author of
+    its content (who asked, published or edited it), never someone outside the
+    environment's tenant (a Django group spans tenants), else an owner where the
+    rule lets owners approve or a member of a group it names."""
     if is_author:
         return "the author of a change cannot approve or reject it"
+    if not is_member:
+        return "only members of the environment's tenant may decide on its releases"
     if rule["owners_approve"] and is_owner:
         return None
     if groups & set(rule["groups"]):

@@ -7,7 +7,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from apps.environments.models import Environment
-from apps.environments.selectors import has_role
+from apps.environments.selectors import environment_role
 from apps.governance import rules
 from apps.governance.models import (
     ApprovalRule,
@@ -42,13 +42,20 @@ def release_rule(release: ReleaseRequest) -> dict:
     return rules.rule_in_force(submitted=release.rule, current=rule_of(release.environment_id))
 
 
+def is_author(user, release: ReleaseRequest) -> bool:
+    """Whether `user` wrote the content `release` asks to release: who asked, who
+    published its snapshot, or who changed its snapshot or plan since."""
+    return (user.pk in (release.requested_by_id, release.snapshot.author_id)
+            or release.editors.filter(pk=user.pk).exists())
+
+
 def approver_refusal(*, user, release: ReleaseRequest, rule: dict | None = None) -> str | None:
     """Why `user` may not approve or reject `release`, or None."""
     rule = rule or release_rule(release)
-    is_author = user.pk in (release.requested_by_id, release.snapshot.author_id)
+    role = environment_role(user=user, environment=release.environment)
     return rules.approver_refusal(
-        is_author=is_author,
-        is_owner=has_role(user=user, environment=release.environment, required=Role.OWNER),
+        is_author=is_author(user, release), is_member=role is not None,
+        is_owner=role == Role.OWNER,
         groups=set(user.groups.values_list("name", flat=True)), rule=rule)
 
 

@@ -13,6 +13,7 @@ from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.core.events import announce
 from apps.environments.models import Environment
+from apps.fleet.selectors import refuse_agents_outside
 from apps.governance import rules, selectors
 from apps.governance.models import Approval, ApprovalRule, ReleaseRequest
 from apps.snapshots.models import Snapshot
@@ -56,10 +57,15 @@ def approval_rule_set(*, environment: Environment, actor, required_approvals: in
     return rule
 
 
-def _check_snapshot(environment: Environment, snapshot: Snapshot) -> None:
+def _check_content(environment: Environment, snapshot: Snapshot, plan: dict) -> None:
+    """A release names a ready snapshot of its environment, and a plan naming only
+    agents of it (400 unknown_agents naming the plan's field and the ids)."""
     if snapshot.environment_id != environment.pk or not snapshot.is_ready:
         raise ValidationFailed(f"#{snapshot.number} is not a ready snapshot of "
                                f"{environment.full_name}.", details={"field": "snapshot"})
+    refuse_agents_outside(environment, **{
+        f"plan.{field}": plan[field] for field in rules.PLAN_AGENT_FIELDS
+        if isinstance(plan.get(field), list)})
 
 
 def _refuse_duplicate(environment: Environment, snapshot: Snapshot, digest: str,
@@ -79,7 +85,7 @@ def release_submit(*, environment: Environment, snapshot: Snapshot, plan: dict, 
     is recorded with it (what it is held to, unless the environment turns strict)."""
     with transaction.atomic():
         env = Environment.objects.lock(environment.pk)
-        _check_snapshot(env, snapshot)
+        _check_content(env, snapshot, plan)
         digest = rules.plan_digest(plan)
         _refuse_duplicate(env, snapshot, digest)
         try:
@@ -120,14 +126,15 @@ def _cancel_decisions(release: ReleaseRequest, why: str) -> int:
 def release_update(*, release: ReleaseRequest, actor, expected_version: int,
                    snapshot: Snapshot | None = None, plan: dict | None = None) -> ReleaseRequest:
     """Change the snapshot or the plan of an open (or rejected) release: every
-    decision given is cancelled (it named other content) and it asks again."""
+    decision given is cancelled (it named other content) and it asks again; the
+    actor is one of its editors (an author: never its approver)."""
     with transaction.atomic():
         env = Environment.objects.lock(release.environment_id)
         locked = locked_release(release.pk, expected_version)
         if locked.state not in (ReleaseRequest.State.OPEN, ReleaseRequest.State.REJECTED):
             raise Conflict(f"Release {locked.pk} is {locked.state}.", code="release_closed")
         snapshot, plan = snapshot or locked.snapshot, plan or locked.plan
-        _check_snapshot(env, snapshot)
+        _check_content(env, snapshot, plan)
         digest = rules.plan_digest(plan)
         if (snapshot.pk, snapshot.checksum, digest) == (
                 locked.snapshot_id, locked.checksum, locked.plan_digest):
@@ -139,6 +146,8 @@ def release_update(*, release: ReleaseRequest, actor, expected_version: int,
         locked.state, locked.version, locked.skipped_by, locked.skip_reason = (
             ReleaseRequest.State.OPEN, locked.version + 1, None, "")
         locked.save()
+        if getattr(actor, "is_authenticated", False):
+            locked.editors.add(actor)
         _audit(actor, Action.RELEASE_UPDATE, locked, env,
                f"Release {locked.pk} changed to #{snapshot.number} by "
                f"{rules.describe_plan(plan)}; {cancelled} decision(s) cancelled",

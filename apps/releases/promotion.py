@@ -38,7 +38,8 @@ def snapshot_promote(*, source: Environment, target: Environment, actor,
 def publication_confirm(*, publication: Publication, actor) -> Publication:
     """Confirm a publication held for its degenerate render: recorded (audited),
     and its snapshot activated when the publication was meant to activate it (with
-    activation's checks: no rollout, not quarantined, not older than the active)."""
+    activation's checks: no rollout, not quarantined, not older than the active,
+    the release gate — a rollback's content as an environment rollback's)."""
     with transaction.atomic():
         Environment.objects.lock(publication.environment_id)
         locked = locks.lock_one(Publication.objects.select_related("snapshot", "environment"),
@@ -57,6 +58,7 @@ def publication_confirm(*, publication: Publication, actor) -> Publication:
                              f"{locked.environment.full_name} despite its render",
                      data={"number": locked.snapshot.number, **locked.needs_confirmation})
         if locked.activates and not locked.activated:
-            snapshot_activate(snapshot=locked.snapshot, actor=actor, confirmed=True)
+            snapshot_activate(snapshot=locked.snapshot, actor=actor, confirmed=True,
+                              restores=locked.kind == Publication.Kind.ROLLBACK)
             publication_activated(locked)
     return locked

@@ -8,20 +8,15 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from apps.core.errors import Conflict
 from apps.environments.models import Environment
 from apps.fleet.services import environment_activate
 from apps.governance.gates import direct_activation_held
 from apps.releases.rules import publication_activates
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of
+from apps.snapshots.guard import degenerate_findings
 from apps.snapshots.models import Publication
-from apps.snapshots.rules import (
-    Outcome,
-    confirmation_details,
-    degenerate_render,
-    degenerate_summary,
-)
+from apps.snapshots.rules import Outcome
 from apps.snapshots.services import (
     failed_render,
     publication_activated,
@@ -31,37 +26,6 @@ from apps.snapshots.services import (
     publication_store,
 )
 from configlang.rendering import Rendered
-
-
-class ConfirmationRequired(Conflict):
-    """A degenerate render needs an explicit confirmation (the API's `confirm`)."""
-
-    def __init__(self, findings: dict):
-        super().__init__(
-            f"Against the active #{findings['against']}: {degenerate_summary(findings)}. "
-            "Confirm to release it (confirm: true).", code="confirmation_required",
-            details=confirmation_details(findings))
-
-
-def degenerate_findings(environment: Environment, files: list[dict]) -> dict | None:
-    """The degenerate-render guard: `files` against what the environment's agents
-    run (its active snapshot), {against, emptied, shrink}; None when fine."""
-    active = environment.active_snapshot
-    if active is None:
-        return None
-    findings = degenerate_render(before=active.files, after=files,
-                                 threshold_percent=environment.shrink_threshold_percent)
-    return None if findings is None else {"against": active.number, **findings}
-
-
-def refuse_degenerate(environment: Environment, snapshot, *, confirmed: bool) -> None:
-    """409 confirmation_required naming the emptied files and the shrink, unless
-    `confirmed` or a confirmed publication produced `snapshot`."""
-    findings = None if confirmed else degenerate_findings(environment, snapshot.files)
-    if findings is None or Publication.objects.filter(snapshot=snapshot,
-                                                      confirmed=True).exists():
-        return
-    raise ConfirmationRequired(findings)
 
 
 def _held(environment: Environment, publication: Publication, outcome) -> dict | None:

@@ -37,7 +37,8 @@ def _start(release: ReleaseRequest, actor) -> dict:
                                               actor=actor))}
     targets = None
     if plan["targets"] != "all":
-        generations = dict(Agent.objects.filter(pk__in=plan["targets"])
+        generations = dict(Agent.objects.filter(environment=release.environment,
+                                                pk__in=plan["targets"])
                            .values_list("pk", "generation"))
         targets = [{"agent": pk, "expected_generation": generations.get(pk, 0)}
                    for pk in plan["targets"]]

@@ -33,9 +33,8 @@ from apps.fleet.rules import (
     pin_target_refusal,
     push_refusal,
 )
-from apps.governance.gates import refuse_frozen, release_gate
+from apps.governance.gates import release_gate
 from apps.governance.rules import activation_plan, push_plan
-from apps.releases.publishing import refuse_degenerate
 from apps.releases.rules import publication_activates_by_policy
 from apps.releases.tasks import publication_render_task
 from apps.rollouts.models import Rollout, RolloutTarget
@@ -128,10 +127,13 @@ def descriptor_submit(*, environment: Environment, descriptor: dict, actor,
         return _queued(publication), True
 
 
-def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
+def snapshot_rollback(*, snapshot: Snapshot, actor, confirmed: bool = False) -> Publication:
     """Queue a new snapshot re-rendered from `snapshot`'s stored source; it becomes
-    active when stored. Refused while a rollout runs (roll that back instead) and
-    for quarantined content (whatever the number of the snapshot holding it)."""
+    active when stored. Refused while a rollout runs (roll that back instead), for
+    quarantined content (whatever the number of the snapshot holding it), and by the
+    release gate as an activation of `snapshot`'s content: a freeze (an owner's
+    override lets an emergency through), a degenerate render unless `confirmed`,
+    and, in a governed environment, content never active here until approved."""
     if not snapshot.is_ready:
         raise Conflict(f"Snapshot {snapshot.number} is {snapshot.state}; only a ready "
                        "snapshot can be rolled back to.", code="rollback_unavailable")
@@ -139,11 +141,12 @@ def snapshot_rollback(*, snapshot: Snapshot, actor) -> Publication:
         locked = Environment.objects.lock(snapshot.environment_id)
         _refuse_during_rollout(locked, "roll that back instead.")
         refuse_quarantined(snapshot)
-        refuse_frozen(locked, "rollback")  # an owner's override lets an emergency through
+        release_gate(environment=locked, snapshot=snapshot, plan=activation_plan(),
+                     actor=actor, what="rollback", confirmed=confirmed, restores=True)
         return _queued(publication_create(environment=locked, actor=actor,
                                           kind=Publication.Kind.ROLLBACK,
                                           source=snapshot.source, rolled_back_from=snapshot,
-                                          activates=True))
+                                          activates=True, confirmed=confirmed))
 
 
 def environment_update(*, environment: Environment, actor,
@@ -223,10 +226,10 @@ def _refuse_going_back(environment: Environment, snapshot: Snapshot) -> None:
 
 
 def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None = None,
-                      confirmed: bool = False) -> Snapshot:
+                      confirmed: bool = False, restores: bool = False) -> Snapshot:
     """Activate a ready snapshot explicitly (environments that require it);
-    quarantined content only with an owner's `override_reason`; a degenerate
-    render against the active one only `confirmed` (409 confirmation_required)."""
+    quarantined content only with an owner's `override_reason`; then the release
+    gate (a degenerate render only `confirmed`; `restores`: a rollback's snapshot)."""
     with transaction.atomic():
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
@@ -236,9 +239,8 @@ def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None 
         if environment.active_snapshot_id == snapshot.pk:
             return snapshot
         _refuse_going_back(environment, snapshot)
-        refuse_degenerate(environment, snapshot, confirmed=confirmed)
         release_gate(environment=environment, snapshot=snapshot, plan=activation_plan(),
-                     actor=actor, what="activation")
+                     actor=actor, what="activation", confirmed=confirmed, restores=restores)
         followers = fleet.environment_activate(environment=environment, snapshot=snapshot)
         audit_record(actor=actor, action=Action.SNAPSHOT_ACTIVATE, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
@@ -248,9 +250,11 @@ def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None 
 
 
 def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor,
-                    override_reason: str | None = None) -> list[Deployment]:
+                    override_reason: str | None = None,
+                    confirmed: bool = False) -> list[Deployment]:
     """Push `snapshot` now: a pending deployment per agent (all enabled ones when
-    `agent_ids` is empty); manual agents are targeted at it."""
+    `agent_ids` is empty); manual agents are targeted at it. The release gate: a
+    degenerate render only `confirmed`."""
     with transaction.atomic():
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
@@ -259,7 +263,7 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor,
         agents = fleet.agents_chosen(environment, agent_ids)
         _raise(push_refusal(agents, snapshot, environment.active_snapshot))
         release_gate(environment=environment, snapshot=snapshot, plan=push_plan(agent_ids),
-                     actor=actor, what="push")
+                     actor=actor, what="push", confirmed=confirmed)
         deployments = fleet.pushes_create(snapshot=snapshot, agents=agents, actor=actor)
         audit_record(actor=actor, action=Action.SNAPSHOT_DEPLOY, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,
@@ -269,8 +273,9 @@ def snapshot_deploy(*, snapshot: Snapshot, agent_ids: list[int] | None, actor,
 
 
 def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, actor,
-              override_reason: str | None = None) -> Agent:
-    """Hold the agent on `snapshot` whatever is activated or pushed, until released."""
+              override_reason: str | None = None, confirmed: bool = False) -> Agent:
+    """Hold the agent on `snapshot` whatever is activated or pushed, until released
+    (a degenerate render only `confirmed`)."""
     with transaction.atomic():
         environment = Environment.objects.lock(agent.environment_id)
         locked = Agent.objects.lock(agent.pk)
@@ -281,11 +286,11 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
         refuse_quarantined(snapshot, actor=actor, override_reason=override_reason,
                            what="pinned")
         _raise(going_back_refusal(locked, snapshot))
-        _gate_pin(locked, snapshot, actor)
+        _gate_pin(locked, snapshot, actor, confirmed)
         return fleet.agent_pin_hold(agent=locked, snapshot=snapshot, actor=actor)
 
 
-def _gate_pin(agent: Agent, snapshot: Snapshot, actor) -> None:
+def _gate_pin(agent: Agent, snapshot: Snapshot, actor, confirmed: bool) -> None:
     """A pin to any content but the active snapshot's releases it to that agent (an
     older snapshot may hold content never released): it passes the gates of a push
     to it. Holding an agent on the active content releases nothing new (and is how a
@@ -293,7 +298,7 @@ def _gate_pin(agent: Agent, snapshot: Snapshot, actor) -> None:
     active = agent.environment.active_snapshot
     if active is None or snapshot.checksum != active.checksum:
         release_gate(environment=agent.environment, snapshot=snapshot,
-                     plan=push_plan([agent.pk]), actor=actor, what="pin")
+                     plan=push_plan([agent.pk]), actor=actor, what="pin", confirmed=confirmed)
 
 
 def pin_release(*, agent: Agent, rollout_id: int | None, expected_generation: int,

@@ -138,10 +138,11 @@ class RolloutListApi(EnvironmentAPIView, ListAPIView):
         snapshot = snapshot_get(environment=env, number=v.pop("snapshot"))
         override_reason = quarantine_override(request, env, v)
         v.pop("override_quarantine"), v.pop("reason")
+        confirmed = v.pop("confirm")
         strategy, options = strategies.rollout_options_for(env, v.pop("strategy", None), v)
         rollout = services.rollout_create(environment=env, snapshot=snapshot,
                                           actor=request.user, override_reason=override_reason,
-                                          strategy=strategy, **options)
+                                          strategy=strategy, confirmed=confirmed, **options)
         return Response(_detail(_rollouts().get(pk=rollout.pk)),
                         status=status.HTTP_201_CREATED)
 

@@ -4,7 +4,8 @@
   with their gates and bake times; `assign_waves` puts agents into them.
 - `WaveEvidence` is what the targets of a wave have shown; `settled` and
   `blockers` say whether the wave may advance and what holds it.
-- `is_canary` says whether an agent is a canary by id or labels.
+- `is_canary` says whether an agent is a canary by id or labels;
+  `canaries_chosen` splits a rollout's targets into its canaries and the others.
 - `strategy_problems` checks a named strategy's definition, field by field;
   `rollout_options` merges a strategy with the fields a request set itself.
 - `nothing_to_roll_out` says when a rollout could never finish: every target
@@ -14,6 +15,8 @@
 import math
 from dataclasses import dataclass, field
 
+from apps.core.errors import ValidationFailed
+
 AUTO = "auto"
 
 
@@ -22,6 +25,27 @@ def is_canary(agent, *, ids: set, labels: dict | None) -> bool:
     if agent.pk in ids:
         return True
     return bool(labels) and all(agent.labels.get(k) == v for k, v in labels.items())
+
+
+def canaries_chosen(agents: list, ids: list[int] | None, labels: dict | None,
+                    size: int | None = None) -> tuple:
+    """(canaries, others): the others ordered by name, as their waves take them.
+    Without ids or labels, the first `size` agents by name are the canaries."""
+    ids = set(ids or [])
+    strangers = sorted(ids - {a.pk for a in agents})
+    if strangers:
+        raise ValidationFailed(f"Canaries {strangers[:20]} are not among the targets.",
+                               code="canary_not_target", details=[{
+                                   "field": "canary_agents", "message": "not among the targets",
+                                   "agents": strangers[:100]}])
+    canaries = [a for a in agents if is_canary(a, ids=ids, labels=labels)]
+    if not ids and not labels and size:
+        canaries = sorted(agents, key=lambda a: (a.name, a.pk))[:size]
+    if not canaries:
+        raise ValidationFailed("The canary wave would be empty.", code="no_canaries")
+    chosen = {a.pk for a in canaries}
+    others = sorted((a for a in agents if a.pk not in chosen), key=lambda a: (a.name, a.pk))
+    return canaries, others
 
 
 def nothing_to_roll_out(number: int, checksum: str, targets: list) -> bool:

@@ -19,8 +19,9 @@ from apps.core.events import announce, emit
 from apps.environments.models import Environment
 from apps.fleet.models import Agent
 from apps.fleet.rules import check_generation, held_refusal, is_held, refuses
+from apps.fleet.selectors import refuse_agents_outside
 from apps.fleet.services import agents_chosen, environment_activate, pins_set
-from apps.governance.gates import refuse_frozen, release_gate
+from apps.governance.gates import release_gate
 from apps.governance.rules import rollout_plan
 from apps.rollouts import bounds, inflight, rules, selectors
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
@@ -91,7 +92,7 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
         raise ValidationFailed("targets is empty; leave it out to target every enabled agent.")
     _check_count(len(targets or []))
     expected = {t["agent"]: t["expected_generation"] for t in targets} if targets else None
-    agents = agents_chosen(env, list(expected) if expected else None,
+    agents = agents_chosen(env, list(expected) if expected else None, field="targets",
                            queryset=Agent.objects.values_list(*CHECKED, named=True))
     _check_count(len(agents))
     stale = [{"agent": a.pk, "name": a.name, "generation": a.generation,
@@ -110,25 +111,6 @@ def _targets(env: Environment, targets: list[dict] | None, snapshot: Snapshot) -
                        "apply and acknowledge it, so there is nothing to roll out.",
                        code="nothing_to_roll_out")
     return agents
-
-
-def _canaries(agents: list[Agent], ids: list[int] | None, labels: dict | None,
-              size: int | None = None) -> tuple:
-    """(canaries, others): the others ordered by name, as their waves take them.
-    Without ids or labels, the first `size` agents by name are the canaries."""
-    ids = set(ids or [])
-    strangers = ids - {a.pk for a in agents}
-    if strangers:
-        raise ValidationFailed(f"Canaries {sorted(strangers)[:20]} are not among the "
-                               "targets.", code="canary_not_target")
-    canaries = [a for a in agents if rules.is_canary(a, ids=ids, labels=labels)]
-    if not ids and not labels and size:
-        canaries = sorted(agents, key=lambda a: (a.name, a.pk))[:size]
-    if not canaries:
-        raise ValidationFailed("The canary wave would be empty.", code="no_canaries")
-    chosen = {a.pk for a in canaries}
-    others = sorted((a for a in agents if a.pk not in chosen), key=lambda a: (a.name, a.pk))
-    return canaries, others
 
 
 def _rollout_store(env: Environment, snapshot: Snapshot, plan: list[dict],
@@ -156,13 +138,15 @@ def rollout_create(
     canary_gate: str = Rollout.Gate.MANUAL, bake_s: int = 0, wave_timeout_s: int = 3600,
     override_reason: str | None = None, canary_count: int | None = None,
     canary_percent: int | None = None, strategy: RolloutStrategy | None = None,
+    confirmed: bool = False,
 ) -> Rollout:
     """Stage `snapshot` over the environment's agents (all enabled ones, or `targets`
     [{agent, expected_generation}]). Freezes every target's desired snapshot with a
     pin, then pins the canaries (named, or the first canary_count / canary_percent
     by name) to the new one — all in one transaction. Quarantined content is refused
-    unless `override_reason` (an owner's) is given. `strategy` is recorded only: the
-    caller merged its options (apps.rollouts.strategies.rollout_options_for)."""
+    unless `override_reason` (an owner's) is given; agents of other environments are
+    400; then the release gate (a degenerate render only `confirmed`). `strategy` is
+    recorded only: the caller merged its options (strategies.rollout_options_for)."""
     waves = waves or [{"percent": 100, "gate": Rollout.Gate.AUTO, "bake_s": 0}]
     problem = rules.wave_specs_problem(waves)
     if problem:
@@ -175,8 +159,11 @@ def rollout_create(
         locks.lock_one(Tenant.objects, applications__environments=environment.pk)
         env = Environment.objects.lock(environment.pk)
         _check_environment(env, snapshot, actor, override_reason)
+        _check_count(len(targets or []))  # before a lookup of that many
+        refuse_agents_outside(env, targets=[t["agent"] for t in targets or []],
+                              canary_agents=canary_agents)
         release_gate(environment=env, snapshot=snapshot, actor=actor, what="rollout",
-                     plan=rollout_plan(
+                     confirmed=confirmed, plan=rollout_plan(
                          targets=[t["agent"] for t in targets or []], canary_agents=canary_agents,
                          canary_labels=canary_labels, waves=waves, canary_gate=canary_gate,
                          bake_s=bake_s, failure_threshold=failure_threshold,
@@ -184,7 +171,7 @@ def rollout_create(
         agents = _targets(env, targets, snapshot)
         bounds.history_prune(env, actor)
         size = canary_count or (canary_percent and -(-len(agents) * canary_percent // 100))
-        canaries, others = _canaries(agents, canary_agents, canary_labels, size)
+        canaries, others = rules.canaries_chosen(agents, canary_agents, canary_labels, size)
         plan = rules.plan_waves(total=len(agents), canaries=len(canaries), waves=waves,
                                 canary_gate=canary_gate, bake_s=bake_s)
         rollout = _rollout_store(env, snapshot, plan, rules.assign_waves(canaries, others, plan),
@@ -269,7 +256,8 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
         locked = locked_rollout(rollout.pk, expected_version)
         if not locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}.", code="rollout_finished")
-        refuse_frozen(locked.environment, "wave advance")
+        release_gate(environment=locked.environment, snapshot=locked.snapshot, plan=None,
+                     actor=actor, what="wave advance")
         evidence = selectors.wave_evidence(locked)
         if not evidence.complete:
             blockers = evidence.blockers()

@@ -17,7 +17,7 @@ from apps.environments.views import EnvironmentAPIView
 from apps.releases import selectors as release_reads
 from apps.releases import services as releases
 from apps.snapshots import selectors
-from apps.snapshots.guard_api import ConfirmSerializer, confirmation_response
+from apps.snapshots.guard_api import ConfirmSerializer, RollbackSerializer, confirmation_response
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import publication_progress
 from apps.tenancy.models import Role
@@ -312,15 +312,16 @@ class SnapshotDiffApi(EnvironmentAPIView):
 
 
 class SnapshotRollbackApi(EnvironmentAPIView):
-    @extend_schema(request=None, responses={201: PublicationSerializer,
-                                            202: PublicationSerializer},
+    @extend_schema(request=RollbackSerializer, responses={201: PublicationSerializer,
+                                                          202: PublicationSerializer},
                    summary="Create a new snapshot re-rendered from snapshot n's stored source")
     def post(self, request, application, environment, number):
-        snapshot = selectors.snapshot_get(
-            environment=self.environment(Role.DEPLOYER), number=number
-        )
-        return publication_response(releases.snapshot_rollback(snapshot=snapshot,
-                                                               actor=request.user))
+        snapshot = selectors.snapshot_get(environment=self.environment(Role.DEPLOYER),
+                                          number=number)
+        data = RollbackSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return publication_response(releases.snapshot_rollback(
+            snapshot=snapshot, actor=request.user, confirmed=data.validated_data["confirm"]))
 
 
 class ReasonSerializer(serializers.Serializer):

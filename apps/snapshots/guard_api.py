@@ -16,6 +16,13 @@ class ConfirmSerializer(serializers.Serializer):
                                  "confirmation_required.")
 
 
+class RollbackSerializer(serializers.Serializer):
+    confirm = serializers.BooleanField(
+        default=False, help_text="Roll back even to content that is a degenerate render "
+                                 "against the active snapshot: 409 confirmation_required "
+                                 "without it (nothing is queued).")
+
+
 def confirmation_response(publication: Publication, body: dict):
     """409 confirmation_required naming the emptied files and the shrink; the held
     snapshot is stored, and POST /api/v1/publications/<id>/confirm releases it."""

@@ -182,3 +182,24 @@ class Publication(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.environment_id} {self.state}"
+
+
+class ActiveContent(models.Model):
+    """Content (by checksum, whatever the number of the snapshot holding it) that
+    has been an environment's active content: what an environment rollback restores
+    without a new approval (docs/governance.md). Written when a snapshot is
+    activated (apps.fleet.services.environment_activate); kept when retention
+    removes the snapshot."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    checksum = models.CharField(max_length=71)
+    first_number = models.PositiveIntegerField(
+        help_text="The snapshot that first made this content active.")
+    first_active_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["environment", "checksum"],
+                                               name="active_content_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.checksum[:19]} active in {self.environment_id} since #{self.first_number}"

@@ -10,11 +10,12 @@ import io
 import pytest
 from rich.console import Console
 
+from cli import commands
 from cli.config import profile_load, token_hint
 from cli.errors import Refused, RolledBack, TimedOut, Unreachable, UsageError
 from cli.main import build_parser, wave_spec
 from cli.progress import awaits_confirm, follow, outcome_error, wave_rows
-from cli.render import detail_line, rollout_view, shown
+from cli.render import Output, detail_line, rollout_view, shown
 from cli.rollouts import start_request
 
 TOKEN = "bwu_abcdef123456.s3cr3t-value"
@@ -84,6 +85,49 @@ def test_the_rollout_request_carries_only_what_was_given_and_the_strategy():
         "waves": [{"percent": 25}, {"count": 3, "gate": "manual", "bake_s": 60}]}
     bare = build_parser().parse_args(["rollout", "start", "shop/prod"])
     assert start_request(bare, 2) == {"snapshot": 2}
+    confirmed = build_parser().parse_args(["rollout", "start", "shop/prod", "--confirm"])
+    assert start_request(confirmed, 2) == {"snapshot": 2, "confirm": True}
+
+
+class _Releases:
+    """A server holding one release, recording what the CLI posts."""
+
+    release = {"id": 42, "environment": "shop/prod", "snapshot": 7, "state": "open",
+               "checksum": "sha256:" + "ab" * 32, "plan_digest": "cd" * 32,
+               "plan": {"kind": "activate"}}
+
+    def __init__(self):
+        self.posts = []
+
+    def get(self, path, **params):
+        return dict(self.release)
+
+    def post(self, path, body):
+        self.posts.append((path, body))
+        return {**self.release, "state": "open"}
+
+
+def test_approve_without_the_content_reviewed_shows_it_and_approves_nothing():
+    server, out = _Releases(), io.StringIO()
+    args = build_parser().parse_args(["approve", "42"])
+
+    with pytest.raises(UsageError) as raised:
+        commands.approve(server, args, Output("text", stdout=out))
+
+    assert server.posts == []
+    assert _Releases.release["plan_digest"] in out.getvalue()
+    assert f"--checksum {_Releases.release['checksum']}" in raised.value.message
+    assert raised.value.exit_code == 2
+
+
+def test_approve_names_the_content_given_not_what_the_server_holds_now():
+    server = _Releases()
+    args = build_parser().parse_args(["approve", "42", "--checksum", "sha256:seen",
+                                      "--plan-digest", "digest-seen", "--comment", "CHG-7"])
+
+    assert commands.approve(server, args, Output("text", stdout=io.StringIO())) == 0
+    assert server.posts == [("/api/v1/releases/42/approve", {
+        "checksum": "sha256:seen", "plan_digest": "digest-seen", "comment": "CHG-7"})]
 
 
 @pytest.mark.parametrize("bad", ["25", "x%", "25%:maybe", "%", "25%:auto:-1", ""])

@@ -711,7 +711,7 @@ def test_deploy_now_to_one_agent_answers_the_agents_panel_and_an_oob_flash(secon
     ("abc", 400, "agent: not an agent id."),
     ("-1", 400, "agent: not an agent id."),
     ("", 400, "agent: choose an agent, or all agents."),
-    ("999999", 404, "No agents [999999] in shop/prod."),
+    ("999999", 400, "agents: [999999] are no agents of shop/prod."),
 ])
 def test_deploy_now_to_a_bad_agent_id_is_refused_with_a_message_and_creates_nothing(
         agent, status, message, second, nodes, as_deployer):
@@ -731,7 +731,8 @@ def test_deploy_now_to_an_agent_of_another_tenant_is_refused(second, nodes, as_d
 
     response = as_deployer.post(url("deploy"), {"agent": stranger.pk}, headers=HTMX)
 
-    assert response.status_code == 404
+    assert response.status_code == 400  # as for an id that is no agent at all
+    assert f"[{stranger.pk}] are no agents of shop/prod" in flash(text(response))
     assert stored() == before
 
 
@@ -1297,7 +1298,7 @@ def test_rollout_form_starts_with_two_waves_behind_a_manual_gate(candidate, node
     ({"snapshot": "99", "canary": ["{web1}"]}, 404, "snapshot",
      "Snapshot 99 of shop/prod not found."),
     ({"snapshot": "3", "canary": ["999999"]}, 400, "canary",
-     "Canaries [999999] are not among the targets."),
+     "canary_agents: [999999] are no agents of shop/prod."),
 ])
 def test_a_rollout_with_bad_choices_is_refused_with_the_error_by_the_field(
         data, status, field, message, candidate, nodes, as_deployer):
@@ -1618,7 +1619,7 @@ def test_deploy_to_an_agent_id_beyond_64_bits_is_refused_not_a_server_error(seco
 def test_deploy_to_the_largest_64_bit_agent_id_is_looked_up(second, nodes, as_deployer):
     response = as_deployer.post(url("deploy"), {"agent": str(2**63 - 1)}, headers=HTMX)
 
-    assert response.status_code == 404
+    assert response.status_code == 400
     assert not Deployment.objects.exists()
 
 

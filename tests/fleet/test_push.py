@@ -186,12 +186,15 @@ def test_push_by_an_outsider_is_404(api_client, outsider, enroll, first):
     assert not Deployment.objects.exists()
 
 
-def test_push_to_an_agent_of_another_environment_is_404(deployer, enroll, first, blog):
-    foreign = enroll("web-1", env=blog)
+def test_push_to_an_agent_of_another_environment_is_400_naming_the_field_and_ids(
+        deployer, enroll, first, blog):
+    foreign, mine = enroll("web-1", env=blog), enroll("web-2")
 
-    response = _push(deployer, 1, [foreign])
+    response = _push(deployer, 1, [foreign, mine])
 
-    assert_error(response, 404, "not_found")
+    error = assert_error(response, 400, "unknown_agents")
+    assert error["details"] == [{"field": "agents", "message": "no agents of shop/prod",
+                                 "agents": [foreign.agent.pk]}]
     assert not Deployment.objects.exists()
 
 

@@ -103,3 +103,41 @@ def test_two_runs_of_one_schedule_start_it_once(activation, alice, bob, deployer
     assert AuditEvent.objects.filter(action="schedule.start").count() == 1
     assert AuditEvent.objects.filter(action="snapshot.activate").count() == 1
     assert ScheduledRelease.objects.get(pk=schedule.pk).state == "started"
+
+
+def test_two_rollbacks_racing_for_one_approval_release_once(second, environment, deployer,
+                                                             alice, bob, superuser,
+                                                             two_approvals):
+    """Content never active here: one approved activation of it covers one rollback;
+    the other, at the same moment, is refused (nothing queued for it)."""
+    from apps.releases import services as releases
+    from apps.snapshots.models import Publication
+
+    release = services.release_submit(environment=environment, snapshot=second,
+                                      plan=rules.activation_plan(), actor=deployer)
+    approve(release, alice)
+    approve(release, bob)
+    outcomes = _race([lambda: releases.snapshot_rollback(snapshot=second, actor=deployer),
+                      lambda: releases.snapshot_rollback(snapshot=second, actor=superuser)])
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(refused) == 1 and refused[0].code == "approval_required", outcomes
+    assert Publication.objects.filter(kind="rollback").count() == 1
+    assert AuditEvent.objects.filter(action="release.use").count() == 1
+
+
+def test_an_owner_editing_and_approving_at_once_never_approves_their_edit(activation, alice):
+    """Whichever comes first, no standing approval is by an editor of the content the
+    release holds now."""
+    for version in (1, 2, 3):
+        activation.refresh_from_db()
+        plan = (rules.push_plan(None) if activation.plan["kind"] == "activate"
+                else rules.activation_plan())
+        checksum, digest = activation.checksum, activation.plan_digest
+        outcomes = _race([
+            partial(services.release_decide, release=activation, actor=alice,
+                    decision="approve", checksum=checksum, plan_digest=digest),
+            partial(services.release_update, release=activation, actor=alice,
+                    expected_version=version, plan=plan)])
+        assert isinstance(outcomes[1], ReleaseRequest), outcomes
+        assert not Approval.objects.filter(release=activation, approver=alice,
+                                           cancelled_at__isnull=True).exists(), outcomes

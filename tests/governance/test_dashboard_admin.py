@@ -1,6 +1,7 @@
 """The governance page of the dashboard (approve / reject with a comment, the
 freeze banner and override, cancelling a schedule) and the admin (rule saved
-through its service, windows refused for a bad timezone, approving the content)."""
+through its service, windows refused for a bad timezone, approving the content
+its page showed)."""
 
 from datetime import timedelta
 
@@ -95,7 +96,15 @@ def test_the_admin_approves_the_content_shown(activation, alice):
     alice.is_staff = True
     alice.save()
     client = factories.session_client(alice)
-    response = client.post("/admin/governance/releaserequest/", {
+    page = client.post("/admin/governance/releaserequest/", {
         "action": "approve", "_selected_action": [activation.pk]})
+    assert page.status_code == 200 and activation.plan_digest in page.content.decode()
+    assert not activation.approvals.exists()  # shown, not approved yet
+    response = client.post("/admin/governance/releaserequest/", {
+        "action": "approve", "reviewed": "yes", "_selected_action": [activation.pk],
+        f"release-{activation.pk}-checksum": activation.checksum,
+        f"release-{activation.pk}-plan_digest": activation.plan_digest,
+        "comment": "CHG-7"})
     assert response.status_code == 302
-    assert activation.approvals.get().checksum == activation.checksum
+    approval = activation.approvals.get()
+    assert (approval.checksum, approval.comment) == (activation.checksum, "CHG-7")

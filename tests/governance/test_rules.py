@@ -49,13 +49,32 @@ def test_the_submitted_rule_binds_unless_the_current_is_strict():
     assert rules.rule_in_force(submitted=submitted, current=strict) is strict
 
 
+def test_a_release_submitted_while_ungoverned_is_held_to_the_rule_in_force():
+    """It was given no approval to keep: a rule arriving later decides (hostile
+    finding: a release asked for before governance started went out unapproved)."""
+    ungoverned, governed = _rule(0), _rule(2)
+    assert rules.rule_in_force(submitted=ungoverned, current=governed) is governed
+
+
 def test_the_author_never_approves_and_others_need_a_group_or_ownership():
-    assert "author" in rules.approver_refusal(is_author=True, is_owner=True, groups=set(),
-                                              rule=_rule())
-    assert rules.approver_refusal(is_author=False, is_owner=False, groups={"sre"},
-                                  rule=_rule(groups=["sre"])) is None
-    assert "members of sre" in rules.approver_refusal(is_author=False, is_owner=False,
-                                                      groups=set(), rule=_rule(groups=["sre"]))
+    assert "author" in rules.approver_refusal(is_author=True, is_member=True, is_owner=True,
+                                              groups=set(), rule=_rule())
+    assert rules.approver_refusal(is_author=False, is_member=True, is_owner=False,
+                                  groups={"sre"}, rule=_rule(groups=["sre"])) is None
+    assert "members of sre" in rules.approver_refusal(
+        is_author=False, is_member=True, is_owner=False, groups=set(),
+        rule=_rule(groups=["sre"]))
+
+
+def test_an_editor_never_approves_and_a_group_spans_no_tenant():
+    # An editor of the release is one of its authors (the caller says so).
+    assert "author" in rules.approver_refusal(is_author=True, is_member=True, is_owner=False,
+                                              groups={"sre"}, rule=_rule(groups=["sre"]))
+    assert "tenant" in rules.approver_refusal(is_author=False, is_member=False,
+                                              is_owner=False, groups={"sre"},
+                                              rule=_rule(groups=["sre"]))
+    assert "only the environment's owners" in rules.approver_refusal(
+        is_author=False, is_member=True, is_owner=False, groups={"editors"}, rule=_rule())
 
 
 def test_a_bad_timezone_is_no_zone():

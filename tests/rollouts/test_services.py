@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, ValidationFailed
 from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
@@ -165,16 +165,20 @@ def test_a_stale_expected_generation_is_a_conflict_listing_only_the_stale_target
     assert set(pins([web1, web2, web3]).values()) == {(None, None)}
 
 
-def test_a_target_of_another_environment_is_not_found(environment, second, fleet, staging):
+def test_a_target_of_another_environment_is_400_naming_the_field(environment, second, fleet,
+                                                                  staging):
     web1, = fleet(1)
     stranger, = enrolled_agents(staging[0], 1, prefix="stage")
 
-    with pytest.raises(NotFound):
+    with pytest.raises(ValidationFailed) as caught:
         services.rollout_create(
             environment=environment, snapshot=second, actor=None, canary_agents=[web1.pk],
             targets=[{"agent": web1.pk, "expected_generation": web1.fresh().generation},
                      {"agent": stranger.pk, "expected_generation": 1}])
 
+    assert caught.value.code == "unknown_agents"
+    assert caught.value.details[0]["field"] == "targets"
+    assert caught.value.details[0]["agents"] == [stranger.pk]
     assert not Rollout.objects.exists()
 
 
