@@ -2,7 +2,8 @@
 poll's 304 is answered in front of Django, on the event loop (apps/fleet/edge.py), and
 so is a bundle Django has answered before (apps/fleet/bundle_edge.py). Request bodies
 are bounded while they are received (project/bodylimits.py), and requests enter
-Django a few at a time per process (project/admission.py)."""
+Django a few at a time per process (project/admission.py); a refused websocket
+handshake is answered 403 (project/refusals.py)."""
 
 import os
 
@@ -21,6 +22,7 @@ from project import daphne_limits  # noqa: E402
 from project.admission import DjangoAdmission  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.origins import SameOriginWebsockets  # noqa: E402
+from project.refusals import WebsocketRefusals  # noqa: E402
 from project.routing import websocket_urlpatterns  # noqa: E402
 
 daphne_limits.install()
@@ -28,8 +30,8 @@ daphne_limits.install()
 application = ProtocolTypeRouter(
     {
         "http": PollEdge(BundleEdge(BoundedBodyASGI(DjangoAdmission(django_asgi_app)))),
-        "websocket": SameOriginWebsockets(AllowedHostsOriginValidator(
+        "websocket": WebsocketRefusals(SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        )),
+        ))),
     }
 )

@@ -196,9 +196,10 @@ def publish_variant(environment, actor, *, workers: int):
     return publish(environment, actor)
 
 
-def rollback_publication(snapshot, actor):
+def rollback_publication(snapshot, actor, *, confirmed: bool = False):
     """Roll back to `snapshot` and render it now: the Publication of the new snapshot."""
-    return render(releases.snapshot_rollback(snapshot=snapshot, actor=actor))
+    return render(releases.snapshot_rollback(snapshot=snapshot, actor=actor,
+                                             confirmed=confirmed))
 
 
 # --- agents -----------------------------------------------------------------------------
