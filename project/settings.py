@@ -463,6 +463,9 @@ BELLWETHER_ROLLOUT_LIMITS = {
 BELLWETHER_WEBHOOKS = {
     "allow_private": env_bool("BELLWETHER_WEBHOOK_ALLOW_PRIVATE", False),
     "timeout_s": env_int("BELLWETHER_WEBHOOK_TIMEOUT_S", 5, minimum=1, maximum=30),
+    # The longest a lookup of an endpoint's host name waits (registration, delivery).
+    "resolve_timeout_s": env_int("BELLWETHER_WEBHOOK_RESOLVE_TIMEOUT_S", 2, minimum=1,
+                                 maximum=10),
     "max_attempts": env_int("BELLWETHER_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20),
     "backoff_s": env_int("BELLWETHER_WEBHOOK_BACKOFF_S", 10, minimum=1, maximum=3600),
     "backoff_max_s": env_int("BELLWETHER_WEBHOOK_BACKOFF_MAX_S", 3600, minimum=1),

@@ -23,6 +23,9 @@ class EndpointForm(forms.ModelForm):
         fields = ["environment", "url", "events", "description", "enabled"]
 
     def clean_url(self):
+        """The one check of the URL a save makes, its host resolved once: the save
+        tells the service so (a second lookup could answer otherwise, after the
+        form was accepted)."""
         problem = services.url_problem(self.cleaned_data["url"])
         if problem:
             raise forms.ValidationError(problem)
@@ -59,11 +62,11 @@ class WebhookEndpointAdmin(OwnedAdminMixin, admin.ModelAdmin):
         if change:
             services.endpoint_update(endpoint=obj, actor=request.user, url=data["url"],
                                      events=data["events"], enabled=data["enabled"],
-                                     description=data["description"])
+                                     description=data["description"], url_checked=True)
             return
         endpoint, secret = services.endpoint_create(
             environment=data["environment"], url=data["url"], events=data["events"],
-            description=data["description"], actor=request.user)
+            description=data["description"], actor=request.user, url_checked=True)
         obj.pk = endpoint.pk
         self.message_user(request, f"Webhook {endpoint.pk}'s signing secret (shown only "
                                    f"once, copy it now): {secret}", messages.WARNING)

@@ -27,7 +27,9 @@ def _limits() -> dict:
 def _lease(endpoint_id: int) -> bool:
     """Claim the endpoint for this run; False while another run holds it."""
     now = timezone.now()
-    lease = timedelta(seconds=BATCH * (_limits()["timeout_s"] + 1))
+    # Each attempt takes at most its lookup, connecting, each read: the batch's lease.
+    lease = timedelta(seconds=BATCH * (_limits()["resolve_timeout_s"]
+                                       + _limits()["timeout_s"] + 1))
     return bool(WebhookEndpoint.objects.filter(pk=endpoint_id).filter(
         Q(lease_until__isnull=True) | Q(lease_until__lt=now)).update(lease_until=now + lease))
 
@@ -47,7 +49,8 @@ def attempt(delivery: WebhookDelivery, endpoint: WebhookEndpoint) -> transport.O
     body = delivery.body.encode()
     outcome = transport.post(endpoint.url, body, _headers(delivery, endpoint.secret, body),
                              timeout_s=_limits()["timeout_s"],
-                             allow_private=_limits()["allow_private"])
+                             allow_private=_limits()["allow_private"],
+                             resolve_wait_s=_limits()["resolve_timeout_s"])
     now = timezone.now()
     delivery.attempts += 1
     delivery.last_status, delivery.last_error = outcome.status, outcome.error

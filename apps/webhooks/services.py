@@ -27,19 +27,24 @@ def _limits() -> dict:
 
 def url_problem(url: str) -> str | None:
     """Why `url` cannot be an endpoint's, or None: its form (apps.webhooks.rules) and,
-    unless private addresses are allowed, every address its host resolves to now
-    (each delivery resolves and checks them again)."""
+    unless private addresses are allowed, every address its host resolves to now,
+    within BELLWETHER_WEBHOOK_RESOLVE_TIMEOUT_S (a name that does not resolve, or
+    whose resolver does not answer in time, passes: each delivery resolves and
+    checks it again)."""
     allow_private = _limits()["allow_private"]
     problem = rules.url_problem(url, allow_private=allow_private)
     if problem is None and not allow_private:
-        problem = transport.host_refusal(url)
+        problem = transport.host_refusal(url, wait_s=_limits()["resolve_timeout_s"])
     return problem
 
 
-def _check(url: str | None, events) -> None:
-    """400 naming the field of a bad URL or event list."""
+def _check(url: str | None, events, url_checked: bool = False) -> None:
+    """400 naming the field of a bad URL or event list. `url_checked`: the caller
+    has just checked the URL with url_problem (the admin's form, where a refusal is
+    a form error), so its host is not resolved a second time — the second answer
+    could differ, and a refusal then would come after the form was accepted."""
     problems = []
-    if url is not None:
+    if url is not None and not url_checked:
         problem = url_problem(url)
         if problem:
             problems.append({"field": "url", "message": problem})
@@ -57,9 +62,11 @@ def _new_secret() -> str:
 
 
 def endpoint_create(*, environment: Environment, url: str, events: list[str], actor,
-                    description: str = "") -> tuple[WebhookEndpoint, str]:
-    """Register an endpoint; returns it with its secret, shown this once."""
-    _check(url, events)
+                    description: str = "", url_checked: bool = False
+                    ) -> tuple[WebhookEndpoint, str]:
+    """Register an endpoint; returns it with its secret, shown this once
+    (`url_checked`: see _check)."""
+    _check(url, events, url_checked)
     secret = _new_secret()
     with transaction.atomic():
         env = Environment.objects.lock(environment.pk)
@@ -86,11 +93,12 @@ def _audited(changes: dict) -> dict:
 
 def endpoint_update(*, endpoint: WebhookEndpoint, actor, url: str | None = None,
                     events: list[str] | None = None, enabled: bool | None = None,
-                    description: str | None = None, rotate_secret: bool = False
-                    ) -> tuple[WebhookEndpoint, str | None]:
+                    description: str | None = None, rotate_secret: bool = False,
+                    url_checked: bool = False) -> tuple[WebhookEndpoint, str | None]:
     """Change what is given; with rotate_secret a new secret, returned this once
-    (deliveries still pending are signed with it from their next attempt)."""
-    _check(url, events)
+    (deliveries still pending are signed with it from their next attempt;
+    `url_checked`: see _check)."""
+    _check(url, events, url_checked)
     changes = {k: v for k, v in {"url": url, "events": events, "enabled": enabled,
                                  "description": description}.items() if v is not None}
     secret = _new_secret() if rotate_secret else None

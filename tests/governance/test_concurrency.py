@@ -141,3 +141,55 @@ def test_an_owner_editing_and_approving_at_once_never_approves_their_edit(activa
         assert isinstance(outcomes[1], ReleaseRequest), outcomes
         assert not Approval.objects.filter(release=activation, approver=alice,
                                            cancelled_at__isnull=True).exists(), outcomes
+
+
+def test_the_last_approval_racing_an_activation_never_activates_unapproved_content(
+        activation, alice, bob, deployer, environment, first, second, member):
+    """Both lock the environment: the approval lands first (the activation goes
+    through and uses the release) or the activation is refused (409
+    approval_required, 1 of 2) and a retry after the approval goes through. An
+    approval after the release was used is refused (release_closed)."""
+    from apps.releases import services as releases
+
+    approve(activation, alice)
+    outcomes = _race([lambda: approve(activation, bob),
+                      lambda: releases.snapshot_activate(snapshot=second, actor=deployer)])
+    assert isinstance(outcomes[0], ReleaseRequest), outcomes  # open until it is used
+    environment.refresh_from_db()
+    if isinstance(outcomes[1], Exception):
+        assert outcomes[1].code == "approval_required", outcomes
+        assert (outcomes[1].details["given"], outcomes[1].details["required"]) == (1, 2)
+        assert environment.active_snapshot_id == first.pk
+        assert ReleaseRequest.objects.get(pk=activation.pk).state == "open"
+        releases.snapshot_activate(snapshot=second, actor=deployer)
+        environment.refresh_from_db()
+    assert environment.active_snapshot_id == second.pk
+    assert ReleaseRequest.objects.get(pk=activation.pk).state == "released"
+    assert AuditEvent.objects.filter(action="release.use").count() == 1
+    late = _outcome(lambda: approve(activation, member("owner", username="carol")))
+    assert isinstance(late, Conflict) and late.code == "release_closed", late
+
+
+def test_two_people_confirming_a_held_render_at_once_activate_it_once(first, environment,
+                                                                       superuser, alice, bob):
+    """A degenerate render stored and held (the direct policy would have activated
+    it): both confirmations answer, one is recorded, the snapshot is activated once."""
+    from apps.environments.services import environment_file_put
+    from apps.releases.promotion import publication_confirm
+    from apps.snapshots.models import Publication
+    from tests import factories
+
+    environment_file_put(environment=environment, kind="template", path="nginx/shop.conf",
+                         text="", actor=superuser)
+    held = factories.publication(environment, superuser)
+    assert held.needs_confirmation is not None and held.activated is False
+    activations = AuditEvent.objects.filter(action="snapshot.activate").count()
+
+    outcomes = _race([lambda: publication_confirm(publication=held, actor=alice),
+                      lambda: publication_confirm(publication=held, actor=bob)])
+    assert all(isinstance(o, Publication) and o.confirmed for o in outcomes), outcomes
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == held.snapshot_id
+    assert Publication.objects.get(pk=held.pk).activated is True
+    assert AuditEvent.objects.filter(action="publication.confirm").count() == 1
+    assert AuditEvent.objects.filter(action="snapshot.activate").count() == activations + 1
