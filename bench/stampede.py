@@ -54,15 +54,8 @@ POLL_TIMEOUT_S = 30.0
 
 
 class GranianServers(BenchServers):
-    """BenchServers with granian web nodes, as README's production shape."""
-
-    workers = 1
-
-    def web_command(self, port: int) -> list[str]:
-        return [str(Path(sys.executable).with_name("granian")), "--interface", "asginl",
-                "--host", "127.0.0.1", "--port", str(port), "--workers", str(self.workers),
-                "--backlog", "4096", "--backpressure", "16384", "project.asgi:application"]
-
+    """BenchServers with granian web nodes (README's production shape), whose
+    workers are stopped with them."""
 
     def stop(self) -> None:
         """granian's workers outlive their terminated main process: end them too."""
@@ -102,7 +95,9 @@ class TimedConnection(Connection):
         except Exception:
             self.samples.append((started, POLL_TIMEOUT_S, "error"))
             raise
-        self.samples.append((started, time.monotonic() - started, answer[0]))
+        # Django's answers carry its request id; the edge's never do.
+        source = " via Django" if "x-request-id" in answer[1] else ""
+        self.samples.append((started, time.monotonic() - started, f"{answer[0]}{source}"))
         return answer
 
 
@@ -211,8 +206,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     raise_fd_limit(args.agents)
-    GranianServers.workers = args.workers
-    with GranianServers(nodes=args.nodes, database_url=args.database_url,
+    with GranianServers(server="granian", workers=args.workers, nodes=args.nodes,
+                        database_url=args.database_url,
                         redis_url=args.redis_url, ports=args.ports,
                         extra_env={"BELLWETHER_LONG_POLL_MAX_S": "0",
                                    # the first sync of a large fleet on a loaded machine
