@@ -19,7 +19,7 @@ from apps.fleet.selectors import (
     with_sync,
 )
 from apps.rollouts.models import ACTIVE_STATES, Rollout
-from apps.snapshots.models import Publication, Snapshot
+from apps.snapshots.models import Publication, Snapshot, without_content
 from apps.snapshots.rules import publication_progress
 from apps.snapshots.selectors import pending_events, with_pending_counts
 from apps.tenancy.models import ROLE_RANK, Role
@@ -28,10 +28,6 @@ AGENTS_SHOWN = 500
 SNAPSHOTS_SHOWN = 10  # on the environment's page; the snapshot list has them all
 OFFERS_SHOWN = 25  # snapshots the rollout form offers
 FLEET_BUCKETS = ("in_sync", "held", "behind", "failed", "offline")
-# Snapshot columns no status needs: the bundle and the rendered content can be large,
-# and a joined snapshot repeats on every agent row.
-SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files",
-                    "fallback_files", "report")
 
 
 def fleet_bucket(online: bool, sync: str) -> str:
@@ -47,14 +43,8 @@ def fleet_bucket(online: bool, sync: str) -> str:
     return "behind"
 
 
-def _without_content(queryset, *relations: str):
-    return queryset.defer(*(f"{relation}__{column}" for relation in relations
-                            for column in SNAPSHOT_CONTENT))
-
-
 def _agents(queryset):
-    return _without_content(agents_with_desired(queryset), "environment__active_snapshot",
-                            "target_snapshot", "pinned_snapshot")
+    return agents_with_desired(queryset)  # without the joined snapshots' content
 
 
 def _statuses(agents: list[Agent]) -> list[tuple[Agent, dict]]:
@@ -65,7 +55,7 @@ def _statuses(agents: list[Agent]) -> list[tuple[Agent, dict]]:
 def overview_for(user) -> list[dict]:
     """Each environment `user` may see: its active snapshot, its fleet by bucket,
     how many changes wait and its active rollout."""
-    environments = list(with_pending_counts(_without_content(
+    environments = list(with_pending_counts(without_content(
         Environment.objects.visible_to(user).select_related("application", "active_snapshot")
         .order_by("application__name", "name"), "active_snapshot")))
     # Counted from a few columns per agent with the sync computed by the database:
@@ -95,7 +85,7 @@ def overview_for(user) -> list[dict]:
 
 
 def environment_for(user, application: str, name: str) -> Environment | None:
-    return _without_content(
+    return without_content(
         Environment.objects.visible_to(user).select_related("application__tenant",
                                                             "active_snapshot")
         .filter(application__name=application, name=name), "active_snapshot").first()
@@ -171,7 +161,7 @@ def _rollout_offers(environment: Environment):
 def rollout_snapshots(environment: Environment) -> list[Snapshot]:
     """What the rollout form offers, newest first: ready snapshots newer than the
     active one and not quarantined (the API refuses the others, with reasons)."""
-    return list(_rollout_offers(environment).defer(*SNAPSHOT_CONTENT)
+    return list(without_content(_rollout_offers(environment))
                 .order_by("-number")[:OFFERS_SHOWN])
 
 
@@ -182,9 +172,8 @@ def rollout_offers(environment: Environment, snapshot: Snapshot | None) -> bool:
 
 
 def publication_in(environment: Environment, publication_id) -> Publication | None:
-    return (Publication.objects.filter(pk=publication_id, environment=environment)
-            .select_related("snapshot").defer(*(f"snapshot__{c}" for c in SNAPSHOT_CONTENT))
-            .first())
+    return without_content(Publication.objects.filter(pk=publication_id, environment=environment)
+                           .select_related("snapshot"), "snapshot").first()
 
 
 def pending_panel(environment: Environment) -> dict:

@@ -11,15 +11,12 @@ from django.db.models.fields.json import KT
 from apps.core.errors import Unavailable
 from apps.environments.models import Environment
 from apps.releases import selectors as release_reads
-from apps.snapshots.models import Snapshot
+from apps.snapshots.models import Snapshot, without_content
 from configlang.diff import diff_files
 
 SNAPSHOTS_PER_PAGE = 25
 COMPARE_OFFERS = 200
 EFFECTIVE_CONFIG = "effective config"  # the pseudo-file its diff is shown as
-# Snapshot columns no list needs: the bundle and the rendered content can be large.
-SNAPSHOT_CONTENT = ("bundle", "bundle_gzip", "source", "effective_config", "provenance",
-                    "files", "fallback_files", "report")
 
 
 def snapshot_rows(environment: Environment):
@@ -29,9 +26,8 @@ def snapshot_rows(environment: Environment):
     same_content = (Snapshot.objects.filter(environment=environment, checksum=OuterRef(
         "checksum"), number__lt=OuterRef("number"), state=Snapshot.State.READY)
         .order_by("number").values("number")[:1])
-    return (Snapshot.objects.filter(environment=environment)
-            .select_related("author", "rolled_back_from").defer(*SNAPSHOT_CONTENT)
-            .defer(*(f"rolled_back_from__{column}" for column in SNAPSHOT_CONTENT))
+    return (without_content(Snapshot.objects.filter(environment=environment)
+                            .select_related("author", "rolled_back_from"), "", "rolled_back_from")
             .annotate(descriptor_id=KT("source__descriptor__id"),
                       descriptor_version=KT("source__descriptor__version"),
                       identical_to=Subquery(same_content))

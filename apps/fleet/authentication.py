@@ -9,6 +9,7 @@ from rest_framework import authentication, exceptions
 from apps.core import tokens
 from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
 from apps.fleet.models import Agent
+from apps.fleet.selectors import agents_with_desired
 
 
 class AgentPrincipal:
@@ -42,14 +43,8 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         if parsed is None:
             raise exceptions.AuthenticationFailed("An agent token is required.")
         key, secret = parsed
-        agent = (
-            Agent.objects.select_related(
-                "environment__application", "environment__active_snapshot", "target_snapshot",
-                "pinned_snapshot",
-            )
-            .filter(token_key=key)
-            .first()
-        )
+        # The token key is unique: no ordering, and no snapshot content loaded.
+        agent = next(iter(agents_with_desired(Agent.objects.filter(token_key=key))[:1]), None)
         if agent is None or not tokens.secret_matches(secret, agent.token_hash):
             raise exceptions.AuthenticationFailed("Unknown agent token.")
         if agent.decommissioned_at is not None:

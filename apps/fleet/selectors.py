@@ -10,7 +10,7 @@ from rest_framework.renderers import JSONRenderer
 
 from apps.fleet import cache, rules
 from apps.fleet.models import HELD, Agent, Deployment, PollInvalidation
-from apps.snapshots.models import Snapshot
+from apps.snapshots.models import Snapshot, without_content
 
 OFFLINE_AFTER_POLL_INTERVALS = 3
 
@@ -120,11 +120,16 @@ def poll_debts() -> tuple[rules.IndebtedKeys, list]:
     return rules.IndebtedKeys(required), [seen_at for _, _, seen_at in rows]
 
 
+DESIRED_SNAPSHOTS = ("environment__active_snapshot", "target_snapshot", "pinned_snapshot")
+
+
 def agents_with_desired(queryset):
-    return queryset.select_related(
-        "environment__application", "environment__active_snapshot", "target_snapshot",
-        "pinned_snapshot", "pinned_by",
-    )
+    """`queryset` with what an agent's desired state reads joined: the snapshots it
+    may desire without their content (one row per agent carries each), its
+    environment without its config text and schema."""
+    return without_content(queryset.select_related(
+        "environment__application", *DESIRED_SNAPSHOTS, "pinned_by",
+    ), *DESIRED_SNAPSHOTS).defer("environment__config", "environment__config_schema")
 
 
 def last_seen(agents) -> dict[int, datetime | None]:

@@ -26,7 +26,7 @@ from apps.environments.models import Environment
 from apps.fleet import cache, longpoll, rules, selectors
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.guard import content_activated
-from apps.snapshots.models import Snapshot
+from apps.snapshots.models import Snapshot, without_content
 
 logger = logging.getLogger(__name__)
 
@@ -311,8 +311,8 @@ def _reported_deployment(agent: Agent, deployment_id, number: int,
     agent's or not of this snapshot."""
     if deployment_id is None:
         return None
-    deployment = locks.lock_first(Deployment.objects.select_related("snapshot")
-                                  .filter(pk=deployment_id, agent=agent))
+    deployment = locks.lock_first(without_content(Deployment.objects.select_related(
+        "snapshot").filter(pk=deployment_id, agent=agent), "snapshot"))
     if deployment is None:
         raise NotFound(f"No deployment {deployment_id} for this agent.")
     if (deployment.snapshot.number, deployment.snapshot.checksum) != (number, checksum):
@@ -323,8 +323,8 @@ def _reported_deployment(agent: Agent, deployment_id, number: int,
 
 
 def _reported_snapshot(agent: Agent, number: int, checksum: str) -> Snapshot:
-    snapshot = Snapshot.objects.filter(environment_id=agent.environment_id, number=number,
-                                       state=Snapshot.State.READY).first()
+    snapshot = without_content(Snapshot.objects.filter(
+        environment_id=agent.environment_id, number=number, state=Snapshot.State.READY)).first()
     if snapshot is None:
         raise ValidationFailed(f"snapshot: no ready snapshot {number} in this environment.")
     if checksum != snapshot.checksum:

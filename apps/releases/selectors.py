@@ -9,11 +9,8 @@ from apps.environments.models import Environment
 from apps.releases.rules import release_note
 from apps.rollouts.models import ACTIVE_STATES, Rollout
 from apps.rollouts.quarantine import quarantine_of, quarantines_by_checksum
-from apps.snapshots.models import Publication, Snapshot, stored_bytes
+from apps.snapshots.models import Publication, Snapshot, stored_bytes, without_content
 from apps.snapshots.selectors import pending_changes, snapshot_preview
-
-SNAPSHOT_CONTENT = ("bundle", "source", "effective_config", "provenance", "files",
-                    "fallback_files", "report")
 
 
 def environments_live(environments: QuerySet) -> QuerySet:
@@ -21,8 +18,8 @@ def environments_live(environments: QuerySet) -> QuerySet:
     content) and the active rollout's id, state, current wave and snapshot number
     annotated — no query per environment."""
     active = Rollout.objects.active().filter(environment=OuterRef("pk"))
-    return environments.select_related("active_snapshot").defer(
-        *(f"active_snapshot__{column}" for column in SNAPSHOT_CONTENT)).annotate(
+    return without_content(environments.select_related("active_snapshot"),
+                           "active_snapshot").annotate(
         active_rollout_id=Subquery(active.values("pk")[:1]),
         active_rollout_state=Subquery(active.values("state")[:1]),
         active_rollout_wave=Subquery(active.values("current_wave")[:1]),

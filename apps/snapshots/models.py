@@ -24,6 +24,18 @@ class _StoredBytes(Func):
 
 BINARY_COLUMNS = ("bundle", "bundle_gzip")
 JSON_COLUMNS = ("source", "effective_config", "provenance", "files", "fallback_files", "report")
+# A snapshot's stored content: large, and a joined snapshot repeats on every row
+# (a thousand agents joined to one active snapshot carry its bundle a thousand
+# times). Reads that need a snapshot's identity (number, label, checksum, state)
+# defer them: without_content.
+CONTENT_COLUMNS = BINARY_COLUMNS + JSON_COLUMNS
+
+
+def without_content(queryset, *relations: str):
+    """`queryset` without the content columns of the snapshots it joins through
+    `relations` (of its own rows when none is named)."""
+    return queryset.defer(*(f"{relation}__{column}" if relation else column
+                            for relation in relations or ("",) for column in CONTENT_COLUMNS))
 
 
 def stored_bytes():
