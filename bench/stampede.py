@@ -17,7 +17,8 @@ after. A failed poll counts as taking its timeout.
 
     .venv/bin/python bench/stampede.py --agents 1000 --interval 5-10 \\
         --database-url postgres://postgres@127.0.0.1:5432/DB --redis-url redis://127.0.0.1:6379/N \\
-        [--nodes 1] [--workers 2] [--steady 30] [--after 10] [--ports 19100-19199]
+        [--nodes 1] [--workers 2] [--poll-nodes 0] [--steady 30] [--after 10] \\
+        [--ports 19100-19199]
 """
 
 from __future__ import annotations
@@ -101,6 +102,33 @@ class TimedConnection(Connection):
         return answer
 
 
+class RoutedConnection(TimedConnection):
+    """Desired GETs to a poll node, every other request to an app node: a load
+    balancer routing the poll's path to a pool of its own (--poll-nodes)."""
+
+    def __init__(self, poll_url: str, app_url: str, samples: list):
+        super().__init__(app_url, samples)
+        self.polls = TimedConnection(poll_url, samples)
+
+    async def request(self, method, path, **kwargs):
+        if path.startswith(DESIRED):
+            return await self.polls.request(method, path, **kwargs)
+        return await super().request(method, path, **kwargs)
+
+    def close(self):
+        self.polls.close()
+        super().close()
+
+
+def connection_for(index: int, urls: list[str], poll_nodes: int, samples: list):
+    """Agent `index`'s connection: to one node, or with --poll-nodes K its polls to
+    one of the first K nodes and the rest to one of the others."""
+    if not poll_nodes:
+        return TimedConnection(urls[index % len(urls)], samples)
+    polls, apps = urls[:poll_nodes], urls[poll_nodes:]
+    return RoutedConnection(polls[index % len(polls)], apps[index % len(apps)], samples)
+
+
 def window(samples, start: float, end: float) -> tuple[dict, int, dict]:
     """Latency ranks (ms), count and statuses (each with its p99, ms) of the polls
     started in [start, end)."""
@@ -113,6 +141,25 @@ def window(samples, start: float, end: float) -> tuple[dict, int, dict]:
             statuses)
 
 
+LAG_TICK_S = 0.01
+
+
+async def record_lag(lags: list) -> None:
+    """The simulator's own lateness (start, seconds): how much later than asked a
+    10 ms sleep of its event loop ends. The agents share the machine's cores with
+    the servers; a poll's measured latency includes this lag."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(LAG_TICK_S)
+        lags.append((time.monotonic(), loop.time() - started - LAG_TICK_S))
+
+
+def lag_window(lags, start: float, end: float) -> float:
+    """p99 of the simulator's lag in [start, end), ms."""
+    return ranks([lag for at, lag in lags if start <= at < end])["p99"] * 1000
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -120,13 +167,16 @@ def loadavg() -> str:
 async def measure(args, urls: list[str], api_token: str, enrollment_token: str) -> dict:
     fleet, samples = Fleet(args), []
     env_path = f"/api/v1/environments/{APPLICATION}/{ENVIRONMENT}"
-    fleet.baseline_number = await active_number(urls[0], api_token, env_path,
+    app = urls[args.poll_nodes]  # where the API calls go
+    fleet.baseline_number = await active_number(app, api_token, env_path,
                                                 time.monotonic() + args.setup_timeout)
     agents = [SimulatedAgent(i, urls[i % len(urls)], fleet) for i in range(args.agents)]
     for agent in agents:
-        agent.connection = TimedConnection(urls[agent.index % len(urls)], samples)
+        agent.connection = connection_for(agent.index, urls, args.poll_nodes, samples)
     await enroll_all(agents, enrollment_token, args.enroll_concurrency, fleet)
     tasks = [asyncio.create_task(agent.run()) for agent in agents]
+    lags: list = []
+    tasks.append(asyncio.create_task(record_lag(lags)))
     if not await wait_until(lambda: len(fleet.synced) == args.agents,
                             time.monotonic() + args.setup_timeout):
         raise SystemExit(f"only {len(fleet.synced)} of {args.agents} agents synced within "
@@ -134,10 +184,10 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str) 
     await asyncio.sleep(args.interval[1])  # every agent polled again: a warm cache
     load_before, steady_from = loadavg(), time.monotonic()
     await asyncio.sleep(args.steady)
-    await api(urls[0], api_token, "PATCH", env_path,
+    await api(app, api_token, "PATCH", env_path,
               {"config": f"generation: {fleet.baseline_number + 1}\n"})
     fleet.published_at = time.monotonic()
-    published = await api(urls[0], api_token, "POST", f"{env_path}/publish")
+    published = await api(app, api_token, "POST", f"{env_path}/publish")
     publish_answer_s = fleet.since_publish()
     await asyncio.sleep(args.after)
     load_after = loadavg()
@@ -153,14 +203,17 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str) 
     return {"fleet": fleet, "published": published, "publish_answer_s": publish_answer_s,
             "steady": window(samples, steady_from, fleet.published_at),
             "after": window(samples, fleet.published_at, fleet.published_at + args.after),
+            "lag": (lag_window(lags, steady_from, fleet.published_at),
+                    lag_window(lags, fleet.published_at, fleet.published_at + args.after)),
             "load": (load_before, load_after)}
 
 
 def print_result(args, result: dict) -> int:
     fleet = result["fleet"]
     low, high = args.interval
+    routing = (f", polls routed to {args.poll_nodes} of them" if args.poll_nodes else "")
     print(f"agents: {args.agents} plain pollers every {low:g}-{high:g} s; {args.nodes} granian "
-          f"node(s) x {args.workers} worker(s), PostgreSQL + Redis")
+          f"node(s) x {args.workers} worker(s){routing}, PostgreSQL + Redis")
     print(f"publish answered in {result['publish_answer_s']:.2f} s "
           f"({result['published'].get('state', '')}); reported "
           f"{len(fleet.reported)}/{args.agents}")
@@ -170,6 +223,8 @@ def print_result(args, result: dict) -> int:
         print(f"{name}: {count} polls {json.dumps(statuses, sort_keys=True)}; "
               + ", ".join(f"{k} {v:.0f} ms" for k, v in ranked.items()))
     print(f"load average: {result['load'][0]} before, {result['load'][1]} after")
+    print(f"simulator's own event-loop lag p99: {result['lag'][0]:.0f} ms steady, "
+          f"{result['lag'][1]:.0f} ms after publish (included in every latency above)")
     errors = ", ".join(f"{kind}: {n}" for kind, n in fleet.errors.most_common())
     print(f"errors: {errors or 'none'}")
     steady, after = result["steady"][0]["p99"], result["after"][0]["p99"]
@@ -193,12 +248,18 @@ def parse_args(argv=None):
     parser.add_argument("--enroll-concurrency", type=int, default=16)
     parser.add_argument("--nodes", type=int, default=1, help="web nodes (1-4)")
     parser.add_argument("--workers", type=int, default=2, help="granian workers per node")
+    parser.add_argument("--poll-nodes", type=int, default=0,
+                        help="route desired GETs to the first K nodes and every other "
+                             "request to the rest, as a load balancer routing the poll's "
+                             "path to a pool of its own (default 0: no routing)")
     parser.add_argument("--database-url", required=True, help="PostgreSQL it may flush")
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--ports", type=port_range)
     args = parser.parse_args(argv)
     if not 1 <= args.agents <= 20_000 or not 1 <= args.nodes <= 4:
         parser.error("--agents 1-20000, --nodes 1-4")
+    if not 0 <= args.poll_nodes < args.nodes:
+        parser.error("--poll-nodes 0 to --nodes - 1 (the other nodes serve the rest)")
     args.wait = 1  # unused: the servers do not advertise long-poll
     return args
 
