@@ -16,6 +16,7 @@ from apps.governance.models import (
     ReleaseWindow,
 )
 from apps.snapshots.models import Snapshot
+from apps.snapshots.selectors import content_authors
 from apps.tenancy.models import Role
 
 
@@ -44,9 +45,11 @@ def release_rule(release: ReleaseRequest) -> dict:
 
 def is_author(user, release: ReleaseRequest) -> bool:
     """Whether `user` wrote the content `release` asks to release: who asked, who
-    published its snapshot, or who changed its snapshot or plan since."""
+    published its snapshot, who changed its snapshot or plan since, or who changed
+    an input the snapshot holds and the environment does not run yet."""
     return (user.pk in (release.requested_by_id, release.snapshot.author_id)
-            or release.editors.filter(pk=user.pk).exists())
+            or release.editors.filter(pk=user.pk).exists()
+            or user.pk in content_authors(release.environment, release.snapshot))
 
 
 def approver_refusal(*, user, release: ReleaseRequest, rule: dict | None = None) -> str | None:

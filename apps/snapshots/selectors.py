@@ -290,6 +290,21 @@ def with_pending_counts(environments):
             .annotate(pending_count=Coalesce(Subquery(waiting), 0)))
 
 
+def content_authors(environment: Environment, snapshot: Snapshot) -> set[int]:
+    """Who wrote `snapshot`'s change against what the environment runs: the users
+    whose input changes (config, schema, templates, fallback files) it holds and
+    the active snapshot does not — every change it holds when nothing is active.
+    Delimited by audit id, as pending changes are."""
+    upto = snapshot.inputs_audit_id
+    if upto is None:
+        return set()
+    since = (Snapshot.objects.filter(pk=environment.active_snapshot_id)
+             .values_list("inputs_audit_id", flat=True).first()) or 0
+    return set(AuditEvent.objects.render_inputs().filter(
+        environment_id=environment.pk, id__gt=since, id__lte=upto, actor__isnull=False)
+        .values_list("actor_id", flat=True).distinct())
+
+
 def pending_events(environment: Environment):
     """The latest ready snapshot and the input changes it does not contain."""
     boundary = (Environment.objects.filter(pk=environment.pk)

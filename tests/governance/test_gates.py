@@ -10,9 +10,11 @@ from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.environments.services import environment_file_put
 from apps.governance import rules, services, windows
 from apps.governance.models import ReleaseRequest
 from apps.releases import services as releases
+from apps.releases.services import environment_update
 from apps.rollouts import reconcile
 from apps.rollouts import services as rollouts
 from tests import factories
@@ -288,3 +290,41 @@ def test_a_window_beyond_the_supported_years_is_400_not_500(moment, environment,
                               name="far", starts_at=start, ends_at=start + timedelta(hours=1)
                               if start.year < 9999 else start)
     assert raised.value.details == {"field": "starts_at"}
+
+
+def test_who_changed_an_input_the_release_holds_is_an_author(first, environment, superuser,
+                                                             alice, bob, deployer,
+                                                             two_approvals):
+    """alice's template edit is part of #2's change against what runs (#1): she is
+    one of its authors, though someone else published it and another asked."""
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
+    environment_file_put(environment=environment, kind="template", path="extra.conf",
+                         text="from alice\n", actor=alice)
+    second = factories.publish(environment, superuser)
+    release = services.release_submit(environment=environment, snapshot=second,
+                                      plan=rules.activation_plan(), actor=deployer)
+
+    with pytest.raises(PermissionDenied) as raised:
+        approve(release, alice)
+    assert raised.value.code == "not_an_approver"
+    approve(release, bob)  # bob changed nothing
+
+
+def test_a_change_the_running_snapshot_holds_makes_no_author_of_the_next(
+        first, environment, superuser, alice, bob, deployer):
+    environment_file_put(environment=environment, kind="template", path="extra.conf",
+                         text="from alice\n", actor=alice)
+    factories.publish(environment, superuser)  # #2, active: not yet governed
+    services.approval_rule_set(environment=environment, actor=superuser, required_approvals=2)
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
+    environment_file_put(environment=environment, kind="template", path="extra.conf",
+                         text="from bob\n", actor=bob)
+    third = factories.publish(environment, superuser)
+    environment.refresh_from_db()
+    assert environment.active_snapshot.number == 2 and third.number == 3
+    release = services.release_submit(environment=environment, snapshot=third,
+                                      plan=rules.activation_plan(), actor=deployer)
+
+    with pytest.raises(PermissionDenied):
+        approve(release, bob)
+    approve(release, alice)  # her change runs already: #3's change is bob's
