@@ -293,12 +293,15 @@ def agent_pin(*, agent: Agent, snapshot: Snapshot, expected_generation: int, act
 def _gate_pin(agent: Agent, snapshot: Snapshot, actor, confirmed: bool) -> None:
     """A pin to any content but the active snapshot's releases it to that agent (an
     older snapshot may hold content never released): it passes the gates of a push
-    to it. Holding an agent on the active content releases nothing new (and is how a
-    host is held still in a freeze)."""
-    active = agent.environment.active_snapshot
-    if active is None or snapshot.checksum != active.checksum:
+    to it, but as a rollback does, content once active here needs no new approval.
+    Holding an agent on the active content releases nothing new (and is how a host
+    is held still in a freeze)."""
+    active = (Snapshot.objects.filter(pk=agent.environment.active_snapshot_id)
+              .values_list("checksum", flat=True).first())
+    if snapshot.checksum != active:
         release_gate(environment=agent.environment, snapshot=snapshot,
-                     plan=push_plan([agent.pk]), actor=actor, what="pin", confirmed=confirmed)
+                     plan=push_plan([agent.pk]), actor=actor, what="pin", confirmed=confirmed,
+                     restores=True)
 
 
 def pin_release(*, agent: Agent, rollout_id: int | None, expected_generation: int,

@@ -240,22 +240,27 @@ def test_asking_for_and_giving_an_approval_are_announced_for_webhooks(
          {"approval": activation.pk, "snapshot": second.number, "given_by": "alice"})]
 
 
-def test_a_pin_to_older_content_than_the_active_is_a_release_too(environment, superuser):
-    """An older snapshot may hold content never released (hostile finding): only the
+def test_a_pin_to_older_content_never_active_is_a_release_too(environment, superuser):
+    """An older snapshot may hold content never released (hostile finding): a pin
+    to it needs an approval; content once active here is a rollback's, and the
     active content is ungated."""
     first = factories.publish(environment, superuser)
-    second = factories.publish_variant(environment, superuser, workers=9)
-    environment.refresh_from_db()
-    assert environment.active_snapshot_id == second.pk
+    environment_update(environment=environment, release_policy="staged", actor=superuser)
+    never = factories.publish_variant(environment, superuser, workers=7)
+    third = factories.publish_variant(environment, superuser, workers=9)
+    releases.snapshot_activate(snapshot=third, actor=superuser)
     services.approval_rule_set(environment=environment, actor=superuser, required_approvals=2)
     node = factories.enrolled_agents(environment, 1)[0].fresh()
 
-    error = _refusal(lambda: releases.agent_pin(agent=node, snapshot=first, actor=superuser,
+    error = _refusal(lambda: releases.agent_pin(agent=node, snapshot=never, actor=superuser,
                                                 expected_generation=node.generation))
     assert error.code == "approval_required"
-    held = releases.agent_pin(agent=node, snapshot=second, actor=superuser,
+    back = releases.agent_pin(agent=node, snapshot=first, actor=superuser,
                               expected_generation=node.generation)
-    assert held.pinned_snapshot_id == second.pk
+    assert back.pinned_snapshot_id == first.pk
+    held = releases.agent_pin(agent=back, snapshot=third, actor=superuser,
+                              expected_generation=back.generation)
+    assert held.pinned_snapshot_id == third.pk
 
 
 def test_an_environment_rollback_waits_for_the_freeze_or_an_override(environment, superuser):
