@@ -296,8 +296,9 @@ def _gate_pin(agent: Agent, snapshot: Snapshot, actor, confirmed: bool) -> None:
     to it, but as a rollback does, content once active here needs no new approval.
     Holding an agent on the active content releases nothing new (and is how a host
     is held still in a freeze)."""
-    active = (Snapshot.objects.filter(pk=agent.environment.active_snapshot_id)
-              .values_list("checksum", flat=True).first())
+    active_id = agent.environment.active_snapshot_id
+    active = active_id and (Snapshot.objects.filter(pk=active_id)
+                            .values_list("checksum", flat=True).first())
     if snapshot.checksum != active:
         release_gate(environment=agent.environment, snapshot=snapshot,
                      plan=push_plan([agent.pk]), actor=actor, what="pin", confirmed=confirmed,

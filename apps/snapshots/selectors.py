@@ -298,10 +298,11 @@ def content_authors(environment: Environment, snapshot: Snapshot) -> set[int]:
     upto = snapshot.inputs_audit_id
     if upto is None:
         return set()
-    since = (Snapshot.objects.filter(pk=environment.active_snapshot_id)
-             .values_list("inputs_audit_id", flat=True).first()) or 0
+    since = environment.active_snapshot_id and (
+        Snapshot.objects.filter(pk=environment.active_snapshot_id)
+        .values_list("inputs_audit_id", flat=True).first())
     return set(AuditEvent.objects.render_inputs().filter(
-        environment_id=environment.pk, id__gt=since, id__lte=upto, actor__isnull=False)
+        environment_id=environment.pk, id__gt=since or 0, id__lte=upto, actor__isnull=False)
         .values_list("actor_id", flat=True).distinct())
 
 

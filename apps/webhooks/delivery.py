@@ -28,8 +28,8 @@ def _lease(endpoint_id: int) -> bool:
     """Claim the endpoint for this run; False while another run holds it."""
     now = timezone.now()
     # Each attempt takes at most its lookup, connecting, each read: the batch's lease.
-    lease = timedelta(seconds=BATCH * (_limits()["resolve_timeout_s"]
-                                       + _limits()["timeout_s"] + 1))
+    limits = _limits()
+    lease = timedelta(seconds=BATCH * (limits["resolve_timeout_s"] + limits["timeout_s"] + 1))
     return bool(WebhookEndpoint.objects.filter(pk=endpoint_id).filter(
         Q(lease_until__isnull=True) | Q(lease_until__lt=now)).update(lease_until=now + lease))
 
