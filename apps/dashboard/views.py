@@ -217,9 +217,10 @@ def _after_publish(env, publication: Publication) -> str | None:
     """Where a publish in a staged environment leads: while it renders, to its page
     (which offers the rollout once it is stored); once stored, straight to the
     rollout form with its snapshot chosen; held for a confirmation, to its page
-    (which says why and confirms). None: back to the environment."""
+    (which says why and confirms), or held by the release gate (approvals, a
+    freeze), to its page too. None: back to the environment."""
     args = [env.application.name, env.name]
-    if publication.needs_confirmation and not publication.confirmed:
+    if (publication.needs_confirmation and not publication.confirmed) or publication.held:
         return reverse("dashboard:publication", args=[*args, publication.pk])
     if not env.is_staged or publication.activated:
         return None
@@ -246,6 +247,9 @@ def _publication_message(publication: Publication, created: bool) -> tuple[int, 
     if publication.needs_confirmation and not publication.confirmed:
         return messages.WARNING, (f"#{number} is stored and held: its render looks "
                                   "degenerate. Open its publication to see why and confirm.")
+    if publication.held:
+        return messages.WARNING, (f"Published #{number}, not activated: "
+                                  f"{publication.held['message']}")
     if not created:
         return messages.INFO, f"This descriptor was already published as #{number}."
     return messages.SUCCESS, f"Published #{number}."

@@ -210,7 +210,8 @@ class ScheduledReleaseAdmin(_Owned, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["pk", "environment", "release", "run_at", "state", "outcome_code"]
     list_filter = ["state"]
     readonly_fields = ["environment", "release", "run_at", "expected_active_snapshot",
-                       "expected_release_version", "state", "outcome_code", "outcome",
+                       "expected_release_version", "confirmed", "state", "outcome_code",
+                       "outcome",
                        "result", "created_by", "created_at", "finished_at"]
     actions = ["cancel"]
 

@@ -161,7 +161,10 @@ class ReleaseScheduleApi(_ReleaseApi):
     def post(self, request, release_id):
         release = self.release_for(Role.DEPLOYER)
         v = _valid(s.ScheduleSerializer, request).validated_data
-        schedule = schedules.schedule_create(release=release, actor=request.user, **v)
+        schedule = schedules.schedule_create(release=release, actor=request.user,
+                                             run_at=v["run_at"],
+                                             expected_version=v["expected_version"],
+                                             confirmed=v["confirm"])
         return Response(s.ScheduledReleaseSerializer(schedule).data,
                         status=status.HTTP_201_CREATED)
 

@@ -5,9 +5,11 @@ creation and wave advances, environment rollbacks, and what calls them (schedule
 starts, a held publication's confirmation, the API, dashboard, admin and CLI).
 It refuses, in order: a freeze (409 frozen), a degenerate render not confirmed
 (409 confirmation_required), content not approved in a governed environment
-(409 approval_required), each naming what is missing. Reconcile asks
-`freeze_in_force` and waits instead; a publish with the direct policy is stored
-and held where the gate would refuse (`direct_activation_held`, the guard)."""
+(409 approval_required), each naming what is missing. An approved release is used
+in the transaction of the outcome it authorises, never before: a rollback's
+request checks the gate (`use=False`) and its render, storing and activating the
+new snapshot, passes it again and uses the release (apps.releases.publishing).
+Reconcile asks `freeze_in_force` and waits instead."""
 
 from django.utils import timezone
 
@@ -50,9 +52,9 @@ def approval_required(environment: Environment, snapshot: Snapshot, plan: dict) 
 
 
 def refuse_unapproved(*, environment: Environment, snapshot: Snapshot, plan: dict,
-                      actor, what: str) -> None:
-    """409 approval_required unless this content is approved; when it is, its release
-    is used up (it started), audited as release.use."""
+                      actor, what: str, use: bool = True) -> None:
+    """409 approval_required unless this content is approved; when it is and `use`,
+    its release is used up (it started), audited as release.use."""
     missing = approval_required(environment, snapshot, plan)
     if missing is not None:
         if missing.get("missing") == "release":
@@ -70,13 +72,15 @@ def refuse_unapproved(*, environment: Environment, snapshot: Snapshot, plan: dic
             why = missing["missing"]
         raise Conflict(f"{environment.full_name} needs approval before this {what}: {why}.",
                        code="approval_required", details=missing)
-    release = selectors.release_for(environment.pk, snapshot, plan)
+    release = selectors.release_for(environment.pk, snapshot, plan) if use else None
     if release is not None:
         release_use(release=release, actor=actor, what=what)
 
 
 def release_use(*, release: ReleaseRequest, actor, what: str) -> None:
-    """Mark an approved release as released: it started, and is not used again."""
+    """Mark an approved release as released: it started, and is not used again.
+    Only inside the transaction that writes what it authorises (the activation,
+    pushes, pin, rollout): if that fails, the release stays open and approved."""
     locks.require_transaction()
     locked = locks.lock_one(ReleaseRequest.objects, pk=release.pk)
     locked.state, locked.released_at = ReleaseRequest.State.RELEASED, timezone.now()
@@ -90,7 +94,8 @@ def release_use(*, release: ReleaseRequest, actor, what: str) -> None:
 
 
 def release_gate(*, environment: Environment, snapshot: Snapshot, plan: dict | None, actor,
-                 what: str, confirmed: bool = False, restores: bool = False) -> None:
+                 what: str, confirmed: bool = False, restores: bool = False,
+                 use: bool = True) -> None:
     """The one gate of every path that makes `snapshot` desired by agents, in order:
     no freeze holds it (409 frozen); its render is not degenerate against the active
     snapshot unless `confirmed` (409 confirmation_required); in a governed environment
@@ -99,7 +104,8 @@ def release_gate(*, environment: Environment, snapshot: Snapshot, plan: dict | N
     environment's active content needs no new approval. `plan` None: a step of a
     release that started (a wave advance): its render and approval were checked
     when it started and the active snapshot cannot change during a rollout, so only
-    a freeze holds it."""
+    a freeze holds it. `use` False: check only — the outcome is written later, in a
+    transaction that passes the gate again (a rollback's render)."""
     refuse_frozen(environment, what)
     if plan is None:
         return
@@ -107,12 +113,4 @@ def release_gate(*, environment: Environment, snapshot: Snapshot, plan: dict | N
     if restores and content_was_active(environment.pk, snapshot.checksum):
         return
     refuse_unapproved(environment=environment, snapshot=snapshot, plan=plan, actor=actor,
-                      what=what)
-
-
-def direct_activation_held(environment: Environment) -> bool:
-    """Whether a new snapshot is stored rather than activated by the direct release
-    policy: in a governed environment an approved release starts it; during a
-    freeze nothing does."""
-    return (selectors.is_governed(environment.pk)
-            or selectors.freeze_in_force(environment) is not None)
+                      what=what, use=use)

@@ -217,6 +217,9 @@ class ScheduledRelease(models.Model):
     expected_active_snapshot = models.ForeignKey(Snapshot, null=True, blank=True,
                                                  on_delete=models.PROTECT, related_name="+")
     expected_release_version = models.PositiveIntegerField()
+    # Its scheduler accepted a degenerate render (the immediate action's `confirm`)
+    # of the content checked when scheduling; the compare-and-set keeps it that content.
+    confirmed = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=State.choices, default=State.SCHEDULED)
     outcome_code = models.CharField(max_length=64, blank=True)
     outcome = models.TextField(blank=True)

@@ -1,7 +1,8 @@
 """Scheduled releases: schedule, cancel, and the steps of a start (apps.releases.
 scheduled runs them: starting activates or rolls out, which is above this app).
 A start compares and sets: it fails, saying why, when the environment's active
-snapshot or the release changed since scheduling."""
+snapshot or the release changed since scheduling. A schedule carries its
+scheduler's confirmation of a degenerate render, as the immediate action does."""
 
 from datetime import datetime, timedelta
 
@@ -16,6 +17,7 @@ from apps.environments.models import Environment
 from apps.governance import rules
 from apps.governance.models import ReleaseRequest, ScheduledRelease
 from apps.governance.services import locked_release
+from apps.snapshots.guard import degenerate_findings
 
 MAX_AHEAD = timedelta(days=90)
 
@@ -27,9 +29,13 @@ def _audit(actor, action: Action, schedule: ScheduledRelease, env: Environment, 
 
 
 def schedule_create(*, release: ReleaseRequest, run_at: datetime, actor,
-                    expected_version: int) -> ScheduledRelease:
+                    expected_version: int, confirmed: bool = False) -> ScheduledRelease:
     """Start `release` at `run_at` (within 90 days), if by then neither the
-    environment's active snapshot nor the release (at `expected_version`) changed."""
+    environment's active snapshot nor the release (at `expected_version`) changed.
+    `confirmed`: the scheduler accepts a degenerate render of this content against
+    the active snapshot (the immediate action's `confirm`), applied at the start;
+    the compare-and-set keeps it to the content checked now (audited, with what the
+    guard finds now)."""
     now = timezone.now()
     if timezone.is_naive(run_at) or not now < run_at <= now + MAX_AHEAD:
         raise ValidationFailed("run_at: a moment with its offset, in the next 90 days.",
@@ -42,12 +48,15 @@ def schedule_create(*, release: ReleaseRequest, run_at: datetime, actor,
         schedule = ScheduledRelease.objects.create(
             environment=env, release=locked, run_at=run_at,
             expected_active_snapshot=env.active_snapshot,
-            expected_release_version=locked.version,
+            expected_release_version=locked.version, confirmed=confirmed,
             created_by=actor if getattr(actor, "is_authenticated", False) else None)
         active = env.active_snapshot.number if env.active_snapshot else None
+        findings = degenerate_findings(env, locked.snapshot.files)
         _audit(actor, Action.SCHEDULE_CREATE, schedule, env,
-               f"Release {locked.pk} scheduled at {run_at.isoformat()} (active #{active})",
-               run_at=run_at.isoformat(), expected_active=active, version=locked.version)
+               f"Release {locked.pk} scheduled at {run_at.isoformat()} (active #{active})"
+               + (", its render confirmed" if confirmed else ""),
+               run_at=run_at.isoformat(), expected_active=active, version=locked.version,
+               confirmed=confirmed, degenerate=findings)
     return schedule
 
 

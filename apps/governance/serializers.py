@@ -117,6 +117,13 @@ class OffsetMomentField(serializers.DateTimeField):
 class ScheduleSerializer(serializers.Serializer):
     run_at = OffsetMomentField()
     expected_version = WholeNumberField(min_value=1)
+    confirm = serializers.BooleanField(
+        default=False, help_text="Start it even if its snapshot is a degenerate render "
+                                 "against the active snapshot (a file that had content "
+                                 "emptied, or a sharp shrink), as the immediate action's "
+                                 "`confirm`: it covers the content checked now, which the "
+                                 "compare-and-set keeps. Without it such a start fails "
+                                 "with confirmation_required.")
 
 
 class MomentField(serializers.DateTimeField):
@@ -169,8 +176,8 @@ class ScheduledReleaseSerializer(serializers.ModelSerializer):
     class Meta:
         model = ScheduledRelease
         fields = ["id", "release", "run_at", "state", "expected_active_snapshot",
-                  "expected_release_version", "outcome_code", "outcome", "result",
-                  "created_at", "finished_at"]
+                  "expected_release_version", "confirmed", "outcome_code", "outcome",
+                  "result", "created_at", "finished_at"]
 
 
 # --- response shapes (for the schema) --------------------------------------------------

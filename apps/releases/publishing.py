@@ -1,6 +1,10 @@
 """The worker's side of a publication: render it, store its outcome, and activate
-a new snapshot where the release rules say so — all of it in one transaction
-after the render, so a stored snapshot is never left waiting for its activation.
+a new snapshot where the release rules say so, through the release gate — all of
+it in one transaction after the render, so a stored snapshot is never left waiting
+for its activation, and an approved release is used only with the activation it
+authorises (a render that fails uses nothing). What the gate refuses is stored
+and held, saying why; in a governed environment a publish with the direct policy
+asks for approval of activating its snapshot (docs/governance.md).
 """
 
 from datetime import timedelta
@@ -8,10 +12,14 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from apps.core.errors import ApplicationError
 from apps.environments.models import Environment
 from apps.fleet.services import environment_activate
-from apps.governance.gates import direct_activation_held
-from apps.releases.rules import publication_activates
+from apps.governance.gates import release_gate
+from apps.governance.rules import activation_plan
+from apps.governance.selectors import approval_missing
+from apps.governance.services import release_submit
+from apps.releases.rules import approval_hold, publication_activates
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of
 from apps.snapshots.guard import degenerate_findings
@@ -21,6 +29,7 @@ from apps.snapshots.services import (
     failed_render,
     publication_activated,
     publication_claim,
+    publication_gate_held,
     publication_hold,
     publication_rendered,
     publication_store,
@@ -48,12 +57,48 @@ def _finish(publication: Publication, rendered: Rendered) -> Publication:
                 release_policy=environment.release_policy,
                 rollout_active=Rollout.objects.active_in(environment).exists(),
                 quarantined=publication.snapshot is not None
-                and quarantine_of(environment.pk, publication.snapshot.checksum) is not None,
-                governance_holds=publication.kind != Publication.Kind.ROLLBACK
-                and direct_activation_held(environment)):
+                and quarantine_of(environment.pk, publication.snapshot.checksum) is not None):
+            _activate_through_gate(environment, publication)
+    return publication
+
+
+def _activate_through_gate(environment: Environment, publication: Publication) -> None:
+    """Activate the stored snapshot if the release gate lets it, now (a savepoint:
+    the gate's use of a release and the activation stand or fall together). A
+    rollback passes it as its request did, against the content it restores; its
+    approved release is used here. A refusal holds the snapshot, recorded."""
+    rollback = publication.kind == Publication.Kind.ROLLBACK
+    try:
+        with transaction.atomic():
+            release_gate(environment=environment,
+                         snapshot=(rollback and publication.rolled_back_from)
+                         or publication.snapshot,
+                         plan=activation_plan(), actor=publication.author,
+                         what="rollback" if rollback else "activation",
+                         confirmed=publication.confirmed, restores=rollback)
             environment_activate(environment=environment, snapshot=publication.snapshot)
             publication_activated(publication)
-    return publication
+    except ApplicationError as refusal:
+        held = {"code": refusal.code, "message": refusal.message, "details": refusal.details}
+        if refusal.code == "approval_required" and not rollback:
+            held = _approval_asked(environment, publication) or held
+        publication_gate_held(publication, held)
+
+
+def _approval_asked(environment: Environment, publication: Publication) -> dict | None:
+    """A direct publish in a governed environment: a release asking to activate its
+    snapshot, submitted by its author (approvers are notified); the hold names it.
+    None when it cannot be submitted (the refusal is held as it is)."""
+    try:
+        release = release_submit(
+            environment=environment, snapshot=publication.snapshot, plan=activation_plan(),
+            actor=publication.author,
+            note="Published with the direct release policy: activating it needs approval.")
+    except ApplicationError:
+        return None
+    return approval_hold(environment=environment.full_name,
+                         number=publication.snapshot.number, release=release.pk,
+                         missing=approval_missing(release))
 
 
 def publication_complete(*, publication_id: str) -> Publication:

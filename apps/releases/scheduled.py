@@ -25,16 +25,17 @@ from apps.tenancy.models import Tenant
 logger = logging.getLogger(__name__)
 
 
-def _start(release: ReleaseRequest, actor) -> dict:
-    """Run the release's plan through the path a person would take."""
+def _start(release: ReleaseRequest, actor, confirmed: bool) -> dict:
+    """Run the release's plan through the path a person would take, with the
+    scheduler's confirmation of a degenerate render (`confirmed`)."""
     plan, snapshot = release.plan, release.snapshot
     if plan["kind"] == rules.ACTIVATE:
-        snapshot_activate(snapshot=snapshot, actor=actor)
+        snapshot_activate(snapshot=snapshot, actor=actor, confirmed=confirmed)
         return {"activated": snapshot.number}
     if plan["kind"] == rules.PUSH:
         agents = None if plan["agents"] == "all" else plan["agents"]
         return {"pushed": len(snapshot_deploy(snapshot=snapshot, agent_ids=agents,
-                                              actor=actor))}
+                                              actor=actor, confirmed=confirmed))}
     targets = None
     if plan["targets"] != "all":
         generations = dict(Agent.objects.filter(environment=release.environment,
@@ -46,7 +47,8 @@ def _start(release: ReleaseRequest, actor) -> dict:
         environment=release.environment, snapshot=snapshot, actor=actor, targets=targets,
         canary_agents=plan["canary_agents"] or None, canary_labels=plan["canary_labels"] or None,
         waves=plan["waves"], canary_gate=plan["canary_gate"], bake_s=plan["bake_s"],
-        failure_threshold=plan["failure_threshold"], wave_timeout_s=plan["wave_timeout_s"])
+        failure_threshold=plan["failure_threshold"], wave_timeout_s=plan["wave_timeout_s"],
+        confirmed=confirmed)
     return {"rollout": rollout.pk}
 
 
@@ -67,7 +69,7 @@ def scheduled_release_start(*, schedule_id: int) -> str:
             changed = schedules.schedule_refusal(locked, env)
             if changed is not None:
                 raise Conflict(changed["message"], code=changed["reason"], details=changed)
-            result = _start(locked.release, locked.created_by)
+            result = _start(locked.release, locked.created_by, locked.confirmed)
             schedules.schedule_started(schedule=locked, environment=env, result=result)
     except ApplicationError as refusal:
         logger.info("scheduled release %s did not start: %s", schedule_id, refusal.message)

@@ -32,7 +32,7 @@ def publication_release(publication: Publication, *, snapshot_active: bool) -> d
     return {"policy": policy, **release_note(
         release_policy=policy, activates=publication.activates,
         activated=publication.activated, state=publication.state,
-        snapshot_active=snapshot_active)}
+        snapshot_active=snapshot_active, held=publication.held)}
 
 
 def snapshot_flags(environment: Environment) -> dict:

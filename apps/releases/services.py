@@ -133,7 +133,9 @@ def snapshot_rollback(*, snapshot: Snapshot, actor, confirmed: bool = False) -> 
     quarantined content (whatever the number of the snapshot holding it), and by the
     release gate as an activation of `snapshot`'s content: a freeze (an owner's
     override lets an emergency through), a degenerate render unless `confirmed`,
-    and, in a governed environment, content never active here until approved."""
+    and, in a governed environment, content never active here until approved. The
+    approved release is only checked here: it is used when the re-rendered snapshot
+    is activated (apps.releases.publishing), so a render that fails uses nothing."""
     if not snapshot.is_ready:
         raise Conflict(f"Snapshot {snapshot.number} is {snapshot.state}; only a ready "
                        "snapshot can be rolled back to.", code="rollback_unavailable")
@@ -142,7 +144,8 @@ def snapshot_rollback(*, snapshot: Snapshot, actor, confirmed: bool = False) -> 
         _refuse_during_rollout(locked, "roll that back instead.")
         refuse_quarantined(snapshot)
         release_gate(environment=locked, snapshot=snapshot, plan=activation_plan(),
-                     actor=actor, what="rollback", confirmed=confirmed, restores=True)
+                     actor=actor, what="rollback", confirmed=confirmed, restores=True,
+                     use=False)
         return _queued(publication_create(environment=locked, actor=actor,
                                           kind=Publication.Kind.ROLLBACK,
                                           source=snapshot.source, rolled_back_from=snapshot,

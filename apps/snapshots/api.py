@@ -20,24 +20,19 @@ from apps.snapshots import selectors
 from apps.snapshots.guard_api import ConfirmSerializer, RollbackSerializer, confirmation_response
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import publication_progress
+from apps.snapshots.serializers import (
+    FileDiffSerializer,
+    FileSerializer,
+    HeldSerializer,
+    PreviewSerializer,
+    ProblemSerializer,
+    SnapshotDiffSerializer,
+)
 from apps.tenancy.models import Role
 
 
 def snapshot_url(environment: Environment, number: int) -> str:
     return f"/api/v1/environments/{environment.full_name}/snapshots/{number}"
-
-
-class FileSerializer(serializers.Serializer):
-    path = serializers.CharField()
-    content = serializers.CharField()
-
-
-class ProblemSerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    file = serializers.CharField(required=False)
-    line = WholeNumberField(required=False)
-    key = serializers.CharField(required=False)
 
 
 class QuarantineSerializer(serializers.Serializer):
@@ -107,13 +102,15 @@ class PublicationSerializer(serializers.ModelSerializer):
     errors = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     release = serializers.SerializerMethodField()
+    held = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
 
     class Meta:
         model = Publication
         fields = ["id", "kind", "state", "environment", "deduplicated", "activates",
                   "activated", "release", "snapshot", "errors", "progress", "created_at",
-                  "claimed_at", "finished_at", "url", "needs_confirmation", "confirmed"]
+                  "claimed_at", "finished_at", "url", "needs_confirmation", "confirmed",
+                  "held"]
         extra_kwargs = {
             "activates": {"help_text": "Whether its snapshot becomes active when stored, "
                                        "from the release policy when it was requested "
@@ -146,6 +143,15 @@ class PublicationSerializer(serializers.ModelSerializer):
         state = self._state(obj)
         return release_reads.publication_release(
             obj, snapshot_active=bool(state and state["active"]))
+
+    @extend_schema_field(HeldSerializer(allow_null=True, help_text=(
+        "Why its snapshot, meant to become active, was stored and not activated: the "
+        "release gate's refusal when it was stored (null once that snapshot is active). "
+        "In a governed environment a publish with the direct policy holds "
+        "approval_required, naming the release submitted to activate it.")))
+    def get_held(self, obj) -> dict | None:
+        state = self._state(obj)
+        return None if state is None or state["active"] else obj.held
 
     def get_errors(self, obj) -> list[dict]:
         if obj.state != Publication.State.INVALID:
@@ -193,35 +199,6 @@ def publication_response(publication: Publication, *, repeated: bool = False) ->
     code = (status.HTTP_200_OK if publication.deduplicated or repeated
             else status.HTTP_201_CREATED)
     return Response(body, status=code, headers={"Location": body["snapshot"]["url"]})
-
-
-class PreviewSerializer(serializers.Serializer):
-    valid = serializers.BooleanField()
-    errors = ProblemSerializer(many=True)
-    checksum = serializers.CharField(allow_null=True)
-    effective_config = serializers.JSONField()
-    provenance = serializers.DictField(child=serializers.CharField())
-    files = FileSerializer(many=True)
-    fallback_files = FileSerializer(many=True)
-
-
-class FileDiffSerializer(serializers.Serializer):
-    path = serializers.CharField()
-    status = serializers.ChoiceField(["added", "removed", "modified"])
-    diff = serializers.CharField(allow_blank=True, help_text=(
-        "Unified diff; empty when too_large."))
-    too_large = serializers.BooleanField(help_text=(
-        "Too costly to match line by line: shown as changed, with sizes and checksums."))
-    old_bytes = serializers.IntegerField(required=False, allow_null=True)
-    new_bytes = serializers.IntegerField(required=False, allow_null=True)
-    old_checksum = serializers.CharField(required=False, allow_null=True)
-    new_checksum = serializers.CharField(required=False, allow_null=True)
-
-
-class SnapshotDiffSerializer(serializers.Serializer):
-    snapshot = WholeNumberField()
-    against = WholeNumberField(allow_null=True)
-    files = FileDiffSerializer(many=True)
 
 
 class PreviewApi(EnvironmentAPIView):

@@ -172,6 +172,10 @@ class Publication(models.Model):
     # held with the findings ({against, emptied, shrink}) until someone confirms.
     confirmed = models.BooleanField(default=False)
     needs_confirmation = models.JSONField(null=True, blank=True)
+    # The release gate's refusal when its snapshot, meant to become active, was
+    # stored and not activated ({code, message, details}): approvals needed (a
+    # release asking to activate it was submitted), a freeze (docs/governance.md).
+    held = models.JSONField(null=True, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",

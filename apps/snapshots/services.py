@@ -217,6 +217,15 @@ def publication_hold(publication: Publication, findings: dict) -> None:
     publication.save(update_fields=["needs_confirmation"])
 
 
+def publication_gate_held(publication: Publication, held: dict) -> None:
+    """Record why a stored publication's snapshot, meant to become active, was not:
+    the release gate's refusal {code, message, details} (inside the transaction
+    that stored it)."""
+    locks.require_transaction()
+    publication.held = held
+    publication.save(update_fields=["held"])
+
+
 def publication_activated(publication: Publication) -> None:
     """Record that the stored publication's snapshot was activated (inside the
     transaction that activated it)."""

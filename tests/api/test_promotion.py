@@ -145,3 +145,22 @@ def test_a_release_that_conflicts_with_prods_config_is_400_merge_conflict(
 
     assert "region" in error["message"] or error["details"]
     assert Snapshot.objects.filter(environment=prod).count() == 1
+
+
+def test_a_promotion_to_a_governed_direct_prod_is_sent_for_approval(staging, prod, superuser,
+                                                                   client_for):
+    """Promoted content is published as any publish: in a governed environment with
+    the direct policy, stored and held, with a release asking to activate it."""
+    from apps.governance.models import ReleaseRequest
+    from apps.governance.services import approval_rule_set
+
+    approval_rule_set(environment=prod, actor=superuser, required_approvals=1)
+    response = client_for("deployer").post(PROMOTE, {"from": "staging"}, format="json")
+    assert response.status_code == 202, response.content[:300]
+
+    publication = factories.render(Publication.objects.get(pk=response.json()["id"]))
+
+    release = ReleaseRequest.objects.get(environment=prod)
+    assert publication.activated is False and publication.held["code"] == "approval_required"
+    assert (publication.held["details"]["release"], release.snapshot_id) == (
+        release.pk, publication.snapshot_id)

@@ -108,8 +108,11 @@ def test_two_runs_of_one_schedule_start_it_once(activation, alice, bob, deployer
 def test_two_rollbacks_racing_for_one_approval_release_once(second, environment, deployer,
                                                              alice, bob, superuser,
                                                              two_approvals):
-    """Content never active here: one approved activation of it covers one rollback;
-    the other, at the same moment, is refused (nothing queued for it)."""
+    """Content never active here: one approved activation of it covers a rollback. A
+    rollback's request checks the release and its re-render uses it, with the
+    activation: both requests are queued (each renders as it commits); the first
+    stored uses the release, the other restores content now active (or is
+    superseded by it). The release is used once."""
     from apps.releases import services as releases
     from apps.snapshots.models import Publication
 
@@ -119,9 +122,33 @@ def test_two_rollbacks_racing_for_one_approval_release_once(second, environment,
     approve(release, bob)
     outcomes = _race([lambda: releases.snapshot_rollback(snapshot=second, actor=deployer),
                       lambda: releases.snapshot_rollback(snapshot=second, actor=superuser)])
+    assert all(isinstance(o, Publication) for o in outcomes), outcomes
+    environment.refresh_from_db()
+    assert environment.active_snapshot.checksum == second.checksum
+    assert AuditEvent.objects.filter(action="release.use").count() == 1
+    assert ReleaseRequest.objects.get(pk=release.pk).state == "released"
+    assert (set(Publication.objects.filter(kind="rollback").values_list("state", flat=True))
+            <= {"ready", "superseded"})
+
+
+def test_a_rollback_racing_an_activation_for_one_approval_uses_it_once(
+        second, environment, deployer, alice, bob, superuser, two_approvals):
+    """Whichever is stored first uses the approved release with its activation; the
+    other restores content now active, or is refused (older than the active, or the
+    release used) — never a second use, never unapproved content."""
+    from apps.releases import services as releases
+
+    release = services.release_submit(environment=environment, snapshot=second,
+                                      plan=rules.activation_plan(), actor=deployer)
+    approve(release, alice)
+    approve(release, bob)
+    outcomes = _race([lambda: releases.snapshot_rollback(snapshot=second, actor=deployer),
+                      lambda: releases.snapshot_activate(snapshot=second, actor=superuser)])
     refused = [o for o in outcomes if isinstance(o, Exception)]
-    assert len(refused) == 1 and refused[0].code == "approval_required", outcomes
-    assert Publication.objects.filter(kind="rollback").count() == 1
+    assert all(isinstance(o, Conflict) and o.code in ("rollback_required", "approval_required")
+               for o in refused), outcomes
+    environment.refresh_from_db()
+    assert environment.active_snapshot.checksum == second.checksum
     assert AuditEvent.objects.filter(action="release.use").count() == 1
 
 
