@@ -25,6 +25,11 @@ class ValidationFailed(ApplicationError):
     code = "invalid"
 
 
+class NotAuthenticated(ApplicationError):
+    status = 401
+    code = "authentication_failed"
+
+
 class PermissionDenied(ApplicationError):
     status = 403
     code = "permission_denied"

@@ -25,6 +25,7 @@ which answers as before (401, 404, 406, 429 with the error envelope).
 """
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -37,7 +38,6 @@ from django.conf import settings
 from django.core.cache.backends.redis import RedisSerializer
 from django.db import DatabaseError, connection
 
-from apps.core import tokens
 from apps.core.breaker import best_effort_redis
 from apps.core.compression import accepts_gzip
 from apps.core.throttling import AgentRateThrottle
@@ -86,37 +86,6 @@ def requested_number(scope) -> int | None:
     return number if 1 <= number <= MAX_NUMBER else None
 
 
-def _negotiation_headers(scope) -> dict[bytes, str] | None:
-    """Accept and Accept-Encoding, or None when one is repeated."""
-    found: dict[bytes, str] = {}
-    for name, value in scope.get("headers") or ():
-        name = name.lower()
-        if name in _ALSO_READ:
-            if name in found:
-                return None
-            found[name] = value.decode("latin-1")
-    return found
-
-
-async def _vouched_agent(scope, headers) -> int | None:
-    """The agent whose token its cached poll state vouches for, under the checks of
-    the poll's 304 (apps.fleet.edge.current_answer), or None."""
-    if not edge._host_allowed(headers.get(b"host")) or edge._address_refused(scope, headers):
-        return None
-    if settings.SECURE_SSL_REDIRECT and not edge._is_secure(scope, headers):
-        return None
-    parsed = edge._presented_token(headers)
-    if parsed is None:
-        return None
-    key, secret = parsed
-    state = await cache.poll_state_async(key)
-    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
-        return None
-    if await edge._owes(key, state.get("generation")) is not False:
-        return None
-    return state["agent_id"]
-
-
 def _environment_read(agent_id: int) -> int | None:
     try:
         return (Agent.objects.filter(pk=agent_id).order_by()
@@ -160,14 +129,14 @@ async def bundle_ask(scope) -> BundleAsk | None:
     number = requested_number(scope)
     if number is None:
         return None
-    headers, negotiation = edge._headers(scope), _negotiation_headers(scope)
+    headers, negotiation = edge._headers(scope), edge.headers_once(scope, _ALSO_READ)
     if headers is None or negotiation is None:
         return None
     if negotiation.get(b"accept") not in _JSON_ACCEPTED:
         return None
     if not accepts_gzip(negotiation.get(b"accept-encoding")):
         return None  # the identity bytes are Django's: agents ask for gzip
-    agent_id = await _vouched_agent(scope, headers)
+    agent_id = await edge.vouched_agent(scope, headers)
     if agent_id is None:
         return None
     environment_id = await _environments.of(agent_id)
@@ -271,9 +240,25 @@ def forget() -> None:
     _answers.forget()
 
 
+# The bundle requests Django is answering now, per BundleAsk key: after a publish
+# every agent asks for the same new bundle within a second, and all but the first
+# wait for Django's answer to it (then replayed) instead of all going to Django.
+_answering: dict[tuple, asyncio.Future] = {}
+FIRST_ANSWER_WAIT_S = 10.0
+
+
+async def _first_answer(key) -> None:
+    """Wait for Django's answer to the request of `key` it is answering, if any."""
+    first = _answering.get(key)
+    if first is not None and first.get_loop() is asyncio.get_running_loop():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(first), FIRST_ANSWER_WAIT_S)
+
+
 async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     """Django answers; its 200 or 304 (setting no cookie) is kept for `ask.key`."""
     start, body = None, []
+    answering = _answering.setdefault(ask.key, asyncio.get_running_loop().create_future())
 
     async def keeping(message):
         nonlocal start
@@ -283,13 +268,18 @@ async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
             body.append(message.get("body", b""))
         await send(message)
 
-    result = await app(scope, receive, keeping)
-    if start is not None and start["status"] in (200, 304) and not any(
-            name.lower() == b"set-cookie" for name, _ in start.get("headers", ())):
-        _answers.keep(ask.key, Answer(start["status"], [
-            (bytes(n), bytes(v)) for n, v in start["headers"]
-            if n.lower() not in PER_REQUEST], b"".join(body)))
-    return result
+    try:
+        result = await app(scope, receive, keeping)
+        if start is not None and start["status"] in (200, 304) and not any(
+                name.lower() == b"set-cookie" for name, _ in start.get("headers", ())):
+            _answers.keep(ask.key, Answer(start["status"], [
+                (bytes(n), bytes(v)) for n, v in start["headers"]
+                if n.lower() not in PER_REQUEST], b"".join(body)))
+        return result
+    finally:  # the requests waiting for this answer (kept, or not: then Django's)
+        if _answering.get(ask.key) is answering:
+            del _answering[ask.key]
+            answering.set_result(None)
 
 
 class BundleEdge:
@@ -304,6 +294,9 @@ class BundleEdge:
         if ask is None:
             return await self.app(scope, receive, send)
         answer = replayed(_answers.get(ask.key), ask.if_none_match)
+        if answer is None:
+            await _first_answer(ask.key)
+            answer = replayed(_answers.get(ask.key), ask.if_none_match)
         if answer is not None and await within_rate(ask.agent_id):
             await send({"type": "http.response.start", "status": answer.status,
                         "headers": answer.headers})

@@ -155,6 +155,40 @@ async def current_answer(scope) -> Current | None:
     return Current(key, state["agent_id"], state["etag"], body)
 
 
+def headers_once(scope, names: frozenset[bytes]) -> dict[bytes, str] | None:
+    """The headers of `names` the request sent, or None when one is repeated."""
+    found: dict[bytes, str] = {}
+    for name, value in scope.get("headers") or ():
+        name = name.lower()
+        if name in names:
+            if name in found:
+                return None
+            found[name] = value.decode("latin-1")
+    return found
+
+
+async def vouched_agent(scope, headers) -> int | None:
+    """The agent whose token its cached poll state vouches for, under the checks of
+    the poll's 304 (current_answer), or None: the edge's other answers
+    (apps.fleet.bundle_edge, apps.fleet.report_edge) go to Django for a token the
+    cache does not vouch for, so a revoked, rotated or decommissioned token meets
+    Django (401) from its next request, as on the poll."""
+    if not _host_allowed(headers.get(b"host")) or _address_refused(scope, headers):
+        return None
+    if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
+        return None
+    parsed = _presented_token(headers)
+    if parsed is None:
+        return None
+    key, secret = parsed
+    state = await cache.poll_state_async(key)
+    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
+        return None
+    if await _owes(key, state.get("generation")) is not False:
+        return None
+    return state["agent_id"]
+
+
 async def _owes(key: str, generation: int | None) -> bool | None:
     """Whether the token's cached answer (computed at `generation`) may be stale;
     None when the database could not say. Debts due for their refresh (once a

@@ -1,5 +1,5 @@
 """State changes of the fleet: modes and labels, activation, pushes, pins, reports
-(enrollment and tokens are apps.fleet.enrollment).
+(enrollment and tokens are apps.fleet.enrollment, reports apps.fleet.reports).
 
 Every change of an agent's desired state bumps its generation and records, in its
 transaction, the agents whose cached poll answers it makes stale (a
@@ -20,13 +20,13 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
 from apps.fleet import cache, longpoll, rules, selectors
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.guard import content_activated
-from apps.snapshots.models import Snapshot, without_content
+from apps.snapshots.models import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -300,101 +300,3 @@ def agent_pin_release(*, agent: Agent, expected_generation: int, actor) -> Agent
         emit("agent", environment_id=locked.environment_id, id=locked.pk)
     locked.refresh_from_db()
     return locked
-
-
-# --- reports -----------------------------------------------------------------------
-
-
-def _reported_deployment(agent: Agent, deployment_id, number: int,
-                         checksum: str) -> Deployment | None:
-    """The announced push a report names, locked; refused when it is not this
-    agent's or not of this snapshot."""
-    if deployment_id is None:
-        return None
-    deployment = locks.lock_first(without_content(Deployment.objects.select_related(
-        "snapshot").filter(pk=deployment_id, agent=agent), "snapshot"))
-    if deployment is None:
-        raise NotFound(f"No deployment {deployment_id} for this agent.")
-    if (deployment.snapshot.number, deployment.snapshot.checksum) != (number, checksum):
-        raise Conflict(f"Deployment {deployment_id} is of snapshot "
-                       f"#{deployment.snapshot.number} with another checksum.",
-                       code="report_conflict")
-    return deployment
-
-
-def _reported_snapshot(agent: Agent, number: int, checksum: str) -> Snapshot:
-    snapshot = without_content(Snapshot.objects.filter(
-        environment_id=agent.environment_id, number=number, state=Snapshot.State.READY)).first()
-    if snapshot is None:
-        raise ValidationFailed(f"snapshot: no ready snapshot {number} in this environment.")
-    if checksum != snapshot.checksum:
-        raise ValidationFailed(f"checksum: does not match snapshot {number}.",
-                               code="checksum_mismatch")
-    return snapshot
-
-
-def _deployment_reported(agent: Agent, deployment: Deployment, *, status: str, message: str,
-                         checksum: str, health: dict | None, now) -> bool:
-    """Record the result of an announced push; False for a duplicate."""
-    if deployment.state in Deployment.REPORTED_STATES:
-        if (deployment.state, deployment.message) == (status, message):
-            return False
-        raise Conflict(f"Deployment {deployment.pk} was already reported "
-                       f"{deployment.state} with another message.", code="report_conflict")
-    deployment.state, deployment.message, deployment.health = status, message, health
-    deployment.reported_checksum, deployment.reported_at = checksum, now
-    deployment.save(update_fields=["state", "message", "health", "reported_checksum",
-                                   "reported_at"])
-    # The announced deployment is done: the poll answer changes.
-    forget_polls_on_commit([agent])
-    return True
-
-
-def _pull_reported(agent: Agent, snapshot: Snapshot, *, status: str, message: str,
-                   checksum: str, health: dict | None, now) -> tuple[Deployment, bool]:
-    """Record a pulled apply as a deployment of its own. A replay of any earlier
-    pulled report (the same snapshot, status and message) is a duplicate: an agent
-    re-sends a report it is not sure arrived, possibly after newer ones."""
-    earlier = (Deployment.objects.filter(agent=agent, kind=Deployment.Kind.PULL,
-                                         snapshot=snapshot, state=status, message=message)
-               .order_by("-reported_at").first())
-    if earlier is not None:
-        return earlier, False
-    return Deployment.objects.create(
-        agent=agent, snapshot=snapshot, kind=Deployment.Kind.PULL, state=status,
-        message=message, health=health, reported_checksum=checksum, reported_at=now), True
-
-
-def report_record(
-    *, agent: Agent, deployment_id, number: int, checksum: str, status: str, message: str,
-    health: dict | None = None,
-) -> tuple[Deployment, bool]:
-    """Record an agent's report (inside the caller's transaction), with its health
-    probe's result when it ran one. Returns (deployment, created); a duplicate
-    changes nothing and returns created=False."""
-    if status not in Deployment.REPORTED_STATES:
-        raise ValidationFailed("status must be succeeded, warning or failed.")
-    locked = Agent.objects.lock(agent.pk)
-    deployment = _reported_deployment(locked, deployment_id, number, checksum)
-    snapshot = _reported_snapshot(locked, number, checksum)
-    now = timezone.now()
-    if deployment is not None:
-        created = _deployment_reported(locked, deployment, status=status, message=message,
-                                       checksum=checksum, health=health, now=now)
-    else:
-        deployment, created = _pull_reported(locked, snapshot, status=status, message=message,
-                                             checksum=checksum, health=health, now=now)
-    if not created:
-        return deployment, False
-    changes = rules.report_changes(locked, number=number, checksum=checksum, status=status,
-                                   message=message, now=now, health=health)
-    for field, value in changes.items():
-        setattr(locked, field, value)
-    if changes:  # none for a late report of an older snapshot: history only
-        locked.save(update_fields=list(changes))
-    emit("deployment", environment_id=locked.environment_id, id=str(deployment.pk),
-         agent=locked.pk, snapshot=number)
-    emit("agent", environment_id=locked.environment_id, id=locked.pk)
-    logger.info("agent %s reported #%s %s%s", locked.name, number, status,  # quoted: no
-                f": {message!r}" if message else "")  # forged log lines from an agent
-    return deployment, True

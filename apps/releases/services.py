@@ -20,12 +20,13 @@ from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
 from apps.core.dispatch import queue_on_commit
-from apps.core.errors import Conflict, NotFound
+from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.environments import services as environments
 from apps.environments.models import Descriptor, Environment
 from apps.fleet import services as fleet
 from apps.fleet.enrollment import agent_decommission_mark
 from apps.fleet.models import Agent, Deployment
+from apps.fleet.reports import Recorded, Report, reports_record
 from apps.fleet.rules import (
     check_generation,
     decommissioned_refusal,
@@ -348,21 +349,32 @@ def agent_decommission(*, agent: Agent, expected_generation: int, actor) -> Agen
 # --- agent reports ---------------------------------------------------------------------
 
 
+def reports_intake(reports: list[Report]) -> list[Recorded | ApplicationError]:
+    """Record agents' reports in one transaction (apps.fleet.reports: each recorded
+    or refused alone); the new ones drive their environments' active rollouts (each
+    rollout's reconcile runs on a worker once the reports are committed)."""
+    with transaction.atomic():
+        results = reports_record(reports)
+        reported = {report.agent_id for report, result in zip(reports, results, strict=True)
+                    if isinstance(result, Recorded) and result.created}
+        if reported:
+            environments = Agent.objects.filter(pk__in=reported).values("environment_id")
+            for rollout_id in (Rollout.objects.active().filter(environment_id__in=environments)
+                               .order_by().values_list("pk", flat=True)):
+                # One run per rollout per window, however many reports a wave brings.
+                queue_on_commit(rollout_reconcile_task, rollout_id,
+                                coalesce_s=settings.BELLWETHER_RECONCILE_COALESCE_S)
+    return results
+
+
 def report_intake(*, agent: Agent, deployment_id, number: int, checksum: str, status: str,
                   message: str, health: dict | None = None) -> tuple[Deployment, bool]:
-    """Record an agent's report; a new one drives the environment's active rollout
-    (its reconcile runs on a worker once the report is committed)."""
-    with transaction.atomic():
-        deployment, created = fleet.report_record(
-            agent=agent, deployment_id=deployment_id, number=number, checksum=checksum,
-            status=status, message=message, health=health)
-        rollout_id = (Rollout.objects.active_in(agent.environment_id)
-                      .values_list("pk", flat=True).first())
-        if created and rollout_id is not None:
-            # One run per rollout per window, however many reports a wave brings.
-            queue_on_commit(rollout_reconcile_task, rollout_id,
-                            coalesce_s=settings.BELLWETHER_RECONCILE_COALESCE_S)
-    return deployment, created
+    """Record one agent's report (reports_intake); a refusal is raised."""
+    [result] = reports_intake([Report(agent.pk, deployment_id, number, checksum, status,
+                                      message, health)])
+    if isinstance(result, ApplicationError):
+        raise result
+    return result
 
 
 # --- memberships -------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def test_retention_waits_for_a_pin_and_keeps_what_it_pinned(world, superuser, mo
 def test_retention_waits_for_a_report_and_keeps_what_the_agent_applied(world, monkeypatch):
     environment, s, node = world
     entered = threading.Event()
-    _held(monkeypatch, releases.fleet, "report_record", entered)
+    _held(monkeypatch, releases, "reports_record", entered)
 
     (reported, _), (went, waited) = _both(
         lambda: factories.ack(node, s[1]),

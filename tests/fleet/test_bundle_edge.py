@@ -483,3 +483,34 @@ def test_a_replay_never_carries_the_request_id_another_client_chose(agent, djang
 
     assert django_app.calls == 1
     assert b"x-request-id" not in named(replayed[1])
+
+
+def test_requests_arriving_while_django_answers_the_first_wait_for_its_answer(
+        agent, first, django_app):
+    """After a publish every agent asks for the same new bundle at once: Django answers
+    the first, the others get its answer replayed (not a Django request each)."""
+    others = [polled(enrolled_agent(agent.agent.environment, f"web-{i}")) for i in (2, 3, 4)]
+
+    async def all_at_once():
+        async def one(headers):
+            sent_messages = []
+
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message):
+                sent_messages.append(message)
+
+            scope = {"type": "http", "method": "GET", "path": bundle_url(1),
+                     "query_string": b"", "scheme": "http", "client": ("10.0.0.7", 50000),
+                     "headers": [(n.lower().encode(), v.encode()) for n, v in headers]}
+            await BundleEdge(django_app)(scope, receive, send)
+            return sent_messages[0]["status"], b"".join(
+                m.get("body", b"") for m in sent_messages[1:])
+        return await asyncio.gather(*(one(a.headers) for a in [agent, *others]))
+
+    answers = async_to_sync(all_at_once)()
+
+    assert django_app.calls == 1
+    assert {status for status, _ in answers} == {200}
+    assert len({body for _, body in answers}) == 1

@@ -39,7 +39,7 @@ def clock(monkeypatch):
     tick = Clock()
     monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=tick))
     monkeypatch.setattr(pollanswer, "_sent", {})
-    monkeypatch.setattr(pollanswer, "_headers_by_scheme", {})
+    monkeypatch.setattr(pollanswer.desired_headers, "by_scheme", {})
     fleet_cache._heartbeats._flushed_at = time.time() + 3600
     return tick
 
@@ -338,6 +338,6 @@ def test_the_refill_answers_as_each_agent_desires(enroll, first, environment, su
 def test_learned_headers_are_forgotten_when_settings_change(enroll, first, clock):
     agent = enroll()
     _learned(agent)
-    assert pollanswer._headers_by_scheme
+    assert pollanswer.desired_headers.by_scheme
     with override_settings(BELLWETHER_LONG_POLL_MAX_S=5):
-        assert not pollanswer._headers_by_scheme
+        assert not pollanswer.desired_headers.by_scheme
