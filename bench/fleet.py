@@ -145,6 +145,7 @@ class Fleet:
         self.published_at: float | None = None  # time.monotonic() of the publish request
         self.baseline_number = 0  # the snapshot every agent applied before the publish
         self.notified: dict[int, float] = {}  # agent -> seconds after the publish
+        self.bundled: dict[int, float] = {}  # agent -> its new bundle received
         self.reported: dict[int, float] = {}
         self.synced: set[int] = set()  # agents that reported the baseline snapshot
         self.waiting = 0  # long-polls held by the server right now
@@ -218,6 +219,8 @@ class SimulatedAgent:
             raise HttpError("bundle", status, body)
         if headers.get("content-encoding", "").lower() == "gzip":
             body = gzip.decompress(body)
+        if is_the_publish:
+            fleet.bundled.setdefault(self.index, fleet.since_publish())
         bundle = json.loads(body)
         if (bundle.get("number"), bundle.get("checksum")) != (number, checksum):
             raise HttpError("bundle not the announced snapshot", 200)
@@ -395,6 +398,8 @@ def print_result(args, result: dict, nodes: int) -> int:
           f"{result['published'].get('activates', '?')})")
     print(f"publish -> notified ({len(fleet.notified)}/{agents}): "
           f"{percentiles(list(fleet.notified.values()))}")
+    print(f"publish -> bundle received ({len(fleet.bundled)}/{agents}): "
+          f"{percentiles(list(fleet.bundled.values()))}")
     print(f"publish -> reported ({len(fleet.reported)}/{agents}): "
           f"{percentiles(list(fleet.reported.values()))}")
     idle, steady, after = result["rss"]
