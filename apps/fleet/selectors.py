@@ -73,34 +73,59 @@ def desired_body_bytes(body: dict) -> bytes:
     return JSONRenderer().render(body)
 
 
+DESIRED_SNAPSHOTS = ("environment__active_snapshot", "target_snapshot", "pinned_snapshot")
+
+# What an agent's desired answer reads (desired_snapshot_for, desired_answer), and
+# what its cached poll state keeps: the refill after a publish reads these for every
+# agent of the environment, not the agents' and snapshots' other columns.
+_SNAPSHOT_READ = ("number", "label", "checksum")
+ANSWER_READ = (
+    "token_key", "token_hash", "generation", "mode", "pinned_snapshot", "pin_rollout",
+    "target_snapshot", "environment__poll_interval_s", "environment__drift_policy",
+    "environment__active_snapshot",
+    *(f"{relation}__{column}" for relation in DESIRED_SNAPSHOTS for column in _SNAPSHOT_READ))
+
+
 def desired_states_of(token_keys) -> list[tuple[Agent, dict, str]]:
     """(agent, body, ETag) of the agents holding these token keys whose tokens are
     accepted (in service, not revoked), as desired_state_for answers each: two
     queries however many agents (their rows with what they desire, their pending
-    pushes)."""
-    agents = list(agents_with_desired(Agent.objects.filter(
+    pushes); each distinct answer computed once (after a publish, most agents of an
+    environment get the same)."""
+    agents = list(Agent.objects.filter(
         token_key__in=list(token_keys), decommissioned_at__isnull=True,
-        token_revoked_at__isnull=True)).order_by("pk"))
+        token_revoked_at__isnull=True).select_related(*DESIRED_SNAPSHOTS)
+        .only(*ANSWER_READ).order_by("pk"))
     pushes: dict[tuple[int, int], Deployment] = {}
     for deployment in (Deployment.objects
                        .filter(agent__in=agents, kind=Deployment.Kind.PUSH,
                                state=Deployment.State.PENDING)
                        .order_by("-created_at").only("id", "agent_id", "snapshot_id")):
         pushes.setdefault((deployment.agent_id, deployment.snapshot_id), deployment)
-    answers = []
+    answers, computed = [], {}
     for agent in agents:
         snapshot = desired_snapshot_for(agent)
         deployment = None if snapshot is None else pushes.get((agent.pk, snapshot.pk))
-        answers.append((agent, *desired_answer(agent, snapshot, deployment)))
+        inputs = (agent.environment_id, agent.mode, getattr(snapshot, "pk", None),
+                  getattr(deployment, "pk", None))
+        if inputs not in computed:
+            computed[inputs] = desired_answer(agent, snapshot, deployment)
+        answers.append((agent, *computed[inputs]))
     return answers
 
 
 def poll_states_of(token_keys) -> dict[str, dict]:
     """Token key -> the cached poll state of its agent's current answer, for the
     accepted tokens among `token_keys` (desired_states_of: two queries)."""
-    return {agent.token_key: cache.poll_state_of(
-        token_hash=agent.token_hash, agent_id=agent.pk, etag=etag, generation=agent.generation,
-        body=desired_body_bytes(body)) for agent, body, etag in desired_states_of(token_keys)}
+    rendered: dict[str, bytes] = {}  # ETag -> body bytes: each distinct answer rendered once
+    states = {}
+    for agent, body, etag in desired_states_of(token_keys):
+        if etag not in rendered:
+            rendered[etag] = desired_body_bytes(body)
+        states[agent.token_key] = cache.poll_state_of(
+            token_hash=agent.token_hash, agent_id=agent.pk, etag=etag,
+            generation=agent.generation, body=rendered[etag])
+    return states
 
 
 def poll_state_current(agent_id: int, *, token_key: str, etag: str) -> bool:
@@ -118,9 +143,6 @@ def poll_debts() -> tuple[rules.IndebtedKeys, list]:
     rows = list(PollInvalidation.objects.values_list("token_keys", "generations", "seen_at"))
     required = rules.debt_generations((keys, generations) for keys, generations, _ in rows)
     return rules.IndebtedKeys(required), [seen_at for _, _, seen_at in rows]
-
-
-DESIRED_SNAPSHOTS = ("environment__active_snapshot", "target_snapshot", "pinned_snapshot")
 
 
 def agents_with_desired(queryset):
