@@ -50,23 +50,32 @@ def _forget_and_announce(keys) -> None:
 def refresh_polls_on_commit(agents) -> None:
     """These agents' poll answers changed with their generations (`agents`: a query
     read after the bump): record the debt with the generation each reached, and on
-    commit write their new answers to the cache, computed for all at once, rather
-    than send every agent to the database; then wake their long-polls."""
+    commit write their new answers to the cache, computed a thousand at a time
+    (REFILL_CHUNK), rather than send every agent to the database; then wake their
+    long-polls."""
     generations = dict(agents.order_by().values_list("token_key", "generation"))
     if keys := sorted(generations):
         PollInvalidation.objects.create(token_keys=keys, generations=generations)
         transaction.on_commit(lambda: _refill_and_announce(keys))
 
 
+# The refill writes and announces this many answers at a time: the first agents
+# hear of a change while the answers of the last are still being computed.
+REFILL_CHUNK = 1000
+
+
 def _refill_and_announce(keys) -> None:
-    try:
-        states = selectors.poll_states_of(keys)
-    except DatabaseError:
-        logger.warning("database unavailable; poll states dropped, not refilled", exc_info=True)
-        states = {}
-    gone = [k for k in keys if k not in states]  # a token revoked meanwhile
-    if cache.store_poll_states(states) and cache.forget_poll_states(gone):
-        longpoll.announce(keys)
+    for start in range(0, len(keys), REFILL_CHUNK):
+        chunk = keys[start:start + REFILL_CHUNK]
+        try:
+            states = selectors.poll_states_of(chunk)
+        except DatabaseError:
+            logger.warning("database unavailable; poll states dropped, not refilled",
+                           exc_info=True)
+            states = {}
+        gone = [k for k in chunk if k not in states]  # a token revoked meanwhile
+        if cache.store_poll_states(states) and cache.forget_poll_states(gone):
+            longpoll.announce(chunk)
 
 
 SWEEP_BATCH = 500

@@ -197,6 +197,23 @@ def test_a_publish_refills_its_followers_with_two_queries_however_many(
         assert all(s is not None and s["generation"] and s["body"] for s in states.values())
 
 
+def test_a_refill_is_written_and_announced_a_chunk_at_a_time(
+        enroll, first, monkeypatch, django_assert_num_queries):
+    """The first agents hear of a change while the answers of the last are computed."""
+    agents = [enroll(f"web-{i}") for i in range(12)]
+    keys = sorted(a.agent.token_key for a in agents)
+    monkeypatch.setattr(services, "REFILL_CHUNK", 5)
+    announced = []
+    monkeypatch.setattr(services.longpoll, "announce",
+                        lambda chunk: announced.append((list(chunk), all(
+                            fleet_cache.poll_state(k) is not None for k in chunk))))
+
+    with django_assert_num_queries(6):
+        services._refill_and_announce(keys)
+
+    assert announced == [(keys[:5], True), (keys[5:10], True), (keys[10:], True)]
+
+
 def test_after_a_publish_polls_are_304_from_the_cache_not_the_database(
         enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks,
         django_assert_num_queries):
