@@ -258,7 +258,10 @@ async def _first_answer(key) -> None:
 async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     """Django answers; its 200 or 304 (setting no cookie) is kept for `ask.key`."""
     start, body = None, []
-    answering = _answering.setdefault(ask.key, asyncio.get_running_loop().create_future())
+    loop = asyncio.get_running_loop()
+    answering = _answering.get(ask.key)
+    if answering is None or answering.get_loop() is not loop:  # resolved on its own loop
+        answering = _answering[ask.key] = loop.create_future()
 
     async def keeping(message):
         nonlocal start

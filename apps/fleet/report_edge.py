@@ -19,19 +19,22 @@ being written (on a thread, one transaction: apps.releases.services.reports_inta
 the next gathers (BATCH_GATHER_S more when the last held several), so one report
 alone waits for nothing and a thousand arriving at once cost a few queries. Each
 body is parsed and validated by the API's own parser and serializer. A report
-recorded is answered here (201, or 200 for a duplicate, as Django would); one
-refused (invalid, a conflict, an agent revoked meanwhile), a batch the database
-failed, and every request above that the edge may not take go to Django with their
-bodies unchanged, which answers as before (400, 401, 404, 409, 429, 503 with the
-error envelope) — a refused report writes nothing, so Django decides it afresh.
+recorded is answered here (201, or 200 for a duplicate, with the bytes Django would
+send); one refused (invalid, a conflict, an agent revoked or its token rotated
+meanwhile), a batch the database failed, and every request above that the edge may
+not take go to Django with their bodies unchanged, which answers as before (400,
+401, 404, 409, 429, 503 with the error envelope) — a refused report writes nothing,
+so Django decides it afresh. Each event loop has its batches (its futures are
+resolved on it alone).
 """
 
 import asyncio
 import io
-import json
 import logging
+import weakref
 
 from django.db import DatabaseError, connection
+from rest_framework.renderers import JSONRenderer
 
 from apps.core import metrics
 from apps.core.events import serving_loop_is
@@ -112,15 +115,15 @@ def _read(body: bytes) -> tuple | None:
             None if v["health"] is None else dict(v["health"]))
 
 
-def _reports_of(batch: list[tuple[int, bytes]]) -> list[Report | None]:
+def _reports_of(batch: list[tuple[int, str, bytes]]) -> list[Report | None]:
     """Each body read once per batch: after a publish most agents send the same."""
     read: dict[bytes, tuple | None] = {}
     reports = []
-    for agent_id, body in batch:
+    for agent_id, token_key, body in batch:
         if body not in read:
             read[body] = _read(body)
         fields = read[body]
-        reports.append(None if fields is None else Report(agent_id, *fields))
+        reports.append(None if fields is None else Report(agent_id, *fields, token_key))
     return reports
 
 
@@ -130,12 +133,12 @@ def _answer(result) -> tuple[int, bytes] | None:
     deployment, created = result
     if created:
         metrics.report_accepted(deployment.state)
-    return 201 if created else 200, json.dumps(
+    return 201 if created else 200, JSONRenderer().render(  # the API's bytes
         {"deployment_id": str(deployment.pk), "state": deployment.state,
-         "duplicate": not created}).encode()
+         "duplicate": not created})
 
 
-def _recorded(batch: list[tuple[int, bytes]]) -> list[tuple[int, bytes] | None]:
+def _recorded(batch: list[tuple[int, str, bytes]]) -> list[tuple[int, bytes] | None]:
     """Each report's answer (status, body), or None for Django to answer; on this
     thread's own database connection, handed back to the pool after."""
     reports = _reports_of(batch)
@@ -153,19 +156,19 @@ def _recorded(batch: list[tuple[int, bytes]]) -> list[tuple[int, bytes] | None]:
 
 
 class _Batches:
-    """The reports of this process waiting for the batch being written, written
+    """The reports of an event loop waiting for the batch being written, written
     together once it is done (at most BATCH_MAX at a time)."""
 
     def __init__(self):
-        self._waiting: list[tuple[int, bytes, asyncio.Future]] = []
+        self._waiting: list[tuple[int, str, bytes, asyncio.Future]] = []
         self._writer: asyncio.Task | None = None
 
-    async def recorded(self, agent_id: int, body: bytes) -> tuple[int, bytes] | None:
-        loop = asyncio.get_running_loop()
-        answer = loop.create_future()
-        self._waiting.append((agent_id, body, answer))
-        if self._writer is None or self._writer.done() or self._writer.get_loop() is not loop:
-            self._writer = loop.create_task(self._write())
+    async def recorded(self, agent_id: int, token_key: str,
+                       body: bytes) -> tuple[int, bytes] | None:
+        answer = asyncio.get_running_loop().create_future()
+        self._waiting.append((agent_id, token_key, body, answer))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write())
         return await answer
 
     async def _write(self) -> None:
@@ -173,19 +176,27 @@ class _Batches:
         while self._waiting:
             batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
             try:
-                answers = await asyncio.to_thread(
-                    _recorded, [(agent_id, body) for agent_id, body, _ in batch])
+                answers = await asyncio.to_thread(_recorded, [entry[:3] for entry in batch])
             except Exception:  # noqa: BLE001 - never leave a report unanswered
                 logger.exception("report batch failed; left to Django")
                 answers = [None] * len(batch)
-            for (_, _, answer), result in zip(batch, answers, strict=True):
+            for (*_, answer), result in zip(batch, answers, strict=True):
                 if not answer.done():
                     answer.set_result(result)
             if len(batch) > 1:
                 await asyncio.sleep(BATCH_GATHER_S)
 
 
-_batches = _Batches()
+# Per event loop: a loop's futures are resolved by its own writer, never by another
+# loop's (whose thread it is not; a loop closed with reports waiting would stop it).
+_batches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+async def batch_recorded(agent_id: int, token_key: str, body: bytes) -> tuple[int, bytes] | None:
+    """The report's answer once its batch is written (None: Django answers)."""
+    loop = asyncio.get_running_loop()
+    batches = _batches.get(loop) or _batches.setdefault(loop, _Batches())
+    return await batches.recorded(agent_id, token_key, body)
 
 
 class ReportEdge:
@@ -204,8 +215,9 @@ class ReportEdge:
         agent_id = await edge.vouched_agent(scope, headers) if learned is not None else None
         if agent_id is None or not await within_rate(agent_id):
             return await self.app(scope, receive, report_headers.learning(send, secure))
+        token_key, _ = edge._presented_token(headers)  # vouched for: well-formed
         messages, body = await _body(receive)
-        answer = None if body is None else await _batches.recorded(agent_id, body)
+        answer = None if body is None else await batch_recorded(agent_id, token_key, body)
         if answer is None:
             return await self.app(scope, _replayed(messages, receive),
                                   report_headers.learning(send, secure))

@@ -49,6 +49,9 @@ class Report(NamedTuple):
     status: str
     message: str = ""
     health: dict | None = None
+    # The key of the token it came with (None: not checked): a token rotated since
+    # its request was authenticated records nothing.
+    token_key: str | None = None
 
 
 class Recorded(NamedTuple):
@@ -65,8 +68,9 @@ class _Found:
         self.agents = {a.pk: a for a in locks.lock_all(
             Agent.objects.filter(pk__in={r.agent_id for r in reports}))}
         named = {r.deployment_id for r in reports if r.deployment_id is not None}
-        self.pushes = {d.pk: d for d in locks.lock_all(without_content(
-            Deployment.objects.select_related("snapshot").filter(pk__in=named), "snapshot"))
+        self.pushes = {d.pk: d for d in locks.lock_all(without_content(  # never another's
+            Deployment.objects.select_related("snapshot").filter(
+                pk__in=named, agent_id__in=list(self.agents)), "snapshot"))
         } if named else {}
         wanted = {(a.environment_id, r.number) for r in reports
                   if (a := self.agents.get(r.agent_id)) is not None}
@@ -143,9 +147,11 @@ def reports_record(reports: list[Report]) -> list[Recorded | ApplicationError]:
     return results
 
 
-def _reporting_agent(found: _Found, agent_id: int) -> Agent:
-    agent = found.agents.get(agent_id)
-    if agent is None or agent.decommissioned_at is not None or agent.token_revoked_at is not None:
+def _reporting_agent(found: _Found, report: Report) -> Agent:
+    agent = found.agents.get(report.agent_id)
+    if (agent is None or agent.decommissioned_at is not None
+            or agent.token_revoked_at is not None
+            or report.token_key not in (None, agent.token_key)):
         raise NotAuthenticated("This agent may no longer report.")
     return agent
 
@@ -209,7 +215,7 @@ def _pull_reported(found: _Found, agent: Agent, snapshot: Snapshot, report: Repo
 def _decided(report: Report, found: _Found, writes: _Writes, now) -> Recorded:
     if report.status not in Deployment.REPORTED_STATES:
         raise ValidationFailed("status must be succeeded, warning or failed.")
-    agent = _reporting_agent(found, report.agent_id)
+    agent = _reporting_agent(found, report)
     push = _reported_push(found, agent, report)
     snapshot = _reported_snapshot(found, agent, report)
     if push is not None:

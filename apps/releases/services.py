@@ -371,7 +371,7 @@ def report_intake(*, agent: Agent, deployment_id, number: int, checksum: str, st
                   message: str, health: dict | None = None) -> tuple[Deployment, bool]:
     """Record one agent's report (reports_intake); a refusal is raised."""
     [result] = reports_intake([Report(agent.pk, deployment_id, number, checksum, status,
-                                      message, health)])
+                                      message, health, agent.token_key)])
     if isinstance(result, ApplicationError):
         raise result
     return result

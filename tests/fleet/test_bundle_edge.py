@@ -514,3 +514,19 @@ def test_requests_arriving_while_django_answers_the_first_wait_for_its_answer(
     assert django_app.calls == 1
     assert {status for status, _ in answers} == {200}
     assert len({body for _, body in answers}) == 1
+
+
+def test_a_first_answer_left_on_a_loop_gone_fails_no_request_of_the_next(
+        agent, first, django_app):
+    gone = asyncio.new_event_loop()
+    left = gone.create_future()
+    left.add_done_callback(lambda _: None)  # a request of that loop waited for it
+    gone.close()
+    bundle_edge._answering[(agent.agent.environment_id, 1, False)] = left
+    try:
+        answer = sent(django_app, headers=agent.headers)
+    finally:
+        bundle_edge._answering.clear()
+
+    assert answer[0] == 200 and django_app.calls == 1
+    assert not left.done()  # never resolved from another loop

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 from django.test import Client
 
 from apps.core import events
@@ -306,3 +306,81 @@ def test_a_batch_announces_once_per_environment(environment, first, superuser, m
         {"kind": "deployment", "environment": environment.pk, "id": str(one.pk),
          "agent": agents[0].pk, "snapshot": first.number},
         {"kind": "agent", "environment": environment.pk, "id": agents[0].pk}]
+
+
+# --- found in review ------------------------------------------------------------------
+
+
+def test_the_edge_answers_the_bytes_django_answers(agents, first, django):
+    posted(django, agents[0], body_of(first))
+    duplicate = posted(django, agents[0], body_of(first))
+
+    from_django = DjangoWithBodies.answer_with(scope_of(agents[0]), body_of(first))
+
+    assert (duplicate[0], from_django.status_code) == (200, 200) and django.calls == 1
+    assert duplicate[2] == from_django.content  # DRF's compact JSON
+
+
+def test_a_token_rotated_while_its_report_arrives_is_djangos_401(agents, first, django,
+                                                                 superuser):
+    agent = agents[0]
+    messages = [{"type": "http.request", "body": body_of(first), "more_body": False}]
+    sent = []
+
+    async def receive():  # the body trickles in while the token is rotated
+        if messages:
+            await sync_to_async(enrollment.agent_token_rotate)(agent=agent.agent,
+                                                               actor=superuser)
+            return messages.pop(0)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    async_to_sync(ReportEdge(django))(scope_of(agent), receive, send)
+
+    assert (sent[0]["status"], django.calls) == (401, 2)
+    assert not Deployment.objects.filter(agent=agent.agent).exists()
+
+
+def test_a_report_is_refused_when_its_token_is_no_longer_the_agents(environment, first,
+                                                                    superuser):
+    agent = enrolled_agent(environment, "n-1", actor=superuser).agent
+    old_key = agent.token_key
+    enrollment.agent_token_rotate(agent=agent, actor=superuser)
+    agent.refresh_from_db()
+    stale, current = (reports.Report(agent.pk, None, first.number, first.checksum,
+                                     "succeeded", token_key=key)
+                      for key in (old_key, agent.token_key))
+
+    results = releases.reports_intake([stale, current])
+
+    assert results[0].status == 401 and results[1].created
+
+
+def test_reports_waiting_on_a_loop_gone_leave_the_next_loops_answered(agents, first):
+    def recorded(agent):
+        return report_edge.batch_recorded(agent.agent.pk, agent.agent.token_key, body_of(first))
+    gone = asyncio.new_event_loop()
+    gone.create_task(recorded(agents[0]))
+    gone.call_soon(gone.stop)
+    gone.run_forever()  # its report waits for a writer that never runs
+    gone.close()
+
+    async def on_the_next_loop():
+        return await asyncio.wait_for(recorded(agents[1]), 5)
+
+    assert async_to_sync(on_the_next_loop)()[0] == 201
+
+
+def test_a_report_naming_another_agents_push_locks_nothing_of_it(agents, first, superuser):
+    [push] = releases.snapshot_deploy(snapshot=first, agent_ids=[agents[1].agent.pk],
+                                      actor=superuser)
+    report = reports.Report(agents[0].agent.pk, push.pk, first.number, first.checksum,
+                            "succeeded")
+
+    with transaction.atomic():
+        found = reports._Found([report])
+        [result] = reports.reports_record([report])
+
+    assert found.pushes == {} and result.status == 404
