@@ -20,6 +20,7 @@ from django.conf import settings
 from django.test.utils import override_settings
 
 from apps.fleet import enrollment
+from apps.fleet.models import Agent, Deployment
 from apps.releases.services import environment_update
 from tests import factories
 from tests.e2e.harness import Server, free_port, wait_for
@@ -104,6 +105,53 @@ def test_a_bundle_is_replayed_as_django_sent_it_and_refused_once_revoked(
     enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
     status, _, body = get(production, url, auth)
     assert status == 401 and b'"authentication_failed"' in body
+
+
+def post_report(server: Server, token: str, report: dict):
+    request = urllib.request.Request(
+        server.url + "/api/v1/agent/reports", data=json.dumps(report).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_reports_sent_at_once_are_recorded_in_batches_and_refusals_answered_by_django(
+        production, environment, first, superuser):
+    """Twenty agents report at the same moment: the report edge records them (after
+    Django answered the first and taught it its headers); a report the API refuses is
+    Django's 400 with the envelope, and writes nothing."""
+    agents = [factories.enrolled_agent(environment, f"web-{i}", actor=superuser)
+              for i in range(21)]
+    for enrolled in agents:  # the poll state the edge vouches for tokens with
+        assert get(production, "/api/v1/agent/desired",
+                   {"Authorization": f"Bearer {enrolled.token}"})[0] == 200
+    report = {"deployment_id": None, "snapshot": first.number, "checksum": first.checksum,
+              "status": "succeeded", "message": "applied"}
+    assert post_report(production, agents[0].token, report)[0] == 201
+    answers = {}
+
+    def send(enrolled):
+        answers[enrolled.agent.pk] = post_report(production, enrolled.token, report)
+
+    threads = [threading.Thread(target=send, args=(a,)) for a in agents[1:]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    refused = post_report(production, agents[1].token, {**report, "checksum": "sha256:x"})
+    again = post_report(production, agents[1].token, report)
+
+    assert {status for status, _ in answers.values()} == {201}, answers
+    assert all(body["duplicate"] is False and body["state"] == "succeeded"
+               for _, body in answers.values())
+    assert refused[0] == 400 and refused[1]["error"]["code"] == "checksum_mismatch"
+    assert again[0] == 200 and again[1]["duplicate"] is True
+    assert Deployment.objects.filter(agent__environment=environment).count() == 21
+    assert Agent.objects.filter(environment=environment, applied_number=first.number,
+                                last_message="applied").count() == 21
 
 
 def test_the_poll_records_the_heartbeat(production, agent):
