@@ -34,6 +34,10 @@ def refuse_frozen(environment: Environment, what: str, at=None) -> None:
                        "reason.", code="frozen", details=hold)
 
 
+# What the release gate refuses with: a refusal a publication can be held for.
+REFUSALS = frozenset({"frozen", "confirmation_required", "approval_required"})
+
+
 def approval_required(environment: Environment, snapshot: Snapshot, plan: dict) -> dict | None:
     """What is missing before `snapshot` may be released by `plan` in the environment,
     or None: nothing in an ungoverned environment; else an open release of exactly

@@ -6,8 +6,10 @@ from django.db import transaction
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
-from apps.core.errors import Conflict
+from apps.core.errors import ApplicationError, Conflict
 from apps.environments.models import Environment
+from apps.governance import gates
+from apps.releases.publishing import gate_held
 from apps.releases.services import snapshot_activate, snapshot_publish
 from apps.snapshots.models import Publication
 from apps.snapshots.promotion import promoted_snapshot
@@ -39,7 +41,8 @@ def publication_confirm(*, publication: Publication, actor) -> Publication:
     """Confirm a publication held for its degenerate render: recorded (audited),
     and its snapshot activated when the publication was meant to activate it (with
     activation's checks: no rollout, not quarantined, not older than the active,
-    the release gate — a rollback's content as an environment rollback's)."""
+    the release gate — a rollback's content as an environment rollback's; what the
+    gate refuses holds it, saying why)."""
     with transaction.atomic():
         Environment.objects.lock(publication.environment_id)
         locked = locks.lock_one(Publication.objects.select_related("snapshot", "environment"),
@@ -58,7 +61,21 @@ def publication_confirm(*, publication: Publication, actor) -> Publication:
                              f"{locked.environment.full_name} despite its render",
                      data={"number": locked.snapshot.number, **locked.needs_confirmation})
         if locked.activates and not locked.activated:
-            snapshot_activate(snapshot=locked.snapshot, actor=actor, confirmed=True,
-                              restores=locked.kind == Publication.Kind.ROLLBACK)
-            publication_activated(locked)
+            _confirmed_activation(locked, actor)
     return locked
+
+
+def _confirmed_activation(publication: Publication, actor) -> None:
+    """Activate a confirmed publication's snapshot (a savepoint). What the release
+    gate refuses holds it, as the worker's activation does, the confirmation
+    recorded all the same: in a governed environment a release asking to activate
+    it is submitted by whoever confirmed (docs/governance.md)."""
+    try:
+        with transaction.atomic():
+            snapshot_activate(snapshot=publication.snapshot, actor=actor, confirmed=True,
+                              restores=publication.kind == Publication.Kind.ROLLBACK)
+            publication_activated(publication)
+    except ApplicationError as refusal:
+        if refusal.code not in gates.REFUSALS:
+            raise
+        gate_held(publication.environment, publication, refusal, actor)

@@ -79,20 +79,29 @@ def _activate_through_gate(environment: Environment, publication: Publication) -
             environment_activate(environment=environment, snapshot=publication.snapshot)
             publication_activated(publication)
     except ApplicationError as refusal:
-        held = {"code": refusal.code, "message": refusal.message, "details": refusal.details}
-        if refusal.code == "approval_required" and not rollback:
-            held = _approval_asked(environment, publication) or held
-        publication_gate_held(publication, held)
+        gate_held(environment, publication, refusal, publication.author)
 
 
-def _approval_asked(environment: Environment, publication: Publication) -> dict | None:
-    """A direct publish in a governed environment: a release asking to activate its
-    snapshot, submitted by its author (approvers are notified); the hold names it.
-    None when it cannot be submitted (the refusal is held as it is)."""
+def gate_held(environment: Environment, publication: Publication, refusal: ApplicationError,
+              actor) -> None:
+    """Hold the stored snapshot for the gate's refusal, recorded; for a missing
+    approval (but a rollback's) a release asking to activate it is submitted by
+    `actor` first, and the hold names it."""
+    held = {"code": refusal.code, "message": refusal.message, "details": refusal.details}
+    if refusal.code == "approval_required" and publication.kind != Publication.Kind.ROLLBACK:
+        held = _approval_asked(environment, publication, actor) or held
+    publication_gate_held(publication, held)
+
+
+def _approval_asked(environment: Environment, publication: Publication,
+                    actor) -> dict | None:
+    """A release asking to activate the publication's snapshot, submitted by `actor`
+    (approvers are notified); the hold names it. None when it cannot be submitted
+    (the refusal is held as it is)."""
     try:
         release = release_submit(
             environment=environment, snapshot=publication.snapshot, plan=activation_plan(),
-            actor=publication.author,
+            actor=actor,
             note="Published with the direct release policy: activating it needs approval.")
     except ApplicationError:
         return None

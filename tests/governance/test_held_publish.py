@@ -114,3 +114,77 @@ def test_the_dashboard_publish_leads_to_the_publication_saying_it_waits_for_appr
 
     assert "Waiting for approval" in page and f"release {release.pk}" in page
     assert f"#release-{release.pk}" in page
+
+
+def _degenerate(environment, actor):
+    """A publication held for its degenerate render (a file that had content emptied)."""
+    from apps.environments.services import environment_file_put
+    environment_file_put(environment=environment, kind="template", path="nginx/shop.conf",
+                         text="", actor=actor)
+    held = factories.publication(environment, actor)
+    assert held.needs_confirmation is not None and held.activated is False
+    return held
+
+
+@eager
+def test_confirming_a_held_render_in_a_governed_environment_records_it_and_asks(
+        environment, first, superuser, deployer, alice, bob, two_approvals):
+    held = _degenerate(environment, superuser)
+    api = factories.api_client_for(deployer)
+
+    confirmed = api.post(f"/api/v1/publications/{held.pk}/confirm")
+
+    assert confirmed.status_code == 200, confirmed.content
+    body = confirmed.json()
+    release = ReleaseRequest.objects.get()
+    assert (body["held"]["code"], body["held"]["details"]["release"]) == (
+        "approval_required", release.pk)
+    assert release.requested_by == deployer  # whoever confirmed asks
+    held.refresh_from_db()
+    assert held.confirmed is True and held.activated is False
+    assert AuditEvent.objects.filter(action="publication.confirm").count() == 1
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == first.pk
+
+    approve(release, alice)
+    approve(release, bob)
+    assert api.post(f"{ENV}/snapshots/{held.snapshot.number}/activate", {},
+                    format="json").status_code == 200  # confirmed once: no confirm again
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == held.snapshot_id
+
+
+@pytest.mark.django_db
+def test_confirming_a_held_render_during_a_freeze_records_it_held_by_the_freeze(
+        environment, first, superuser):
+    from apps.releases.promotion import publication_confirm
+    held = _degenerate(environment, superuser)
+    now = timezone.now()
+    windows.window_create(environment=environment, actor=superuser, kind="freeze",
+                          name="sale", starts_at=now - timedelta(minutes=1),
+                          ends_at=now + timedelta(hours=1))
+
+    confirmed = publication_confirm(publication=held, actor=superuser)
+
+    assert confirmed.confirmed is True and confirmed.activated is False
+    assert confirmed.held["code"] == "frozen" and not ReleaseRequest.objects.exists()
+    assert AuditEvent.objects.filter(action="publication.confirm").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_confirm_another_check_refuses_still_answers_that_refusal(
+        environment, first, superuser, monkeypatch):
+    """Refusals outside the release gate (a rollout deciding, quarantine) are raised
+    as before: nothing is recorded."""
+    from apps.core.errors import Conflict
+    from apps.releases import promotion
+    held = _degenerate(environment, superuser)
+
+    def refusing(**kwargs):
+        raise Conflict("A rollout decides what becomes active.", code="rollout_active")
+    monkeypatch.setattr(promotion, "snapshot_activate", refusing)
+
+    with pytest.raises(Conflict):
+        promotion.publication_confirm(publication=held, actor=superuser)
+    held.refresh_from_db()
+    assert held.confirmed is False and held.held is None
