@@ -66,13 +66,15 @@ def _activate_through_gate(environment: Environment, publication: Publication) -
     """Activate the stored snapshot if the release gate lets it, now (a savepoint:
     the gate's use of a release and the activation stand or fall together). A
     rollback passes it as its request did, against the content it restores; its
-    approved release is used here. A refusal holds the snapshot, recorded."""
+    approved release is used here, as long as its render restored exactly that
+    content (else its own content is gated). A refusal holds the snapshot, recorded."""
     rollback = publication.kind == Publication.Kind.ROLLBACK
+    restored = publication.rolled_back_from if rollback else None
+    if restored is not None and restored.checksum != publication.snapshot.checksum:
+        restored = None  # rendered into other content (the engine changed): it is new
     try:
         with transaction.atomic():
-            release_gate(environment=environment,
-                         snapshot=(rollback and publication.rolled_back_from)
-                         or publication.snapshot,
+            release_gate(environment=environment, snapshot=restored or publication.snapshot,
                          plan=activation_plan(), actor=publication.author,
                          what="rollback" if rollback else "activation",
                          confirmed=publication.confirmed, restores=rollback)

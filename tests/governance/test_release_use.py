@@ -81,6 +81,32 @@ def test_a_rollback_whose_render_fails_leaves_its_release_approved(
     assert AuditEvent.objects.get(action="release.use").data["what"] == "rollback"
 
 
+def test_a_rollback_rendered_into_other_content_needs_its_own_approval(
+        approved, second, first, environment, deployer, monkeypatch):
+    """The approval was given for the content the rollback restores; when the
+    re-render makes other bytes (the engine changed since), that content is new: the
+    finish's gate refuses it, the snapshot is held, and the release is not used."""
+    original = publishing.publication_rendered
+
+    def changed(publication):
+        rendered = original(publication)
+        rendered.files = [{**rendered.files[0],
+                           "content": rendered.files[0]["content"] + "# rendered anew\n"},
+                          *rendered.files[1:]]
+        return rendered
+    queued = releases.snapshot_rollback(snapshot=second, actor=deployer)
+    monkeypatch.setattr(publishing, "publication_rendered", changed)
+
+    finished = factories.render(queued)
+
+    assert finished.state == "ready" and finished.activated is False
+    assert finished.snapshot.checksum != second.checksum
+    assert finished.held["code"] == "approval_required"
+    environment.refresh_from_db()
+    assert environment.active_snapshot_id == first.pk
+    _unused(approved)
+
+
 def test_a_rollback_superseded_while_it_rendered_leaves_its_release_approved(
         approved, second, first, environment, deployer, superuser):
     """A publish asked for after the rollback finished first: the rollback's older
