@@ -22,6 +22,7 @@ import logging
 import queue
 import threading
 
+from celery import current_app
 from django.core.cache import cache
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerUnavailable
@@ -89,6 +90,12 @@ def _hand_to_sender(task, args: tuple, coalesce_s: int | None) -> None:
     except queue.Full:
         logger.warning("%d messages wait for the broker; %s%r dropped, the periodic sweep "
                        "will queue it again", MAX_WAITING, task.name, args)
+
+
+def tasks_inline() -> bool:
+    """Whether queued tasks run inline in the request that queues them (embedded
+    mode, CELERY_TASK_ALWAYS_EAGER; tests)."""
+    return bool(current_app.conf.task_always_eager)
 
 
 def queue_on_commit(task, *args, coalesce_s: int | None = None) -> None:

@@ -13,6 +13,8 @@ takes a POST of /api/v1/agent/reports off the event loop instead, when
   cached poll state vouches for, with no unsettled poll debt) and is within the
   agent's API rate (as apps.fleet.bundle_edge counts it);
 - Django has answered a report in this process (the edge sends its headers);
+- tasks are queued, not run inline (embedded mode runs a report's rollout
+  reconcile in its request: in a batch it would hold every other report);
 
 and records it with the other reports that arrived meanwhile: while one batch is
 being written (on a thread, one transaction: apps.releases.services.reports_intake),
@@ -37,6 +39,7 @@ from django.db import DatabaseError, connection
 from rest_framework.renderers import JSONRenderer
 
 from apps.core import metrics
+from apps.core.dispatch import tasks_inline
 from apps.core.events import serving_loop_is
 from apps.core.parsers import BoundedJSONParser
 from apps.fleet import edge
@@ -67,6 +70,8 @@ def _report_scope(scope) -> tuple[dict, bool] | None:
     token is checked; None for any other request."""
     if (scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != REPORTS_PATH
             or scope.get("query_string")):
+        return None
+    if tasks_inline():  # a report's reconcile would run in the batch, holding every other
         return None
     headers, content = edge._headers(scope), edge.headers_once(scope, _ALSO_READ)
     if headers is None or content is None or content.get(b"content-type") != "application/json":

@@ -18,6 +18,7 @@ from apps.fleet import enrollment, report_edge, reports
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.report_edge import ReportEdge
 from apps.releases import services as releases
+from project.celery import app as celery_app
 from tests.factories import enrolled_agent
 from tests.fleet.support import REPORTS
 from tests.fleet.test_bundle_edge import (
@@ -57,7 +58,9 @@ class DjangoWithBodies(DjangoByClient):
 
 
 @pytest.fixture
-def django(django_app):  # noqa: F811 - the fixture above
+def django(django_app, monkeypatch):  # noqa: F811 - the fixture above
+    """Django behind the edge, with tasks queued (as in production), not inline."""
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", False)
     report_edge.report_headers.by_scheme.clear()
     yield DjangoWithBodies()
     report_edge.report_headers.by_scheme.clear()
@@ -206,6 +209,15 @@ def test_what_the_edge_may_not_take_goes_to_django(agents, first, django, superu
 
     assert django.calls == 2
     assert answer[0] in (201, 400, 401, 404, 405, 406, 415)
+
+
+def test_with_tasks_inline_every_report_is_djangos(agents, first, django, monkeypatch):
+    """Embedded mode runs a report's rollout reconcile in its request: in a batch it
+    would hold every other report of the process."""
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
+
+    assert posted(django, agents[0], body_of(first))[0] == 201
+    assert django.calls == 2
 
 
 def test_a_body_in_many_parts_is_read_whole(agents, first, django):
