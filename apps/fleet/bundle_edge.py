@@ -136,9 +136,10 @@ async def bundle_ask(scope) -> BundleAsk | None:
         return None
     if not accepts_gzip(negotiation.get(b"accept-encoding")):
         return None  # the identity bytes are Django's: agents ask for gzip
-    agent_id = await edge.vouched_agent(scope, headers)
-    if agent_id is None:
+    vouched = await edge.vouched_state(scope, headers)
+    if vouched is None:
         return None
+    agent_id = vouched[1]["agent_id"]
     environment_id = await _environments.of(agent_id)
     if environment_id is None:
         return None

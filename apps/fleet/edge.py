@@ -133,19 +133,10 @@ async def current_answer(scope) -> Current | None:
     headers = _headers(scope)
     if headers is None or b"if-none-match" not in headers:
         return None
-    if not _host_allowed(headers.get(b"host")) or _address_refused(scope, headers):
+    vouched = await vouched_state(scope, headers)
+    if vouched is None:
         return None
-    if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
-        return None
-    parsed = _presented_token(headers)
-    if parsed is None:
-        return None
-    key, secret = parsed
-    state = await cache.poll_state_async(key)
-    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
-        return None
-    if await _owes(key, state.get("generation")) is not False:
-        return None
+    key, state = vouched
     body = None
     if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
         body = state.get("body")
@@ -167,12 +158,13 @@ def headers_once(scope, names: frozenset[bytes]) -> dict[bytes, str] | None:
     return found
 
 
-async def vouched_agent(scope, headers) -> int | None:
-    """The agent whose token its cached poll state vouches for, under the checks of
-    the poll's 304 (current_answer), or None: the edge's other answers
-    (apps.fleet.bundle_edge, apps.fleet.report_edge) go to Django for a token the
-    cache does not vouch for, so a revoked, rotated or decommissioned token meets
-    Django (401) from its next request, as on the poll."""
+async def vouched_state(scope, headers) -> tuple[str, dict] | None:
+    """(token key, its cached poll state) when the cache vouches for the presented
+    agent token — an allowed Host, an address not refused, HTTPS when required, the
+    secret matching, no unsettled poll debt — or None. Every edge answer passes it
+    (the poll's, apps.fleet.bundle_edge, apps.releases.report_edge): a token the
+    cache does not vouch for goes to Django, so a revoked, rotated or decommissioned
+    token meets Django (401) from its next request."""
     if not _host_allowed(headers.get(b"host")) or _address_refused(scope, headers):
         return None
     if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
@@ -186,7 +178,7 @@ async def vouched_agent(scope, headers) -> int | None:
         return None
     if await _owes(key, state.get("generation")) is not False:
         return None
-    return state["agent_id"]
+    return key, state
 
 
 async def _owes(key: str, generation: int | None) -> bool | None:

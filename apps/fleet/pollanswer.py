@@ -10,7 +10,7 @@ Django has answered one such 200 here, the edge sends none. Only for a GET whose
 Accept makes the API render JSON; a second 200 of the same answer to the same
 token from this process goes to Django again (an agent that ignores ETags meets
 the API's per-agent throttle there, as before). The report edge
-(apps.fleet.report_edge) learns the headers of Django's report answers the same way
+(apps.releases.report_edge) learns the headers of Django's report answers the same way
 (`LearnedHeaders`).
 """
 

@@ -8,7 +8,7 @@ takes a POST of /api/v1/agent/reports off the event loop instead, when
 
 - it has no query string, a JSON body (`Content-Type: application/json`) of at most
   MAX_BODY bytes, an `Accept` DRF answers with JSON;
-- it passes the checks of the poll's 304 (apps.fleet.edge.vouched_agent: an
+- it passes the checks of the poll's 304 (apps.fleet.edge.vouched_state: an
   allowed Host, an address not refused, HTTPS when required, an agent token its
   cached poll state vouches for, with no unsettled poll debt) and is within the
   agent's API rate (as apps.fleet.bundle_edge counts it);
@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 REPORTS_PATH = "/api/v1/agent/reports"
 # A report's body: a message of 4,000 characters and a probe's output of 2,000, each
-# at most six bytes a character in JSON (\uXXXX), fit well within this.
+# at most six bytes a character in JSON (a \u escape), fit well within this.
 MAX_BODY = 64 * 1024
 BATCH_MAX = 1000
 # Under load (the last batch held more than one report) the next batch gathers this
@@ -217,10 +217,10 @@ class ReportEdge:
             return await self.app(scope, receive, send)
         headers, secure = taken
         learned = report_headers.of(secure)
-        agent_id = await edge.vouched_agent(scope, headers) if learned is not None else None
-        if agent_id is None or not await within_rate(agent_id):
+        vouched = await edge.vouched_state(scope, headers) if learned is not None else None
+        if vouched is None or not await within_rate(vouched[1]["agent_id"]):
             return await self.app(scope, receive, report_headers.learning(send, secure))
-        token_key, _ = edge._presented_token(headers)  # vouched for: well-formed
+        token_key, agent_id = vouched[0], vouched[1]["agent_id"]
         messages, body = await _body(receive)
         answer = None if body is None else await batch_recorded(agent_id, token_key, body)
         if answer is None:
