@@ -35,7 +35,8 @@ def schedule_create(*, release: ReleaseRequest, run_at: datetime, actor,
     `confirmed`: the scheduler accepts a degenerate render of this content against
     the active snapshot (the immediate action's `confirm`), applied at the start;
     the compare-and-set keeps it to the content checked now (audited, with what the
-    guard finds now)."""
+    guard finds now). An activation of the snapshot already active is refused
+    (409 already_active): it would start nothing and leave its release open."""
     now = timezone.now()
     if timezone.is_naive(run_at) or not now < run_at <= now + MAX_AHEAD:
         raise ValidationFailed("run_at: a moment with its offset, in the next 90 days.",
@@ -45,6 +46,10 @@ def schedule_create(*, release: ReleaseRequest, run_at: datetime, actor,
         locked = locked_release(release.pk, expected_version)
         if locked.state != ReleaseRequest.State.OPEN:
             raise Conflict(f"Release {locked.pk} is {locked.state}.", code="release_closed")
+        if locked.plan["kind"] == rules.ACTIVATE and env.active_snapshot_id == locked.snapshot_id:
+            raise Conflict(f"#{locked.snapshot.number} is already active in {env.full_name}: "
+                           "activating it at a later time would start nothing.",
+                           code="already_active", details={"snapshot": locked.snapshot.number})
         schedule = ScheduledRelease.objects.create(
             environment=env, release=locked, run_at=run_at,
             expected_active_snapshot=env.active_snapshot,

@@ -9,7 +9,7 @@ from apps.core import locks
 from apps.core.errors import ApplicationError, Conflict
 from apps.environments.models import Environment
 from apps.governance import gates
-from apps.releases.publishing import gate_held
+from apps.releases.publishing import gate_held, gated_content
 from apps.releases.services import snapshot_activate, snapshot_publish
 from apps.snapshots.models import Publication
 from apps.snapshots.promotion import promoted_snapshot
@@ -73,7 +73,8 @@ def _confirmed_activation(publication: Publication, actor) -> None:
     try:
         with transaction.atomic():
             snapshot_activate(snapshot=publication.snapshot, actor=actor, confirmed=True,
-                              restores=publication.kind == Publication.Kind.ROLLBACK)
+                              restores=publication.kind == Publication.Kind.ROLLBACK,
+                              gated_as=gated_content(publication))
             publication_activated(publication)
     except ApplicationError as refusal:
         if refusal.code not in gates.REFUSALS:

@@ -23,7 +23,7 @@ from apps.releases.rules import approval_hold, publication_activates
 from apps.rollouts.models import Rollout
 from apps.rollouts.quarantine import quarantine_of
 from apps.snapshots.guard import degenerate_findings
-from apps.snapshots.models import Publication
+from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.rules import Outcome
 from apps.snapshots.services import (
     failed_render,
@@ -62,6 +62,18 @@ def _finish(publication: Publication, rendered: Rendered) -> Publication:
     return publication
 
 
+def gated_content(publication: Publication) -> Snapshot:
+    """The snapshot whose content the release gate judges when `publication`'s
+    snapshot is activated: a rollback's restored snapshot when the re-render holds
+    exactly its content (its approval names that number); otherwise its own (a
+    rollback rendered into other bytes, the engine having changed, is new)."""
+    restored = (publication.rolled_back_from
+                if publication.kind == Publication.Kind.ROLLBACK else None)
+    if restored is not None and restored.checksum == publication.snapshot.checksum:
+        return restored
+    return publication.snapshot
+
+
 def _activate_through_gate(environment: Environment, publication: Publication) -> None:
     """Activate the stored snapshot if the release gate lets it, now (a savepoint:
     the gate's use of a release and the activation stand or fall together). A
@@ -69,12 +81,9 @@ def _activate_through_gate(environment: Environment, publication: Publication) -
     approved release is used here, as long as its render restored exactly that
     content (else its own content is gated). A refusal holds the snapshot, recorded."""
     rollback = publication.kind == Publication.Kind.ROLLBACK
-    restored = publication.rolled_back_from if rollback else None
-    if restored is not None and restored.checksum != publication.snapshot.checksum:
-        restored = None  # rendered into other content (the engine changed): it is new
     try:
         with transaction.atomic():
-            release_gate(environment=environment, snapshot=restored or publication.snapshot,
+            release_gate(environment=environment, snapshot=gated_content(publication),
                          plan=activation_plan(), actor=publication.author,
                          what="rollback" if rollback else "activation",
                          confirmed=publication.confirmed, restores=rollback)

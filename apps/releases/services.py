@@ -230,10 +230,13 @@ def _refuse_going_back(environment: Environment, snapshot: Snapshot) -> None:
 
 
 def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None = None,
-                      confirmed: bool = False, restores: bool = False) -> Snapshot:
+                      confirmed: bool = False, restores: bool = False,
+                      gated_as: Snapshot | None = None) -> Snapshot:
     """Activate a ready snapshot explicitly (environments that require it);
     quarantined content only with an owner's `override_reason`; then the release
-    gate (a degenerate render only `confirmed`; `restores`: a rollback's snapshot)."""
+    gate (a degenerate render only `confirmed`; `restores`: a rollback's snapshot;
+    `gated_as`: the snapshot whose content the gate judges, when not this one —
+    a rollback's re-render of exactly the restored content)."""
     with transaction.atomic():
         environment = Environment.objects.lock(snapshot.environment_id)
         _refuse_unready(snapshot)
@@ -243,8 +246,9 @@ def snapshot_activate(*, snapshot: Snapshot, actor, override_reason: str | None 
         if environment.active_snapshot_id == snapshot.pk:
             return snapshot
         _refuse_going_back(environment, snapshot)
-        release_gate(environment=environment, snapshot=snapshot, plan=activation_plan(),
-                     actor=actor, what="activation", confirmed=confirmed, restores=restores)
+        release_gate(environment=environment, snapshot=gated_as or snapshot,
+                     plan=activation_plan(), actor=actor, what="activation",
+                     confirmed=confirmed, restores=restores)
         followers = fleet.environment_activate(environment=environment, snapshot=snapshot)
         audit_record(actor=actor, action=Action.SNAPSHOT_ACTIVATE, obj=snapshot,
                      environment=environment, tenant=environment.application.tenant,

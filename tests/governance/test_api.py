@@ -215,6 +215,19 @@ def test_schedule_list_and_cancel(activation, deployer, member):
     assert ScheduledRelease.objects.get().state == "cancelled"
 
 
+def test_scheduling_the_activation_of_the_active_snapshot_is_refused(first, environment,
+                                                                     deployer, two_approvals):
+    """It would start nothing and leave its release open: 409 naming the snapshot."""
+    release = services.release_submit(environment=environment, snapshot=first,
+                                      plan=rules.activation_plan(), actor=deployer)
+    run_at = (timezone.now() + timedelta(hours=1)).isoformat()
+    body = _error(_client(deployer).post(f"/api/v1/releases/{release.pk}/schedule",
+                                         {"run_at": run_at, "expected_version": 1},
+                                         format="json"), 409, "already_active")
+    assert body["details"] == [{"snapshot": 1}]
+    assert not ScheduledRelease.objects.exists()
+
+
 def test_a_rollout_through_the_api_names_its_missing_approval(second, environment, deployer,
                                                               two_approvals):
     node = factories.enrolled_agents(environment, 1)[0]

@@ -17,6 +17,7 @@ from apps.governance import rules, schedules, services
 from apps.governance.models import ReleaseRequest, ScheduledRelease
 from apps.releases import publishing, scheduled
 from apps.releases import services as releases
+from apps.releases.promotion import publication_confirm
 from apps.rollouts import services as rollouts
 from apps.snapshots.models import Publication
 from configlang.problems import Problem
@@ -134,6 +135,57 @@ def test_a_rollback_refused_at_its_finish_is_held_saying_why(approved, second, e
     approved.refresh_from_db()
     assert approved.state == ReleaseRequest.State.OPEN
     assert not AuditEvent.objects.filter(action="release.use").exists()
+
+
+def test_a_rollback_held_at_its_finish_is_confirmed_into_activation_with_its_release(
+        approved, second, first, environment, deployer, superuser, monkeypatch):
+    """The re-render of #2's content is stored as #4 (a later #3 exists) and held at
+    its finish for a degenerate render (the active snapshot changed while it
+    rendered); confirming it activates #4 with the release approving #2's content,
+    used once — the approval names the number it restores, not the new one."""
+    factories.publish_variant(environment, superuser, workers=11)  # #3, staged
+    queued = releases.snapshot_rollback(snapshot=second, actor=deployer)
+    monkeypatch.setattr(publishing, "degenerate_findings",
+                        lambda env, files: {"files": [{"file": "app.yaml", "change": "emptied"}]})
+    held = factories.render(queued)
+    monkeypatch.undo()
+    assert (held.snapshot.number, held.activated) == (4, False)
+    assert held.snapshot.checksum == second.checksum and held.needs_confirmation
+    _unused(approved)
+
+    confirmed = publication_confirm(publication=held, actor=deployer)
+
+    environment.refresh_from_db()
+    assert confirmed.activated and environment.active_snapshot_id == held.snapshot_id
+    approved.refresh_from_db()
+    assert approved.state == ReleaseRequest.State.RELEASED
+    assert AuditEvent.objects.filter(action="release.use").count() == 1
+
+
+def test_a_confirmed_rollback_into_other_bytes_still_needs_its_own_approval(
+        approved, second, first, environment, deployer, superuser, monkeypatch):
+    """Held at its finish and rendered into other bytes than #2's: confirming it
+    records the confirmation and holds it for an approval of its own content."""
+    original = publishing.publication_rendered
+
+    def changed(publication):
+        rendered = original(publication)
+        rendered.files = [{**rendered.files[0],
+                           "content": rendered.files[0]["content"] + "# rendered anew\n"},
+                          *rendered.files[1:]]
+        return rendered
+    queued = releases.snapshot_rollback(snapshot=second, actor=deployer)
+    monkeypatch.setattr(publishing, "publication_rendered", changed)
+    monkeypatch.setattr(publishing, "degenerate_findings",
+                        lambda env, files: {"files": [{"file": "app.yaml", "change": "emptied"}]})
+    held = factories.render(queued)
+    monkeypatch.undo()
+
+    confirmed = publication_confirm(publication=held, actor=deployer)
+
+    assert confirmed.confirmed and not confirmed.activated
+    assert confirmed.held["code"] == "approval_required"
+    _unused(approved)
 
 
 def test_the_api_rollback_answers_and_a_failed_render_uses_nothing(approved, deployer,
