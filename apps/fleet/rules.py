@@ -75,6 +75,19 @@ def is_held(agent) -> bool:
     return agent.pinned_snapshot_id is not None or agent.pin_rollout_id is not None
 
 
+# Which snapshot an agent desires (desired_source).
+PINNED, TARGET, ACTIVE = "pinned", "target", "active"
+
+
+def desired_source(agent) -> str:
+    """Which snapshot `agent` (a model or a row of its columns) desires: its pin if
+    held (PINNED), else a manual agent's target (TARGET), else the environment's
+    active snapshot (ACTIVE)."""
+    if is_held(agent):
+        return PINNED
+    return TARGET if agent.mode == "manual" else ACTIVE
+
+
 def held_by(agent) -> dict | None:
     """Who holds the agent: {"kind": "rollout", "rollout": id}, {"kind":
     "operator", "by": username or None}, or None when it is not held."""

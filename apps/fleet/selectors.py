@@ -16,10 +16,12 @@ OFFLINE_AFTER_POLL_INTERVALS = 3
 
 
 def desired_snapshot_for(agent: Agent) -> Snapshot | None:
-    """Its pin if any, else the manual target, else the environment's active snapshot."""
-    if agent.is_held:
+    """Its pin if any, else the manual target, else the environment's active
+    snapshot (rules.desired_source)."""
+    source = rules.desired_source(agent)
+    if source == rules.PINNED:
         return agent.pinned_snapshot  # a rollout may hold a target at "nothing yet"
-    if agent.mode == Agent.Mode.MANUAL:
+    if source == rules.TARGET:
         return agent.target_snapshot
     return agent.environment.active_snapshot
 
@@ -38,7 +40,11 @@ def announced_deployment_for(agent: Agent, snapshot: Snapshot | None) -> Deploym
 
 
 def bundle_url(snapshot: Snapshot) -> str:
-    return f"/api/v1/agent/snapshots/{snapshot.number}/bundle"
+    return bundle_url_of(snapshot.number)
+
+
+def bundle_url_of(number: int) -> str:
+    return f"/api/v1/agent/snapshots/{number}/bundle"
 
 
 def desired_state_for(agent: Agent) -> tuple[dict, str]:
@@ -51,17 +57,30 @@ def desired_answer(agent: Agent, snapshot: Snapshot | None,
                    deployment: Deployment | None) -> tuple[dict, str]:
     """The desired body (and its ETag) of `agent` desiring `snapshot`, announced as
     `deployment` (or not)."""
+    return desired_answer_of(
+        snapshot=None if snapshot is None else (snapshot.number, snapshot.label,
+                                                snapshot.checksum),
+        deployment_id=getattr(deployment, "pk", None), mode=agent.mode,
+        poll_interval_s=agent.environment.poll_interval_s,
+        drift_policy=agent.environment.drift_policy)
+
+
+def desired_answer_of(*, snapshot: tuple[int, str, str] | None, deployment_id, mode: str,
+                      poll_interval_s: int, drift_policy: str) -> tuple[dict, str]:
+    """The desired body and its ETag from what it names: the snapshot (number,
+    label, checksum) or None, the announcing push's id or None, the agent's mode and
+    its environment's poll interval and drift policy."""
     body = {
         "snapshot": None if snapshot is None else {
-            "number": snapshot.number,
-            "label": snapshot.label,
-            "checksum": snapshot.checksum,
-            "bundle_url": bundle_url(snapshot),
+            "number": snapshot[0],
+            "label": snapshot[1],
+            "checksum": snapshot[2],
+            "bundle_url": bundle_url_of(snapshot[0]),
         },
-        "deployment_id": str(deployment.pk) if deployment else None,
-        "mode": agent.mode,
-        "poll_interval_s": agent.environment.poll_interval_s,
-        "drift_policy": agent.environment.drift_policy,
+        "deployment_id": str(deployment_id) if deployment_id is not None else None,
+        "mode": mode,
+        "poll_interval_s": poll_interval_s,
+        "drift_policy": drift_policy,
     }
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
     return body, f'"{digest[:40]}"'
@@ -75,41 +94,55 @@ def desired_body_bytes(body: dict) -> bytes:
 
 DESIRED_SNAPSHOTS = ("environment__active_snapshot", "target_snapshot", "pinned_snapshot")
 
-# What an agent's desired answer reads (desired_snapshot_for, desired_answer), and
-# what its cached poll state keeps: the refill after a publish reads these for every
-# agent of the environment, not the agents' and snapshots' other columns.
-_SNAPSHOT_READ = ("number", "label", "checksum")
+# What an agent's desired answer reads, as columns (the refill after a publish reads
+# them for every agent of the environment: no model is built): the agent's own,
+# its environment's, and each snapshot it may desire (by rules.desired_source).
+_SOURCES = {rules.PINNED: "pinned_snapshot", rules.TARGET: "target_snapshot",
+            rules.ACTIVE: "environment__active_snapshot"}
+_SNAPSHOT_READ = ("id", "number", "label", "checksum")
 ANSWER_READ = (
-    "token_key", "token_hash", "generation", "mode", "pinned_snapshot", "pin_rollout",
-    "target_snapshot", "environment__poll_interval_s", "environment__drift_policy",
-    "environment__active_snapshot",
-    *(f"{relation}__{column}" for relation in DESIRED_SNAPSHOTS for column in _SNAPSHOT_READ))
+    "pk", "token_key", "token_hash", "generation", "mode", "pinned_snapshot_id",
+    "pin_rollout_id", "environment_id", "environment__poll_interval_s",
+    "environment__drift_policy",
+    *(f"{relation}__{column}" for relation in _SOURCES.values() for column in _SNAPSHOT_READ))
 
 
-def desired_states_of(token_keys) -> list[tuple[Agent, dict, str]]:
+def _desired_of(row) -> tuple[int, str, str, int] | None:
+    """(number, label, checksum, id) of the snapshot an ANSWER_READ row desires."""
+    relation = _SOURCES[rules.desired_source(row)]
+    number, label, checksum, pk = (getattr(row, f"{relation}__{column}")
+                                   for column in ("number", "label", "checksum", "id"))
+    return None if pk is None else (number, label, checksum, pk)
+
+
+def desired_states_of(token_keys) -> list[tuple[tuple, dict, str]]:
     """(agent, body, ETag) of the agents holding these token keys whose tokens are
-    accepted (in service, not revoked), as desired_state_for answers each: two
-    queries however many agents (their rows with what they desire, their pending
-    pushes); each distinct answer computed once (after a publish, most agents of an
-    environment get the same)."""
+    accepted (in service, not revoked), as desired_state_for answers each — the
+    agent as a row of ANSWER_READ's columns (no model is built: a refill reads ten
+    thousand): two queries however many agents (their rows with what they desire,
+    their pending pushes); each distinct answer computed once (after a publish,
+    most agents of an environment get the same)."""
     agents = list(Agent.objects.filter(
         token_key__in=list(token_keys), decommissioned_at__isnull=True,
-        token_revoked_at__isnull=True).select_related(*DESIRED_SNAPSHOTS)
-        .only(*ANSWER_READ).order_by("pk"))
-    pushes: dict[tuple[int, int], Deployment] = {}
-    for deployment in (Deployment.objects
-                       .filter(agent__in=agents, kind=Deployment.Kind.PUSH,
-                               state=Deployment.State.PENDING)
-                       .order_by("-created_at").only("id", "agent_id", "snapshot_id")):
-        pushes.setdefault((deployment.agent_id, deployment.snapshot_id), deployment)
+        token_revoked_at__isnull=True).order_by("pk").values_list(*ANSWER_READ, named=True))
+    pushes: dict[tuple[int, int], object] = {}
+    for agent_id, snapshot_id, pk in (Deployment.objects
+                                      .filter(agent__in=[a.pk for a in agents],
+                                              kind=Deployment.Kind.PUSH,
+                                              state=Deployment.State.PENDING)
+                                      .order_by("-created_at")
+                                      .values_list("agent_id", "snapshot_id", "id")):
+        pushes.setdefault((agent_id, snapshot_id), pk)
     answers, computed = [], {}
     for agent in agents:
-        snapshot = desired_snapshot_for(agent)
-        deployment = None if snapshot is None else pushes.get((agent.pk, snapshot.pk))
-        inputs = (agent.environment_id, agent.mode, getattr(snapshot, "pk", None),
-                  getattr(deployment, "pk", None))
+        snapshot = _desired_of(agent)
+        deployment_id = None if snapshot is None else pushes.get((agent.pk, snapshot[3]))
+        inputs = (agent.environment_id, agent.mode, snapshot, deployment_id)
         if inputs not in computed:
-            computed[inputs] = desired_answer(agent, snapshot, deployment)
+            computed[inputs] = desired_answer_of(
+                snapshot=snapshot and snapshot[:3], deployment_id=deployment_id,
+                mode=agent.mode, poll_interval_s=agent.environment__poll_interval_s,
+                drift_policy=agent.environment__drift_policy)
         answers.append((agent, *computed[inputs]))
     return answers
 
