@@ -12,7 +12,7 @@ their debts trust answers of the generations they reached).
 import logging
 from datetime import timedelta
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.lookups import IsNull
 from django.utils import timezone
@@ -23,7 +23,7 @@ from apps.core import locks
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
-from apps.fleet import cache, longpoll, rules, selectors
+from apps.fleet import cache, longpoll, refill, rules
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.guard import content_activated
 from apps.snapshots.models import Snapshot
@@ -49,33 +49,13 @@ def _forget_and_announce(keys) -> None:
 
 def refresh_polls_on_commit(agents) -> None:
     """These agents' poll answers changed with their generations (`agents`: a query
-    read after the bump): record the debt with the generation each reached, and on
-    commit write their new answers to the cache, computed a thousand at a time
-    (REFILL_CHUNK), rather than send every agent to the database; then wake their
-    long-polls."""
+    read after the bump): record the debt with the generation each reached, and
+    after commit refill their answers in the cache (apps.fleet.refill: off the
+    committing request, rather than send every agent to the database)."""
     generations = dict(agents.order_by().values_list("token_key", "generation"))
     if keys := sorted(generations):
         PollInvalidation.objects.create(token_keys=keys, generations=generations)
-        transaction.on_commit(lambda: _refill_and_announce(keys))
-
-
-# The refill writes and announces this many answers at a time: the first agents
-# hear of a change while the answers of the last are still being computed.
-REFILL_CHUNK = 1000
-
-
-def _refill_and_announce(keys) -> None:
-    for start in range(0, len(keys), REFILL_CHUNK):
-        chunk = keys[start:start + REFILL_CHUNK]
-        try:
-            states = selectors.poll_states_of(chunk)
-        except DatabaseError:
-            logger.warning("database unavailable; poll states dropped, not refilled",
-                           exc_info=True)
-            states = {}
-        gone = [k for k in chunk if k not in states]  # a token revoked meanwhile
-        if cache.store_poll_states(states) and cache.forget_poll_states(gone):
-            longpoll.announce(chunk)
+        transaction.on_commit(lambda: refill.refill_after_commit(keys))
 
 
 SWEEP_BATCH = 500

@@ -14,7 +14,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from apps.fleet import cache as fleet_cache
-from apps.fleet import enrollment, pollanswer, polldebt, rules, selectors, services
+from apps.fleet import enrollment, pollanswer, polldebt, refill, rules, selectors, services
 from apps.fleet.edge import DESIRED_PATH, PollEdge
 from apps.fleet.models import Agent, PollInvalidation
 from apps.releases.services import environment_update
@@ -192,7 +192,7 @@ def test_a_publish_refills_its_followers_with_two_queries_however_many(
     for group in (few, few + many):
         keys = [a.agent.token_key for a in group]
         with django_assert_num_queries(2):
-            services._refill_and_announce(keys)
+            refill.refill_and_announce(keys)
         states = {k: fleet_cache.poll_state(k) for k in keys}
         assert all(s is not None and s["generation"] and s["body"] for s in states.values())
 
@@ -202,14 +202,14 @@ def test_a_refill_is_written_and_announced_a_chunk_at_a_time(
     """The first agents hear of a change while the answers of the last are computed."""
     agents = [enroll(f"web-{i}") for i in range(12)]
     keys = sorted(a.agent.token_key for a in agents)
-    monkeypatch.setattr(services, "REFILL_CHUNK", 5)
+    monkeypatch.setattr(refill, "REFILL_CHUNK", 5)
     announced = []
-    monkeypatch.setattr(services.longpoll, "announce",
+    monkeypatch.setattr(refill.longpoll, "announce",
                         lambda chunk: announced.append((list(chunk), all(
                             fleet_cache.poll_state(k) is not None for k in chunk))))
 
     with django_assert_num_queries(6):
-        services._refill_and_announce(keys)
+        refill.refill_and_announce(keys)
 
     assert announced == [(keys[:5], True), (keys[5:10], True), (keys[10:], True)]
 
@@ -288,7 +288,7 @@ def test_a_token_revoked_right_after_a_publish_is_never_answered_by_the_edge(
     assert _edge(agent, new)[0] == DJANGO
     assert poll(agent.client, new).status_code == 401
     # A refill that ran after the revocation committed writes nothing for the token.
-    services._refill_and_announce(keys)
+    refill.refill_and_announce(keys)
     assert fleet_cache.poll_state(agent.agent.token_key) is None
 
 
@@ -326,7 +326,7 @@ def test_a_refill_the_database_fails_drops_the_answers(
         raise OperationalError("down")
 
     monkeypatch.setattr(selectors, "desired_states_of", fails)
-    services._refill_and_announce([agent.agent.token_key])
+    refill.refill_and_announce([agent.agent.token_key])
     assert fleet_cache.poll_state(agent.agent.token_key) is None
 
 
@@ -341,7 +341,7 @@ def test_the_refill_answers_as_each_agent_desires(enroll, first, environment, su
     assert deployer.post(deploy_url(2), {"agents": [pushed.agent.pk]},
                          format="json").status_code < 300
     agents = [auto, manual, pushed]
-    services._refill_and_announce([a.agent.token_key for a in agents])
+    refill.refill_and_announce([a.agent.token_key for a in agents])
 
     for agent in agents:
         body, etag = _database_answer(agent)
