@@ -88,24 +88,26 @@ class Agent(models.Model):
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.AUTO_PULL)
     target_snapshot = models.ForeignKey(
         Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
-        help_text="What a manual agent follows: the snapshot last pushed to it.",
+        db_index=False, help_text="What a manual agent follows: the snapshot last pushed to it.",
     )
     # A pin wins over everything else: an operator's hold (later also a rollout's).
     pinned_snapshot = models.ForeignKey(
         Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        db_index=False,
     )
     pinned_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-        related_name="+",
+        related_name="+", db_index=False,
     )
     pinned_at = models.DateTimeField(null=True, blank=True)
     # Set when the pin is a rollout's (then released by the rollout or with its id).
     pin_rollout = models.ForeignKey(
         "rollouts.Rollout", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        db_index=False,
     )
     # Bumped on every change of the agent's desired state (CAS for operators).
     generation = models.PositiveBigIntegerField(default=1)
-    token_key = models.CharField(max_length=16, unique=True, editable=False)
+    token_key = models.CharField(max_length=16, editable=False)  # unique: Meta
     token_hash = models.CharField(max_length=64, editable=False)
     token_revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
     # What the agent applied, only ever from its reports.
@@ -142,6 +144,17 @@ class Agent(models.Model):
                                     name="agent_unique_name_in_service"),
             models.CheckConstraint(condition=Q(mode__in=["auto_pull", "manual"]),
                                    name="agent_mode_valid"),
+            # A constraint, not unique=True: no second (LIKE) index to write.
+            models.UniqueConstraint(fields=["token_key"], name="agent_token_key_unique"),
+        ]
+        # A rollout step rewrites the pins of ten thousand agents at once: only
+        # agents that hold a snapshot, a pin or a user are indexed by it (what
+        # deleting one, and retention's "is it desired?", look up), so releasing
+        # a pin writes no entry to these indexes.
+        indexes = [
+            models.Index(fields=[field], condition=Q(**{f"{field}__isnull": False}),
+                         name=f"agent_{field}_set")
+            for field in ("target_snapshot", "pinned_snapshot", "pinned_by", "pin_rollout")
         ]
 
     def __str__(self) -> str:

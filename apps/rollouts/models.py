@@ -96,7 +96,9 @@ class RolloutTarget(models.Model):
         ACTIVATED = "activated", "Activated"
         RELEASED = "released", "Released"
 
-    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="targets")
+    # Indexed by the unique (rollout, agent) constraint below: no index of its own.
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="targets",
+                                db_index=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     wave = models.PositiveIntegerField()
     previous_snapshot = models.ForeignKey(Snapshot, null=True, blank=True,
