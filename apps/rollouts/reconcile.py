@@ -60,7 +60,7 @@ def _drive(rollout: Rollout) -> str:
     if evidence.settled and wave.get("gate") == Rollout.Gate.AUTO and baked:
         if hold() is not None:
             return _held(rollout, hold())
-        advance(rollout, None, "acknowledged and baked")
+        advance(rollout, None, "acknowledged and baked", evidence)
         return "advanced"
     if waited > timedelta(seconds=rollout.wave_timeout_s):
         blockers = rules.describe(

@@ -114,14 +114,19 @@ def rollouts_without_pins(rollouts):
 EVIDENCE_KINDS = ("acknowledged", "failed", "waiting", "released", "changed")
 
 
-def rollout_summary(rollout: Rollout, shown: int = 100) -> dict:
+def rollout_summary(rollout: Rollout, shown: int = 100,
+                    known: dict[int, WaveEvidence] | None = None) -> dict:
     """What a rollout showed when it finished, kept on it before its pins go: per
     wave {index, targets, activated (ever), acknowledged, failed} and the current
-    wave's evidence by name (at most `shown` per kind)."""
+    wave's evidence by name (at most `shown` per kind). `known`: the evidence of
+    waves already read in this transaction (the confirm that completes it), not
+    read again."""
     rows = {row["wave"]: row for row in RolloutTarget.objects.filter(rollout=rollout)
             .values("wave").annotate(targets=Count("pk"),
                                      activated=Count("pk", filter=Q(activated_at__isnull=False)))}
-    reached = waves_evidence(rollout, range(rollout.current_wave + 1))
+    known = known or {}
+    reached = {**waves_evidence(rollout, [w for w in range(rollout.current_wave + 1)
+                                          if w not in known]), **known}
     waves = []
     for index in range(len(rollout.waves)):
         evidence = reached.get(index, WaveEvidence())

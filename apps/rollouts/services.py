@@ -26,6 +26,7 @@ from apps.governance.rules import rollout_plan
 from apps.rollouts import bounds, inflight, rules, selectors
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.rollouts.quarantine import quarantine_record, refuse_quarantined
+from apps.rollouts.rules import WaveEvidence
 from apps.rollouts.targets import pins_release, targets_store
 from apps.snapshots.models import Publication, Snapshot
 from apps.snapshots.services import (
@@ -216,10 +217,11 @@ def transition(rollout: Rollout, actor, action: Action, summary: str, **fields) 
                  summary=summary)
 
 
-def advance(rollout: Rollout, actor, why: str) -> Rollout:
-    """Open the next wave, or complete the rollout after the last one."""
+def advance(rollout: Rollout, actor, why: str, evidence: WaveEvidence | None = None) -> Rollout:
+    """Open the next wave, or complete the rollout after the last one (`evidence`:
+    the current wave's, read by the caller in this transaction)."""
     if rollout.current_wave + 1 >= len(rollout.waves):
-        return _complete(rollout, actor)
+        return _complete(rollout, actor, evidence)
     wave = rollout.current_wave + 1
     rollout.current_wave = wave
     count = inflight.wave_open(rollout, wave)
@@ -233,11 +235,12 @@ def advance(rollout: Rollout, actor, why: str) -> Rollout:
     return rollout
 
 
-def _complete(rollout: Rollout, actor) -> Rollout:
+def _complete(rollout: Rollout, actor, evidence: WaveEvidence | None) -> Rollout:
     """The snapshot becomes the environment's active one and the pins are released
     (every target is activated by now), its per-wave summary kept first."""
     environment_activate(environment=rollout.environment, snapshot=rollout.snapshot)
-    summary = selectors.rollout_summary(rollout)
+    summary = selectors.rollout_summary(
+        rollout, known=None if evidence is None else {rollout.current_wave: evidence})
     pins_release(rollout, RolloutTarget.objects.filter(rollout=rollout), rollout.snapshot)
     transition(rollout, actor, Action.ROLLOUT_COMPLETE,
                 f"Rollout {rollout.pk} completed: #{rollout.snapshot.number} active",
@@ -268,7 +271,7 @@ def rollout_confirm(*, rollout: Rollout, expected_version: int, actor) -> Rollou
                                     for k, names in blockers])
         announce("rollout.confirmed", environment_id=locked.environment_id,
                  rollout=locked.pk, snapshot=locked.snapshot.number, wave=locked.current_wave)
-        return advance(locked, actor, "confirmed")
+        return advance(locked, actor, "confirmed", evidence)
 
 
 def _replacement(environment: Environment, previous: Snapshot, actor) -> Snapshot:
