@@ -36,8 +36,10 @@ import asyncio
 import contextlib
 import gzip
 import json
+import os
 import random
 import resource
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -82,8 +84,8 @@ class Connection:
         for attempt in (0, 1):
             reused = self.writer is not None
             try:
-                return await asyncio.wait_for(self._exchange(method, path, headers, body),
-                                              timeout)
+                async with asyncio.timeout(timeout):  # no task of its own, as wait_for's
+                    return await self._exchange(method, path, headers, body)
             except (ConnectionError, asyncio.IncompleteReadError):
                 self.close()
                 if attempt or not reused:
@@ -368,11 +370,16 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     if args.change_config:
         await api(urls[0], api_token, "PATCH", env_path,
                   {"config": f"generation: {fleet.baseline_number + 1}\n"})
+    if args.on_publish:  # e.g. a profiler attached to the servers for the storm
+        subprocess.Popen(args.on_publish, shell=True)  # noqa: S602 - the operator's own
+    cpu_before = cpu_seconds()
     fleet.published_at = time.monotonic()
     published = await api(urls[0], api_token, "POST", f"{env_path}/publish")
     publish_answer_s = fleet.since_publish()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(fleet.all_reported.wait(), args.duration)
+    cpu = [after - before for before, after in zip(cpu_before, cpu_seconds(), strict=True)]
+    cpu.append(fleet.since_publish())
     fleet.stopping = True
     rss_after = rss()
     for task in tasks:
@@ -383,7 +390,15 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),
-            "setup_errors": setup_errors, "load": load_at_publish}
+            "setup_errors": setup_errors, "load": load_at_publish, "cpu": cpu}
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(this simulator's CPU seconds, the whole machine's busy CPU seconds)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return usage.ru_utime + usage.ru_stime, (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def print_result(args, result: dict, nodes: int) -> int:
@@ -408,6 +423,10 @@ def print_result(args, result: dict, nodes: int) -> int:
         print(f"server RSS (KiB, per node): before agents {idle}, with agents {steady}, "
               f"after publish {after}; growth per connected agent {per_agent:.1f} KiB")
     print(f"load average at the publish: {' '.join(result['load'])}")
+    simulator, machine, wall = result["cpu"]
+    print(f"CPU from the publish to the last report ({wall:.1f} s, {os.cpu_count()} cores): "
+          f"the simulator {simulator:.1f} s, the whole machine {machine:.1f} s "
+          f"(servers, database, Redis and simulator)")
     if result["setup_errors"]:
         print("errors before the publish (enrollment, first sync): " + ", ".join(
             f"{kind}: {n}" for kind, n in result["setup_errors"].most_common()))
@@ -442,6 +461,12 @@ def parse_args(argv=None):
     parser.add_argument("--setup-timeout", type=float, default=300.0,
                         help="seconds to enroll the fleet and see every agent synced")
     parser.add_argument("--enroll-concurrency", type=int, default=16)
+    parser.add_argument("--on-publish", metavar="COMMAND",
+                        help="a shell command started (not waited for) just before the "
+                             "publish, e.g. a profiler attached to the servers")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="the simulator's event loop (default uvloop: lighter, so more "
+                             "of the machine is left to the servers)")
     parser.add_argument("--ramp", type=float, default=0.0,
                         help="seconds over which the agents enroll (and first sync), evenly")
     parser.add_argument("--nodes", type=int, default=1, help="web nodes to start (1-4)")
@@ -481,6 +506,18 @@ def parse_args(argv=None):
     return args
 
 
+def run(args, coroutine):
+    """Run the simulation on uvloop (--loop uvloop, the default: the simulator shares
+    the machine with the servers, so it should take as little of it as it can) or
+    asyncio's own loop."""
+    if args.loop == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coroutine)
+    return asyncio.run(coroutine)
+
+
 def raise_fd_limit(agents: int) -> None:
     """Each agent holds a connection (and the server its other end, when local)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -495,7 +532,7 @@ def main(argv=None) -> int:
     raise_fd_limit(args.agents)  # before the servers start: they inherit it
     if args.url:
         args.change_config = False  # not ours to change: the publish alone makes a number
-        result = asyncio.run(measure(args, args.url, args.api_token, args.enrollment_token,
+        result = run(args, measure(args, args.url, args.api_token, args.enrollment_token,
                                      args.environment,
                                      lambda: [rss_kib(pid) for pid in args.server_pid]))
         return print_result(args, result, len(args.url))
@@ -507,7 +544,7 @@ def main(argv=None) -> int:
         servers.setup(uses=args.agents, config="generation: 1\n", template=TEMPLATE)
         try:
             servers.start()
-            result = asyncio.run(measure(args, servers.urls, servers.api_token,
+            result = run(args, measure(args, servers.urls, servers.api_token,
                                          servers.enrollment_token,
                                          f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib))
         except SystemExit:

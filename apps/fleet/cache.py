@@ -87,7 +87,9 @@ class _AsyncReader:
         answer = loop.create_future()
         if not self._waiting:
             loop.call_soon(self._read_waiting, client, loop)
-        self._waiting.append((backend.make_and_validate_key(_poll_key(token_key)), answer))
+        # make_key, not make_and_validate_key: the key is ours (a prefix and a
+        # 16-character token key), and the memcached checks cost more than the read.
+        self._waiting.append((backend.make_key(_poll_key(token_key)), answer))
         raw = await answer
         return None if raw is None else self._serializer.loads(raw)
 
