@@ -378,8 +378,8 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     publish_answer_s = fleet.since_publish()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(fleet.all_reported.wait(), args.duration)
-    cpu = [after - before for before, after in zip(cpu_before, cpu_seconds(), strict=True)]
-    cpu.append(fleet.since_publish())
+    (simulator, machine), wall = cpu_seconds(), fleet.since_publish()
+    cpu = (simulator - cpu_before[0], machine - cpu_before[1], wall)
     fleet.stopping = True
     rss_after = rss()
     for task in tasks:
@@ -533,8 +533,8 @@ def main(argv=None) -> int:
     if args.url:
         args.change_config = False  # not ours to change: the publish alone makes a number
         result = run(args, measure(args, args.url, args.api_token, args.enrollment_token,
-                                     args.environment,
-                                     lambda: [rss_kib(pid) for pid in args.server_pid]))
+                                   args.environment,
+                                   lambda: [rss_kib(pid) for pid in args.server_pid]))
         return print_result(args, result, len(args.url))
     args.change_config = True
     with BenchServers(nodes=args.nodes, database_url=args.database_url,
@@ -545,8 +545,8 @@ def main(argv=None) -> int:
         try:
             servers.start()
             result = run(args, measure(args, servers.urls, servers.api_token,
-                                         servers.enrollment_token,
-                                         f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib))
+                                       servers.enrollment_token,
+                                       f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib))
         except SystemExit:
             sys.stderr.write(servers.log_tail())
             raise
