@@ -4,7 +4,8 @@ so is a bundle Django has answered before (apps/fleet/bundle_edge.py); agents'
 reports are recorded there in batches (apps/releases/report_edge.py). Request bodies
 are bounded while they are received (project/bodylimits.py), and requests enter
 Django a few at a time per process (project/admission.py); a refused websocket
-handshake is answered 403 (project/refusals.py)."""
+handshake is answered 403 (project/refusals.py). The garbage collector is tuned
+for the many objects of held long-polls (project/gc_tuning.py)."""
 
 import os
 
@@ -20,7 +21,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from apps.fleet.bundle_edge import BundleEdge  # noqa: E402
 from apps.fleet.edge import PollEdge  # noqa: E402
 from apps.releases.report_edge import ReportEdge  # noqa: E402
-from project import daphne_limits  # noqa: E402
+from project import daphne_limits, gc_tuning  # noqa: E402
 from project.admission import DjangoAdmission  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.origins import SameOriginWebsockets  # noqa: E402
@@ -37,3 +38,5 @@ application = ProtocolTypeRouter(
         ))),
     }
 )
+
+gc_tuning.install()  # last: everything built while starting is frozen

@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
@@ -25,3 +25,12 @@ def _django_logging(**kwargs):
 # Only for JSON logs: with the plain format, Celery's own lines stay as they are.
 if os.environ.get("BELLWETHER_LOG_FORMAT", "").strip() == "json":
     setup_logging.connect(_django_logging, weak=False)
+
+
+@worker_process_init.connect(weak=False)
+def _tuned_collector(**kwargs):
+    """Each worker process's garbage collector as the web's (project/gc_tuning.py):
+    a refill or a rollout step holds tens of thousands of rows' objects at once."""
+    from project import gc_tuning
+
+    gc_tuning.install()
