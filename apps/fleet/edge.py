@@ -32,7 +32,9 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DatabaseError
+from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
 
 from apps.core import metrics, throttling, tokens
@@ -65,11 +67,32 @@ def _headers(scope) -> dict[bytes, str] | None:
 
 
 def _host_allowed(host: str | None) -> bool:
+    """Django's ALLOWED_HOSTS decision for this Host header, remembered: a fleet
+    sends the same one or two (at most HOSTS_REMEMBERED, then forgotten together,
+    since the header is the client's to choose; all of them when settings change)."""
+    allowed = _hosts_decided.get(host)
+    if allowed is None:
+        if len(_hosts_decided) >= HOSTS_REMEMBERED:
+            _hosts_decided.clear()
+        allowed = _hosts_decided[host] = _host_validated(host)
+    return allowed
+
+
+def _host_validated(host: str | None) -> bool:
     domain, _ = split_domain_port(host or "")
     allowed = settings.ALLOWED_HOSTS
     if settings.DEBUG and not allowed:
         allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host()
     return bool(domain) and validate_host(domain, allowed)
+
+
+HOSTS_REMEMBERED = 64
+_hosts_decided: dict[str | None, bool] = {}
+
+
+@receiver(setting_changed)
+def _settings_changed(**kwargs):
+    _hosts_decided.clear()  # ALLOWED_HOSTS and DEBUG decide them
 
 
 def _is_secure(scope, headers) -> bool:
@@ -124,19 +147,31 @@ class Current(NamedTuple):
     body: bytes | None = None
 
 
-async def current_answer(scope) -> Current | None:
+class Refilling(NamedTuple):
+    """A poll whose cached answer a poll debt distrusts: a committed change the
+    cache does not reflect yet. Its refill (or the drop of the stale answer)
+    announces the key when done."""
+
+    key: str
+    agent_id: int
+
+
+async def current_answer(scope) -> Current | Refilling | None:
     """The poll's cached answer when it is 304, or 200 with the cached body when the
-    edge may send it (apps.fleet.pollanswer), the heartbeat recorded; None when
-    Django must answer."""
+    edge may send it (apps.fleet.pollanswer), the heartbeat recorded; Refilling
+    when the cache's answer is stale and being replaced; None when Django must
+    answer."""
     if scope["path"] != DESIRED_PATH or scope["method"] not in ("GET", "HEAD"):
         return None
     headers = _headers(scope)
     if headers is None or b"if-none-match" not in headers:
         return None
-    vouched = await vouched_state(scope, headers)
-    if vouched is None:
+    checked = await _checked_state(scope, headers)
+    if checked is None or checked[2] is None:
         return None
-    key, state = vouched
+    key, state, owed = checked
+    if owed:
+        return Refilling(key, state["agent_id"])
     body = None
     if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
         body = state.get("body")
@@ -165,6 +200,16 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     (the poll's, apps.fleet.bundle_edge, apps.releases.report_edge): a token the
     cache does not vouch for goes to Django, so a revoked, rotated or decommissioned
     token meets Django (401) from its next request."""
+    checked = await _checked_state(scope, headers)
+    if checked is None or checked[2] is not False:
+        return None
+    return checked[:2]
+
+
+async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | None:
+    """vouched_state's checks but the poll debt's, and what the debt says of the
+    cached state (True: stale; None: the database could not say); None when a
+    check fails."""
     if not _host_allowed(headers.get(b"host")) or _address_refused(scope, headers):
         return None
     if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
@@ -176,9 +221,7 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     state = await cache.poll_state_async(key)
     if state is None or not tokens.secret_matches(secret, state["token_hash"]):
         return None
-    if await _owes(key, state.get("generation")) is not False:
-        return None
-    return key, state
+    return key, state, await _owes(key, state.get("generation"))
 
 
 async def _owes(key: str, generation: int | None) -> bool | None:
@@ -214,22 +257,35 @@ def _heartbeat_flushed(agent_id: int) -> None:
                            len(refused), exc_info=True)
 
 
+# How long a held poll whose cached answer is being refilled waits for the refill
+# (announced per key when written) before Django answers it from the database.
+REFILL_WAIT_S = 2.0
+
+
 async def held_answer(scope) -> Current | None:
     """For a poll with ?wait=N: the answer to give at the end of the wait (304), or
-    None as soon as Django must answer (the desired state may have changed)."""
+    None as soon as Django must answer (the desired state may have changed). A
+    poll arriving while a change's refill is under way (its cached answer stale)
+    waits up to REFILL_WAIT_S for it rather than go to the database with the
+    change's whole storm; a plain poll (no wait) goes to Django at once."""
     wait = requested_wait(scope)
-    current = await current_answer(scope) if wait is not None else None
-    if current is None or current.body is not None or not wait:
-        return current
-    deadline = asyncio.get_running_loop().time() + wait
+    if wait is None:
+        return None
+    loop = asyncio.get_running_loop()
+    deadline, refilled_by = loop.time() + wait, None
     while True:
-        remaining = deadline - asyncio.get_running_loop().time()
+        current = await current_answer(scope)
+        if isinstance(current, Refilling):
+            refilled_by = refilled_by or loop.time() + min(wait, REFILL_WAIT_S)
+            until = refilled_by
+        elif current is None or current.body is not None or not wait:
+            return current
+        else:
+            refilled_by, until = None, deadline
+        remaining = until - loop.time()
         if remaining <= 0 or not await longpoll.wait_for_change(
                 current.key, current.agent_id, remaining):
-            return current
-        current = await current_answer(scope)
-        if current is None or current.body is not None:
-            return current
+            return None if isinstance(current, Refilling) else current
 
 
 def long_poll_header() -> list[tuple[bytes, bytes]]:

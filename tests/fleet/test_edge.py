@@ -16,7 +16,7 @@ from django.test.utils import override_settings
 
 from apps.core import throttling
 from apps.fleet import cache as fleet_cache
-from apps.fleet import enrollment, longpoll, polldebt
+from apps.fleet import edge, enrollment, longpoll, polldebt
 from apps.fleet.edge import DESIRED_PATH, PollEdge
 from tests.factories import poll
 
@@ -356,3 +356,22 @@ def test_a_held_poll_has_no_timer_its_wait_ends_with_its_second_bucket():
         for task in asyncio.all_tasks() - {asyncio.current_task()}:
             task.cancel()
     asyncio.run(scenario())
+
+
+def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
+    """The ALLOWED_HOSTS decision is remembered per Host header: a client sending
+    ever new Host values empties the memory rather than grow it, and a settings
+    change decides again."""
+    def polled(host):
+        headers = [("Host", host), ("Authorization", f"Bearer {warm.token}"),
+                   ("If-None-Match", warm.etag)]
+        return call_edge(headers=headers)[0]
+
+    assert polled("testserver") == 304
+    for i in range(edge.HOSTS_REMEMBERED * 3):
+        assert polled(f"evil-{i}.example") == DJANGO
+        assert len(edge._hosts_decided) <= edge.HOSTS_REMEMBERED
+    assert polled("testserver") == 304
+    with override_settings(ALLOWED_HOSTS=["elsewhere.example"]):
+        assert polled("testserver") == DJANGO
+    assert polled("testserver") == 304

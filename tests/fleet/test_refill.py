@@ -5,6 +5,7 @@ the poll edge sends such an answer as the 200 Django would send. No agent gets a
 stale or wrong answer meanwhile: the edge's answer is always the database's."""
 
 import asyncio
+import threading
 import time
 from datetime import timedelta
 
@@ -14,7 +15,17 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from apps.fleet import cache as fleet_cache
-from apps.fleet import enrollment, pollanswer, polldebt, refill, rules, selectors, services
+from apps.fleet import (
+    edge,
+    enrollment,
+    longpoll,
+    pollanswer,
+    polldebt,
+    refill,
+    rules,
+    selectors,
+    services,
+)
 from apps.fleet.edge import DESIRED_PATH, PollEdge
 from apps.fleet.models import Agent, PollInvalidation
 from apps.releases.services import environment_update
@@ -50,7 +61,8 @@ def _debts_read(clock) -> None:
     polldebt.owes("")
 
 
-def _edge(agent, etag: str | None, *, django_headers=(), method="GET", accept=None):
+def _edge(agent, etag: str | None, *, django_headers=(), method="GET", accept=None,
+          query=b""):
     """(status, headers, body) of PollEdge around a Django stub answering 599 (or
     200 with `django_headers`)."""
     headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {agent.token}".encode())]
@@ -58,7 +70,7 @@ def _edge(agent, etag: str | None, *, django_headers=(), method="GET", accept=No
         headers.append((b"if-none-match", etag.encode()))
     if accept is not None:
         headers.append((b"accept", accept.encode()))
-    scope = {"type": "http", "method": method, "path": DESIRED_PATH, "query_string": b"",
+    scope = {"type": "http", "method": method, "path": DESIRED_PATH, "query_string": query,
              "scheme": "http", "client": ("10.0.0.7", 5000), "headers": headers}
     sent = []
 
@@ -212,6 +224,70 @@ def test_a_refill_is_written_and_announced_a_chunk_at_a_time(
         refill.refill_and_announce(keys)
 
     assert announced == [(keys[:5], True), (keys[5:10], True), (keys[10:], True)]
+
+
+def _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
+                              capture) -> list[str]:
+    """Publish with the refill of poll answers held back (what a web node sees between
+    a change's commit and its refill): the keys it will refill."""
+    pending = []
+    monkeypatch.setattr(refill, "refill_after_commit", pending.extend)
+    with capture(execute=True):
+        publish_variant(environment, superuser, workers=8)
+    _debts_read(clock)  # the debt is known; the cache still holds the old answer
+    assert pending == [agent.agent.token_key]
+    return pending
+
+
+def test_a_held_poll_meeting_a_refill_under_way_waits_for_it_not_the_database(
+        enroll, first, environment, superuser, clock, monkeypatch,
+        django_capture_on_commit_callbacks, django_assert_num_queries):
+    """After a publish, the long-polls that arrive before their agent's answer is
+    refilled (a wait renewed meanwhile) wait for the refill's announcement and take
+    its answer from the cache, instead of each going to the database."""
+    agent = enroll()
+    old = _warm([agent])["web-1"]
+    _learned(agent)
+    keys = _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
+                                     django_capture_on_commit_callbacks)
+    refilled = selectors.poll_states_of(keys)  # what the refill thread will write
+
+    def refill_done():
+        fleet_cache.store_poll_states(refilled)
+        longpoll.announce(keys)
+
+    timer = threading.Timer(0.3, refill_done)
+    started = time.monotonic()
+    timer.start()
+    try:
+        with django_assert_num_queries(0):
+            status, headers, body = _edge(agent, old, query=b"wait=20")
+    finally:
+        timer.join()
+
+    assert (status, time.monotonic() - started < 5) == (200, True)
+    database_body, etag = _database_answer(agent)
+    assert (headers["etag"], body) == (etag, selectors.desired_body_bytes(database_body))
+
+
+def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
+        enroll, first, environment, superuser, clock, monkeypatch,
+        django_capture_on_commit_callbacks):
+    """A refill lost (its process died) or slow: after REFILL_WAIT_S Django answers;
+    the stale cached answer is never sent, a plain poll goes to Django at once."""
+    agent = enroll()
+    old = _warm([agent])["web-1"]
+    _learned(agent)
+    _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
+                              django_capture_on_commit_callbacks)
+    monkeypatch.setattr(edge, "REFILL_WAIT_S", 0.5)
+
+    started = time.monotonic()
+    assert _edge(agent, old, query=b"wait=20")[0] == DJANGO
+    assert 0.4 < time.monotonic() - started < 5
+    started = time.monotonic()
+    assert _edge(agent, old)[0] == DJANGO
+    assert time.monotonic() - started < 0.4
 
 
 def test_after_a_publish_polls_are_304_from_the_cache_not_the_database(
