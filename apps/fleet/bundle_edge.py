@@ -252,8 +252,11 @@ async def _first_answer(key) -> None:
     """Wait for Django's answer to the request of `key` it is answering, if any."""
     first = _answering.get(key)
     if first is not None and first.get_loop() is asyncio.get_running_loop():
+        # asyncio.timeout, not wait_for: thousands wait here after a publish, and
+        # wait_for costs a task-like wrapper each.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(first), FIRST_ANSWER_WAIT_S)
+            async with asyncio.timeout(FIRST_ANSWER_WAIT_S):
+                await asyncio.shield(first)
 
 
 async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):

@@ -39,6 +39,11 @@ from apps.snapshots.models import Snapshot, without_content
 logger = logging.getLogger(__name__)
 
 PUSH_REPORTED_FIELDS = ["state", "message", "health", "reported_checksum", "reported_at"]
+# What deciding a report reads of its agent (who may report, what the report
+# changes: apps.fleet.rules.report_changes): not its labels, drift or last health,
+# whose JSON a batch of a thousand would decode for nothing.
+REPORT_READS = ("environment_id", "name", "token_key", "token_revoked_at", "decommissioned_at",
+                "applied_number", "blocked_number", "drift_seen_at")
 
 
 class Report(NamedTuple):
@@ -66,7 +71,7 @@ class _Found:
 
     def __init__(self, reports):
         self.agents = {a.pk: a for a in locks.lock_all(
-            Agent.objects.filter(pk__in={r.agent_id for r in reports}))}
+            Agent.objects.filter(pk__in={r.agent_id for r in reports}).only(*REPORT_READS))}
         named = {r.deployment_id for r in reports if r.deployment_id is not None}
         self.pushes = {d.pk: d for d in locks.lock_all(without_content(  # never another's
             Deployment.objects.select_related("snapshot").filter(
