@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import gzip
 import json
 import os
@@ -268,12 +269,13 @@ def error_kind(exc: BaseException) -> str:
 
 
 def ranks(values: list[float]) -> dict[str, float]:
-    """p50, p90, p99 (nearest rank) and max of `values` (0 for none)."""
+    """min, p50, p90, p99 (nearest rank) and max of `values` (0 for none)."""
     ordered = sorted(values) or [0.0]
 
     def rank(p: float) -> float:
         return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
-    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1]}
+    return {"min": ordered[0], "p50": rank(50), "p90": rank(90), "p99": rank(99),
+            "max": ordered[-1]}
 
 
 def percentiles(values: list[float]) -> str:
@@ -378,8 +380,8 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     publish_answer_s = fleet.since_publish()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(fleet.all_reported.wait(), args.duration)
-    (simulator, machine), wall = cpu_seconds(), fleet.since_publish()
-    cpu = (simulator - cpu_before[0], machine - cpu_before[1], wall)
+    (simulator, machine, by_name), wall = cpu_seconds(), fleet.since_publish()
+    cpu = (simulator - cpu_before[0], machine - cpu_before[1], wall, by_name - cpu_before[2])
     fleet.stopping = True
     rss_after = rss()
     for task in tasks:
@@ -393,12 +395,31 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
             "setup_errors": setup_errors, "load": load_at_publish, "cpu": cpu}
 
 
-def cpu_seconds() -> tuple[float, float]:
-    """(this simulator's CPU seconds, the whole machine's busy CPU seconds)."""
+def cpu_seconds() -> tuple[float, float, Counter]:
+    """(this simulator's CPU seconds, the whole machine's busy CPU seconds, CPU
+    seconds by process name: which server took the machine)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle, iowait
-    return usage.ru_utime + usage.ru_stime, (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (usage.ru_utime + usage.ru_stime, (sum(fields[:8]) - idle) / tick,
+            Counter({name: ticks / tick for name, ticks in cpu_by_name().items()}))
+
+
+def cpu_by_name() -> Counter:
+    """Clock ticks spent so far by the live processes, by what they are: granian
+    (the web workers), celery, the simulator, else the command's name (postgres,
+    redis-server, ...)."""
+    ticks: Counter = Counter()
+    for process in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError):
+            text = (process / "stat").read_text()
+            command = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            name = next((known for known in ("granian", "celery", "daphne", "fleet.py")
+                         if known in command), text[text.index("(") + 1:text.rindex(")")])
+            fields = text[text.rindex(")") + 2:].split()
+            ticks[name] += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks
 
 
 def print_result(args, result: dict, nodes: int) -> int:
@@ -423,10 +444,11 @@ def print_result(args, result: dict, nodes: int) -> int:
         print(f"server RSS (KiB, per node): before agents {idle}, with agents {steady}, "
               f"after publish {after}; growth per connected agent {per_agent:.1f} KiB")
     print(f"load average at the publish: {' '.join(result['load'])}")
-    simulator, machine, wall = result["cpu"]
+    simulator, machine, wall, by_name = result["cpu"]
     print(f"CPU from the publish to the last report ({wall:.1f} s, {os.cpu_count()} cores): "
           f"the simulator {simulator:.1f} s, the whole machine {machine:.1f} s "
-          f"(servers, database, Redis and simulator)")
+          f"(servers, database, Redis and simulator); by process: " + ", ".join(
+              f"{name} {seconds:.1f} s" for name, seconds in by_name.most_common(6)))
     if result["setup_errors"]:
         print("errors before the publish (enrollment, first sync): " + ", ".join(
             f"{kind}: {n}" for kind, n in result["setup_errors"].most_common()))
@@ -530,6 +552,11 @@ def raise_fd_limit(agents: int) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     raise_fd_limit(args.agents)  # before the servers start: they inherit it
+    # Ten thousand agents' connections and coroutines are a heap the default
+    # collector walks whole every few thousand requests: collect as the servers do
+    # (project/gc_tuning.py), so the simulator takes less of the machine they share.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     if args.url:
         args.change_config = False  # not ours to change: the publish alone makes a number
         result = run(args, measure(args, args.url, args.api_token, args.enrollment_token,
