@@ -201,10 +201,48 @@ def test_any_ready_snapshot_of_the_environment_is_served_desired_or_not(
     answers = {n: [sent(django_app, headers=agent.headers, number=n) for _ in range(2)]
                for n in (first.number, second.number)}
 
-    assert django_app.calls == 2
-    for number, (from_django, from_edge) in answers.items():
-        assert per_request_removed(from_django) == from_edge and from_edge[0] == 200
-        assert json.loads(gzip.decompress(from_edge[2]))["number"] == number
+    assert django_app.calls == 1  # the second snapshot read by the edge (below)
+    for number, (first_answer, replay) in answers.items():
+        assert first_answer[0] == replay[0] == 200
+        assert json.loads(gzip.decompress(replay[2]))["number"] == number
+
+
+def test_a_snapshot_django_has_not_answered_is_read_by_the_edge_as_django_answers_it(
+        agent, first, environment, superuser, django_app, django_assert_num_queries):
+    """After a publish, the new bundle's first request is not Django's (its thread
+    shares the interpreter with a loop answering the whole fleet): one query for the
+    stored bytes, sent with the headers Django sent with the first bundle."""
+    _learned(agent, django_app)
+    second = publish_variant(environment, superuser, workers=8)
+
+    with django_assert_num_queries(1):
+        from_edge = sent(django_app, headers=agent.headers, number=second.number)
+    with django_assert_num_queries(0):
+        replayed = sent(django_app, headers=agent.headers, number=second.number)
+    from_django = per_request_removed(sent(DjangoByClient(), headers=agent.headers,
+                                           number=second.number))
+
+    assert django_app.calls == 1 and from_edge == replayed
+    assert (from_edge[0], from_edge[2]) == (from_django[0], from_django[2])
+    assert named(from_edge[1]) == named(from_django[1])
+    assert named(from_edge[1])[b"etag"] == f'"{second.checksum}+gzip"'.encode()
+
+
+def test_the_edges_read_failing_or_a_304_leaves_the_new_bundle_to_django(
+        agent, first, environment, superuser, django_app, monkeypatch):
+    _learned(agent, django_app)
+    second = publish_variant(environment, superuser, workers=8)
+
+    def failing(*args):
+        raise DatabaseError("down")
+
+    monkeypatch.setattr(bundle_edge, "_stored_bundle", failing)
+    answer = sent(django_app, headers=agent.headers, number=second.number)
+    assert (answer[0], django_app.calls) == (200, 2)
+    etag = named(answer[1])[b"etag"].decode()
+    not_modified = sent(django_app, headers=[*agent.headers, ("If-None-Match", etag)],
+                        number=second.number)
+    assert (not_modified[0], django_app.calls) == (304, 3)
 
 
 # --- what the edge must leave to Django ---------------------------------------------------
