@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init
+from celery.signals import setup_logging, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
@@ -27,10 +27,13 @@ if os.environ.get("BELLWETHER_LOG_FORMAT", "").strip() == "json":
     setup_logging.connect(_django_logging, weak=False)
 
 
+@worker_init.connect(weak=False)
 @worker_process_init.connect(weak=False)
 def _tuned_collector(**kwargs):
-    """Each worker process's garbage collector as the web's (project/gc_tuning.py):
-    a refill or a rollout step holds tens of thousands of rows' objects at once."""
+    """The worker's garbage collector as the web's (project/gc_tuning.py): a refill
+    or a rollout step holds tens of thousands of rows' objects at once. Tuned when
+    the worker starts (its solo or threads pool runs the tasks; a prefork pool's
+    processes inherit it) and again in each prefork process."""
     from project import gc_tuning
 
     gc_tuning.install()

@@ -32,9 +32,10 @@ def _collector_after(code: str, tmp_path) -> tuple[tuple, int]:
 
 @pytest.mark.parametrize("code", [
     "import project.asgi",
-    "from celery.signals import worker_process_init\nimport project.celery\n"
-    "import django; django.setup()\nworker_process_init.send(sender=None)",
-], ids=["web", "worker"])
+    *(f"from celery.signals import {signal}\nimport project.celery\n"
+      f"import django; django.setup()\n{signal}.send(sender=None)"
+      for signal in ("worker_init", "worker_process_init")),
+], ids=["web", "worker", "prefork process"])
 def test_a_serving_process_freezes_its_start_and_collects_rarely(tmp_path, code):
     thresholds, frozen = _collector_after(code, tmp_path)
 
