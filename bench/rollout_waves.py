@@ -51,6 +51,10 @@ def child(agents: int) -> dict:
     from apps.tenancy.services import application_create, tenant_create
 
     call_command("migrate", verbosity=0)
+    # The collector as in the processes that run rollouts (a web or worker process).
+    from project import gc_tuning
+
+    gc_tuning.install()
     # The rollout's own tasks run inline (no worker here), but the agents' poll
     # answers are refilled on the refill thread after each step commits, as in
     # production where tasks are not inline: a step is timed until it answers,
