@@ -7,7 +7,7 @@ bundle and report when the desired snapshot changes) against granian web nodes
 PostgreSQL + Redis, long-poll off (BELLWETHER_LONG_POLL_MAX_S=0). Once every agent
 has reported snapshot #1 and polled again, the script records the latency of
 every desired GET for --steady seconds, then changes the config and publishes
-it through the API, and records on: it prints p50/p90/p99/max of
+it through the API, and records on: it prints min/p50/p90/p99/max of
 
 - **steady**: the polls started in the --steady seconds before the publish,
 - **after publish**: the polls started in the --after seconds after it,
@@ -47,6 +47,7 @@ from fleet import (  # noqa: E402
     port_range,
     raise_fd_limit,
     ranks,
+    record_lag,
     wait_until,
 )
 
@@ -139,20 +140,6 @@ def window(samples, start: float, end: float) -> tuple[dict, int, dict]:
         statuses[status] = f"{len(times)} (p99 {ranks(times)['p99'] * 1000:.0f} ms)"
     return ({k: v * 1000 for k, v in ranks([s for s, _ in chosen]).items()}, len(chosen),
             statuses)
-
-
-LAG_TICK_S = 0.01
-
-
-async def record_lag(lags: list) -> None:
-    """The simulator's own lateness (start, seconds): how much later than asked a
-    10 ms sleep of its event loop ends. The agents share the machine's cores with
-    the servers; a poll's measured latency includes this lag."""
-    loop = asyncio.get_running_loop()
-    while True:
-        started = loop.time()
-        await asyncio.sleep(LAG_TICK_S)
-        lags.append((time.monotonic(), loop.time() - started - LAG_TICK_S))
 
 
 def lag_window(lags, start: float, end: float) -> float:

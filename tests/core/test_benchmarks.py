@@ -39,9 +39,13 @@ def test_the_fleet_simulator_sees_every_agent_notified_and_reported():
     lines = result.stdout.strip().splitlines()
     # The server advertises long-polling: every simulated agent holds its polls.
     assert lines[0] == "agents: 20 on 1 web node(s); long-poll (wait 30 s) for 20 of 20", lines
-    assert any(line.startswith("publish -> notified (20/20): p50 ") for line in lines), lines
-    assert any(line.startswith("publish -> reported (20/20): p50 ") for line in lines), lines
+    assert any(line.startswith("publish -> notified (20/20): min ") for line in lines), lines
+    assert any(line.startswith("publish -> reported (20/20): min ") for line in lines), lines
     assert any(line.startswith("server RSS (KiB, per node): before agents [") for line in lines)
+    assert any(line.startswith("the simulator's own event-loop lag from the publish to the "
+                               "last report: p50 ") for line in lines), lines
+    assert any(line.startswith("CPU from the publish to the last report (") and "by process: "
+               in line for line in lines), lines
     assert lines[-1] == "errors: none", lines
 
 
