@@ -278,10 +278,11 @@ async def _read_here(ask: BundleAsk) -> None:
                 (b"content-length", str(len(body)).encode())], body))
     except DatabaseError:
         logger.warning("database unavailable; bundle left to Django", exc_info=True)
-    finally:
+    finally:  # (a request that stopped waiting for it may have resolved it: Django's)
         if _answering.get(ask.key) is reading:
             del _answering[ask.key]
-        reading.set_result(None)
+        if not reading.done():
+            reading.set_result(None)
 
 
 def forget() -> None:
@@ -356,7 +357,7 @@ class BundleEdge:
         if answer is None:
             await _first_answer(ask.key)
             answer = replayed(_answers.get(ask.key), ask.if_none_match)
-        if answer is None and ask.key not in _answering:
+        if answer is None and ask.key not in _answering and 200 not in _answers.get(ask.key):
             await _read_here(ask)
             answer = replayed(_answers.get(ask.key), ask.if_none_match)
         if answer is not None and await within_rate(ask.agent_id):

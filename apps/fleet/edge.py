@@ -149,8 +149,8 @@ class Current(NamedTuple):
 
 class Refilling(NamedTuple):
     """A poll whose cached answer a poll debt distrusts: a committed change the
-    cache does not reflect yet. Its refill (or the drop of the stale answer)
-    announces the key when done."""
+    cache does not reflect yet, whose refill (named by the debt's generation)
+    announces the key when written."""
 
     key: str
     agent_id: int
@@ -171,7 +171,7 @@ async def current_answer(scope) -> Current | Refilling | None:
         return None
     key, state, owed = checked
     if owed:
-        return Refilling(key, state["agent_id"])
+        return Refilling(key, state["agent_id"]) if polldebt.refilled(key) else None
     body = None
     if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
         body = state.get("body")
@@ -258,7 +258,8 @@ def _heartbeat_flushed(agent_id: int) -> None:
 
 
 # How long a held poll whose cached answer is being refilled waits for the refill
-# (announced per key when written) before Django answers it from the database.
+# (announced per key when written) before Django answers it from the database (up
+# to longpoll.TICK_S more: waits end on the second).
 REFILL_WAIT_S = 2.0
 
 
@@ -277,7 +278,7 @@ async def held_answer(scope) -> Current | None:
         current = await current_answer(scope)
         if isinstance(current, Refilling):
             refilled_by = refilled_by or loop.time() + min(wait, REFILL_WAIT_S)
-            until = refilled_by
+            until = min(refilled_by, deadline)
         elif current is None or current.body is not None or not wait:
             return current
         else:

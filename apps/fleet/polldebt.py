@@ -82,6 +82,13 @@ class _Debts:
         finally:
             self._lock.release()
 
+    def refilled(self, token_key: str) -> bool:
+        """Whether this key's debt names the generation its change reached: such a
+        change refills the agent's answer and announces it (apps.fleet.refill);
+        one without (a mode, labels, a revoke) only drops it."""
+        keys = self._keys
+        return isinstance(keys, rules.IndebtedKeys) and token_key in keys.generations
+
     def indebted(self) -> frozenset[str]:
         return self._keys
 
@@ -108,3 +115,8 @@ def owes_known(token_key: str, generation: int | None = None) -> bool | None:
     """Whether this agent's cached answer may be stale, from the debts last read;
     None when they are due for a refresh (only owes() reads the database)."""
     return _debts.owes_known(token_key, generation)
+
+
+def refilled(token_key: str) -> bool:
+    """Whether the change this key owes refills its answer (see _Debts.refilled)."""
+    return _debts.refilled(token_key)

@@ -298,6 +298,17 @@ def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
     assert took < 5
 
 
+def test_a_held_poll_owing_a_change_that_refills_nothing_goes_to_django_at_once(
+        warm, monkeypatch):
+    """A debt naming no generation (a mode, labels, a revoke: the answer is dropped,
+    never refilled) sends a held poll to Django at once, not to wait for a refill."""
+    monkeypatch.setattr(polldebt._debts, "_keys", frozenset({_key(warm)}))
+
+    status, _, took = _long_poll(warm, b"wait=20")
+
+    assert (status, took < 1) == (DJANGO, True)
+
+
 def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
     status, _, took = _long_poll(warm, b"wait=1",
                                  during=lambda: longpoll.announce([_key(warm)]))
@@ -368,6 +379,7 @@ def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
         return call_edge(headers=headers)[0]
 
     assert polled("testserver") == 304
+    assert edge._hosts_decided.get("testserver") is True
     for i in range(edge.HOSTS_REMEMBERED * 3):
         assert polled(f"evil-{i}.example") == DJANGO
         assert len(edge._hosts_decided) <= edge.HOSTS_REMEMBERED
