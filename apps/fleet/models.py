@@ -147,14 +147,15 @@ class Agent(models.Model):
             # A constraint, not unique=True: no second (LIKE) index to write.
             models.UniqueConstraint(fields=["token_key"], name="agent_token_key_unique"),
         ]
-        # A rollout step rewrites the pins of ten thousand agents at once: only
-        # agents that hold a snapshot, a pin or a user are indexed by it (what
-        # deleting one, and retention's "is it desired?", look up), so releasing
-        # a pin writes no entry to these indexes.
+        # A rollout step rewrites the pins of ten thousand agents at once: the
+        # columns it writes (pinned_snapshot, pin_rollout) are not indexed, so
+        # each row is rewritten on its own page with no index entry (the table
+        # keeps room for that: apps.core.storage). Deleting a snapshot or a
+        # rollout scans the agents instead. The others index only set values.
         indexes = [
             models.Index(fields=[field], condition=Q(**{f"{field}__isnull": False}),
                          name=f"agent_{field}_set")
-            for field in ("target_snapshot", "pinned_snapshot", "pinned_by", "pin_rollout")
+            for field in ("target_snapshot", "pinned_by")
         ]
 
     def __str__(self) -> str:

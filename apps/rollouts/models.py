@@ -114,8 +114,10 @@ class RolloutTarget(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["rollout", "agent"], name="rollout_target_unique"),
         ]
-        indexes = [models.Index(fields=["rollout", "wave", "state"],
-                                name="rollout_target_wave_idx")]
+        # Not the state: a wave's step rewrites its targets' state, and a row whose
+        # indexed columns are unchanged is rewritten without index entries
+        # (apps.core.storage).
+        indexes = [models.Index(fields=["rollout", "wave"], name="rollout_target_wave_idx")]
 
     def __str__(self) -> str:
         return f"{self.agent_id} in wave {self.wave} ({self.state})"

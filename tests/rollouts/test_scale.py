@@ -136,3 +136,41 @@ def test_the_capture_sees_every_query_of_a_transition(environment, second, fleet
     sql = [q["sql"] for q in captured.captured_queries]
     assert any(q.startswith('UPDATE "fleet_agent"') for q in sql)
     assert len([q for q in sql if q.startswith(TARGET_INSERT)]) == 1
+
+
+def _row_updates(table: str) -> tuple[int, int]:
+    """This transaction's (updated rows, of them rewritten on their own page with no
+    index entry) on `table`, as PostgreSQL counts them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+                       " WHERE relname = %s", [table])
+        return cursor.fetchone()
+
+
+@pytest.mark.postgres
+def test_a_step_rewrites_pins_and_states_without_touching_an_index(application, superuser):
+    """The columns a step writes to ten thousand rows (an agent's pin and generation,
+    a target's state) are not indexed and the tables keep room on their pages, so
+    PostgreSQL rewrites each row on its own page, with no index entry
+    (apps.core.storage). A new index on one of them breaks this test, not only the
+    benchmark. Measured on each table's first rewrite: within the test's one
+    transaction the old versions cannot be pruned, as they are between steps."""
+    environment, _, second = staged_environment(application, "hot", superuser)
+    count = 200
+    ids = _bulk_agents(environment, count)
+
+    agents_before = _row_updates("fleet_agent")
+    rollout = services.rollout_create(environment=environment, snapshot=second, actor=None,
+                                      canary_agents=ids[:1], canary_gate="manual",
+                                      waves=[{"percent": 100, "gate": "manual"}])
+    updated, hot = (now - then for now, then in zip(_row_updates("fleet_agent"), agents_before))
+    # Every target's pin frozen, the canary's moved: none indexed.
+    assert (updated, hot) == (count + 1, count + 1)
+
+    _acknowledge_wave(fresh(rollout), 0)
+    targets_before = _row_updates("rollouts_rollouttarget")
+    confirm(rollout)
+    updated, hot = (now - then for now, then in zip(_row_updates("rollouts_rollouttarget"),
+                                                    targets_before))
+    # The canary confirmed, the other 199 targets activated: none indexed.
+    assert (updated, hot) == (count - 1, count - 1)
