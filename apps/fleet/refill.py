@@ -16,6 +16,7 @@ debt to the sweep (apps.fleet.services.poll_invalidations_sweep).
 
 import logging
 import threading
+import time
 
 from django.db import DatabaseError, connections
 
@@ -34,6 +35,7 @@ def refill_and_announce(keys) -> None:
     a time, each chunk's long-polls woken once it is stored; a token revoked
     meanwhile has its entry dropped. When the database fails, a chunk's entries
     are dropped instead (those agents are answered by Django)."""
+    started, first = time.monotonic(), None
     for start in range(0, len(keys), REFILL_CHUNK):
         chunk = keys[start:start + REFILL_CHUNK]
         try:
@@ -45,6 +47,10 @@ def refill_and_announce(keys) -> None:
         gone = [k for k in chunk if k not in states]
         if cache.store_poll_states(states) and cache.forget_poll_states(gone):
             longpoll.announce(chunk)
+            first = first or time.monotonic() - started
+    logger.log(logging.INFO if len(keys) >= REFILL_CHUNK else logging.DEBUG,
+               "refilled %d poll answers in %.2f s (the first %d announced at %.2f s)",
+               len(keys), time.monotonic() - started, min(len(keys), REFILL_CHUNK), first or 0)
 
 
 class _Refiller:
