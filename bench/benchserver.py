@@ -127,8 +127,8 @@ class BenchServers:
             CELERY_TASK_DEFAULT_QUEUE=f"bench-{os.getpid()}-{secrets.token_hex(4)}",
             # Every simulated agent comes from 127.0.0.1: enrollment is anonymous and
             # would meet the per-address rate long before the fleet is enrolled.
-            BELLWETHER_THROTTLE_ANON="off", BELLWETHER_THROTTLE_AGENT="off",
-            **(extra_env or {}))
+            BELLWETHER_THROTTLE_ANON="off", BELLWETHER_THROTTLE_AGENT="off")
+        self.env.update(extra_env or {})  # may override any of the above
         if not database_url:
             self.env.update(CELERY_TASK_ALWAYS_EAGER="1")
         self.flush = bool(database_url)
@@ -163,7 +163,7 @@ class BenchServers:
                                 ("beat", ["-s", os.path.join(self.workdir, "beat")])):
                 log = open(os.path.join(self.workdir, f"{role}.log"), "wb")  # noqa: SIM115
                 self.others.append(subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "project", role, "-l", "WARNING",
+                    [sys.executable, "-m", "celery", "-A", "project", role, "-l", self.env["LOG_LEVEL"],
                      *extra], env=self.env, cwd=ROOT, stdout=log, stderr=log))
         for url in self.urls:
             self._wait_ready(url)

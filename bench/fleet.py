@@ -10,8 +10,10 @@ desired answer carries `Bellwether-Long-Poll: <max s>`, an agent long-polls
 the first snapshot, one publish (the API, an owner's API token) changes the
 environment; the script measures publish -> every agent notified (saw the new
 desired state) and publish -> every agent reported: min/p50/p90/p99/max, errors by
-kind, and the web nodes' resident memory (before the agents, with them connected,
-after) and its growth per connected agent.
+kind, and the web nodes' resident memory (before the agents, once a tenth of them
+are held, with all of them held, after): its growth per held agent from before the
+agents (the servers' own warm-up included) and between a tenth and all of them
+held (what each more waiting agent costs).
 
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
         [--nodes 2 --database-url postgres://... --redis-url redis://...]
@@ -349,6 +351,14 @@ async def enroll_all(agents, enrollment_token: str, concurrency: int, fleet: Fle
         raise SystemExit(f"enrollment failed: {dict(fleet.errors)}")
 
 
+async def _held_rss(fleet: Fleet, count: int, rss) -> tuple[int, list]:
+    """(agents held, the servers' RSS) once `count` agents are held, enrollment going
+    on: with the later sample of all of them, the memory each more waiting agent
+    costs, apart from what warming the servers up costs once."""
+    await wait_until(lambda: fleet.waiting >= count, float("inf"), step=0.2)
+    return fleet.waiting, rss()
+
+
 async def wait_until(predicate, deadline: float, step: float = 0.05) -> bool:
     while not predicate():
         if time.monotonic() > deadline:
@@ -368,6 +378,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     rss_idle = rss()
     started = time.monotonic()
     tasks = []
+    warm = asyncio.create_task(_held_rss(fleet, args.agents // 10, rss))
     await enroll_all(agents, enrollment_token, args.enroll_concurrency, fleet, args.ramp,
                      then=lambda agent: tasks.append(asyncio.create_task(agent.run())))
     enrolled_s = time.monotonic() - started
@@ -381,6 +392,9 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     await wait_until(lambda: fleet.waiting == args.agents or not agents[0].wait_s,
                      time.monotonic() + 10)
     rss_steady, setup_errors = rss(), Counter(fleet.errors)
+    held = (fleet.waiting, rss_steady)
+    rss_warm = warm.result() if warm.done() else None
+    warm.cancel()
     load_at_publish = Path("/proc/loadavg").read_text().split()[:3]
     long_polling = sum(1 for agent in agents if agent.wait_s)
     if args.change_config:
@@ -408,6 +422,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),
+            "held_rss": (rss_warm, held),
             "setup_errors": setup_errors, "load": load_at_publish, "cpu": cpu,
             "lag": ranks([seconds for _, seconds in lags])}
 
@@ -460,6 +475,11 @@ def print_result(args, result: dict, nodes: int) -> int:
         per_agent = (sum(steady) - sum(idle)) / agents
         print(f"server RSS (KiB, per node): before agents {idle}, with agents {steady}, "
               f"after publish {after}; growth per connected agent {per_agent:.1f} KiB")
+        warm, (held, _) = result["held_rss"]
+        if warm and held > warm[0]:
+            per_held = (sum(steady) - sum(warm[1])) / (held - warm[0])
+            print(f"server RSS with {warm[0]} agents held {warm[1]}, with {held} {steady}: "
+                  f"{per_held:.1f} KiB per more waiting agent")
     print(f"load average at the publish: {' '.join(result['load'])}")
     simulator, machine, wall, by_name = result["cpu"]
     print(f"CPU from the publish to the last report ({wall:.1f} s, {os.cpu_count()} cores): "

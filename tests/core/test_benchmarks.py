@@ -32,7 +32,8 @@ def test_the_fleet_simulator_sees_every_agent_notified_and_reported():
     ports = os.environ.get("BELLWETHER_TEST_PORTS", "")
     result = subprocess.run(
         [sys.executable, "bench/fleet.py", "--agents", "20", "--interval", "0.2-0.5",
-         "--duration", "60", "--setup-timeout", "120", *(["--ports", ports] if ports else [])],
+         "--ramp", "2", "--duration", "60", "--setup-timeout", "120",
+         *(["--ports", ports] if ports else [])],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "bench"})
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
@@ -42,6 +43,9 @@ def test_the_fleet_simulator_sees_every_agent_notified_and_reported():
     assert any(line.startswith("publish -> notified (20/20): min ") for line in lines), lines
     assert any(line.startswith("publish -> reported (20/20): min ") for line in lines), lines
     assert any(line.startswith("server RSS (KiB, per node): before agents [") for line in lines)
+    # A tenth of 20 held, then all 20: the memory of each more waiting agent.
+    assert any(line.startswith("server RSS with ") and line.endswith(
+        " KiB per more waiting agent") for line in lines), lines
     assert any(line.startswith("the simulator's own event-loop lag from the publish to the "
                                "last report: p50 ") for line in lines), lines
     assert any(line.startswith("CPU from the publish to the last report (") and "by process: "
