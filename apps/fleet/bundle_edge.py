@@ -44,7 +44,7 @@ from django.db import DatabaseError, connection
 from apps.core.breaker import best_effort_redis
 from apps.core.compression import accepts_gzip
 from apps.core.throttling import AgentRateThrottle
-from apps.fleet import cache, edge, rules
+from apps.fleet import cache, edge, longpoll, rules
 from apps.fleet.models import Agent
 from apps.fleet.pollanswer import PER_REQUEST, LearnedHeaders
 from apps.snapshots.models import Snapshot
@@ -353,6 +353,7 @@ class BundleEdge:
         ask = await bundle_ask(scope) if scope["type"] == "http" else None
         if ask is None:
             return await self.app(scope, receive, send)
+        await longpoll.woken_polls_first()
         answer = replayed(_answers.get(ask.key), ask.if_none_match)
         if answer is None:
             await _first_answer(ask.key)

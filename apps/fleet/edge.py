@@ -273,20 +273,26 @@ async def held_answer(scope) -> Current | None:
     if wait is None:
         return None
     loop = asyncio.get_running_loop()
-    deadline, refilled_by = loop.time() + wait, None
-    while True:
-        current = await current_answer(scope)
-        if isinstance(current, Refilling):
-            refilled_by = refilled_by or loop.time() + min(wait, REFILL_WAIT_S)
-            until = min(refilled_by, deadline)
-        elif current is None or current.body is not None or not wait:
-            return current
-        else:
-            refilled_by, until = None, deadline
-        remaining = until - loop.time()
-        if remaining <= 0 or not await longpoll.wait_for_change(
-                current.key, current.agent_id, remaining):
-            return None if isinstance(current, Refilling) else current
+    deadline, refilled_by, woken = loop.time() + wait, None, None
+    try:
+        while True:
+            current = await current_answer(scope)
+            longpoll.answered(woken)  # read: bundles and reports waiting for it may go
+            woken = None
+            if isinstance(current, Refilling):
+                refilled_by = refilled_by or loop.time() + min(wait, REFILL_WAIT_S)
+                until = min(refilled_by, deadline)
+            elif current is None or current.body is not None or not wait:
+                return current
+            else:
+                refilled_by, until = None, deadline
+            remaining = until - loop.time()
+            if remaining > 0:
+                woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
+            if remaining <= 0 or not await woken:
+                return None if isinstance(current, Refilling) else current
+    finally:
+        longpoll.answered(woken)
 
 
 def long_poll_header() -> list[tuple[bytes, bytes]]:

@@ -12,6 +12,13 @@ One task per process and event loop listens on Redis; when it loses Redis it
 wakes every waiter (a change announced meanwhile would be missed), and each
 re-checks. It also records the waiting agents' heartbeats every FLUSH_S
 seconds, so an agent held a minute is not taken for offline.
+
+Woken polls are answered first: after a publish a process wakes thousands of
+polls a chunk at a time while the agents woken first already ask for the bundle
+and report; a bundle or report the edges would answer waits (`woken_polls_first`,
+at most WOKEN_FIRST_S) until every poll this process woke has read its answer, so
+the last agent hears of the change as soon as the cores allow, not after the
+bundles of the first.
 """
 
 import asyncio
@@ -31,6 +38,8 @@ logger = logging.getLogger(__name__)
 RECONNECT_S = 1.0
 HEARTBEAT_S = 5.0
 TICK_S = 1.0  # the resolution of a wait's end
+# How long a bundle or report waits at most for the polls woken before it.
+WOKEN_FIRST_S = 1.0
 
 
 def wait_seconds(raw: str | None) -> int | None:
@@ -60,10 +69,15 @@ class _Waiters:
         self._due: dict[int, list[tuple[str, asyncio.Future]]] = {}
         self._listener: asyncio.Task | None = None
         self._lock = threading.Lock()
+        # Woken by a change, their answers not read yet; set when there are none.
+        self._unanswered: set[asyncio.Future] = set()
+        self._answered: asyncio.Event | None = None
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
             self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
+            self._unanswered, self._answered = set(), asyncio.Event()
+            self._answered.set()
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
@@ -108,6 +122,26 @@ class _Waiters:
                 for woken in self._by_key.pop(key, {}):
                     if not woken.done():
                         woken.set_result(True)
+                        self._unanswered.add(woken)
+            if self._unanswered and self._answered is not None:
+                self._answered.clear()
+
+    def answered(self, woken: asyncio.Future | None) -> None:
+        """On the loop: the poll of `woken` read its answer (or left)."""
+        self._unanswered.discard(woken)
+        if not self._unanswered and self._answered is not None:
+            self._answered.set()
+
+    async def woken_first(self) -> None:
+        answered = self._answered
+        if answered is None or answered.is_set():
+            return
+        try:
+            async with asyncio.timeout(WOKEN_FIRST_S):
+                await answered.wait()
+        except TimeoutError:  # a slower storm, or a poll that never said: go on
+            self._unanswered.clear()
+            answered.set()
 
     def wake_threadsafe(self, token_keys) -> None:
         loop = self._loop
@@ -180,8 +214,20 @@ _waiters = _Waiters()
 def wait_for_change(token_key: str, agent_id: int, seconds: float) -> asyncio.Future:
     """To await: hold a poll until its agent's desired state may have changed
     (True) or `seconds` pass (False, up to TICK_S later). Costs a future, no timer,
-    no thread and no query."""
+    no thread and no query. A poll woken (True) says `answered(future)` once it has
+    read its answer."""
     return _waiters.wait(token_key, agent_id, seconds)
+
+
+def answered(woken: asyncio.Future | None) -> None:
+    """The poll held by `woken` has read its answer, or left (None: nothing)."""
+    _waiters.answered(woken)
+
+
+async def woken_polls_first() -> None:
+    """Return once every poll this process woke has read its answer, or after
+    WOKEN_FIRST_S: what a bundle or report answered by an edge awaits first."""
+    await _waiters.woken_first()
 
 
 class _Publisher:

@@ -42,7 +42,7 @@ from apps.core import metrics
 from apps.core.dispatch import tasks_inline
 from apps.core.events import serving_loop_is
 from apps.core.parsers import BoundedJSONParser
-from apps.fleet import edge
+from apps.fleet import edge, longpoll
 from apps.fleet.agent_api import ReportApi
 from apps.fleet.bundle_edge import within_rate
 from apps.fleet.pollanswer import JSON_ACCEPTED, LearnedHeaders, send_json
@@ -216,6 +216,7 @@ class ReportEdge:
         if taken is None:
             return await self.app(scope, receive, send)
         headers, secure = taken
+        await longpoll.woken_polls_first()
         learned = report_headers.of(secure)
         vouched = await edge.vouched_state(scope, headers) if learned is not None else None
         if vouched is None or not await within_rate(vouched[1]["agent_id"]):
