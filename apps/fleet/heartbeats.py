@@ -1,6 +1,7 @@
 """Agents' heartbeats: buffered in the cache by the poll path (apps/fleet/cache.py),
 copied to agents' last_seen_at in batches."""
 
+from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.db.models import Q
@@ -8,33 +9,41 @@ from django.db.models import Q
 from apps.fleet import cache
 from apps.fleet.models import Agent
 
+BATCH = 1000
+
 
 def heartbeats_save(beats: dict[int, float]) -> None:
     """Write heartbeats the cache refused straight to agents' last_seen_at, so
     agents stay online through a cache outage: one UPDATE per thousand agents, at
     the batch's earliest time (never later than an agent was seen), forward only."""
     ids = sorted(beats)
-    for start in range(0, len(ids), 1000):
-        batch = ids[start:start + 1000]
-        seen = datetime.fromtimestamp(min(beats[i] for i in batch), tz=UTC)
-        (Agent.objects.filter(pk__in=batch)
-         .filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=seen))
-         .update(last_seen_at=seen))
+    for start in range(0, len(ids), BATCH):
+        batch = ids[start:start + BATCH]
+        _seen_forward(batch, min(beats[i] for i in batch))
 
 
 def heartbeats_flush() -> int:
-    """Copy heartbeats from the cache to agents' last_seen_at, in batches."""
+    """Copy heartbeats from the cache to agents' last_seen_at, a thousand agents at
+    a time: one UPDATE per second their heartbeats fall in, each at the start of its
+    second (never later than an agent was seen), forward only; returns how many
+    agents it moved forward. Held polls' heartbeats are written a process at a
+    time (apps.fleet.longpoll), so a batch's fall in a few seconds: ten thousand
+    agents are a few dozen UPDATEs, with no model built."""
     updated = 0
-    ids = list(Agent.objects.values_list("pk", flat=True))
-    for start in range(0, len(ids), 1000):
-        batch = ids[start:start + 1000]
-        beats = cache.heartbeats(batch)
-        agents = []
-        for agent in Agent.objects.filter(pk__in=beats).only("pk", "last_seen_at"):
-            seen = datetime.fromtimestamp(beats[agent.pk], tz=UTC)
-            if agent.last_seen_at is None or seen > agent.last_seen_at:
-                agent.last_seen_at = seen
-                agents.append(agent)
-        Agent.objects.bulk_update(agents, ["last_seen_at"], batch_size=500)
-        updated += len(agents)
+    ids = list(Agent.objects.order_by("pk").values_list("pk", flat=True))
+    for start in range(0, len(ids), BATCH):
+        by_second = defaultdict(list)
+        for pk, beat in cache.heartbeats(ids[start:start + BATCH]).items():
+            by_second[int(beat)].append(pk)
+        for second, pks in sorted(by_second.items()):
+            updated += _seen_forward(pks, second)
     return updated
+
+
+def _seen_forward(ids: list[int], beat: float) -> int:
+    """Agents `ids` seen at `beat` (a Unix time): their last_seen_at moved forward to
+    it, never back; how many moved."""
+    seen = datetime.fromtimestamp(beat, tz=UTC)
+    return (Agent.objects.filter(pk__in=ids)
+            .filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=seen))
+            .update(last_seen_at=seen))

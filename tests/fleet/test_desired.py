@@ -447,6 +447,24 @@ def test_heartbeats_flush_never_moves_last_seen_back(enroll, first):
     assert agent.fresh().last_seen_at == later
 
 
+def test_heartbeats_flush_is_an_update_per_second_the_beats_fall_in(enroll, first):
+    """Beats written by held polls come a process at a time: the flush of many
+    agents is one UPDATE per second they fall in (at that second's start, never
+    later than the agent was seen), however many agents."""
+    agents = [enroll(f"web-{i}").agent for i in range(12)]
+    now = int(time.time())
+    for index, agent in enumerate(agents):
+        django_cache.set(fleet_cache._seen_key(agent.pk), now - 60 + (index % 2) + 0.7)
+
+    with CaptureQueriesContext(connection) as captured:
+        assert heartbeats.heartbeats_flush() == 12
+    updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+
+    assert len(updates) == 2 and len(captured.captured_queries) == 3
+    assert {a.pk: Agent.objects.get(pk=a.pk).last_seen_at.timestamp() for a in agents} == {
+        a.pk: now - 60 + (index % 2) for index, a in enumerate(agents)}
+
+
 # -- the cache down -----------------------------------------------------------------------
 
 
