@@ -163,8 +163,9 @@ class BenchServers:
                                 ("beat", ["-s", os.path.join(self.workdir, "beat")])):
                 log = open(os.path.join(self.workdir, f"{role}.log"), "wb")  # noqa: SIM115
                 self.others.append(subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "project", role, "-l", self.env["LOG_LEVEL"],
-                     *extra], env=self.env, cwd=ROOT, stdout=log, stderr=log))
+                    [sys.executable, "-m", "celery", "-A", "project", role,
+                     "-l", self.env["LOG_LEVEL"], *extra],
+                    env=self.env, cwd=ROOT, stdout=log, stderr=log))
         for url in self.urls:
             self._wait_ready(url)
 

@@ -163,7 +163,8 @@ def test_a_step_rewrites_pins_and_states_without_touching_an_index(application, 
     rollout = services.rollout_create(environment=environment, snapshot=second, actor=None,
                                       canary_agents=ids[:1], canary_gate="manual",
                                       waves=[{"percent": 100, "gate": "manual"}])
-    updated, hot = (now - then for now, then in zip(_row_updates("fleet_agent"), agents_before))
+    updated, hot = (now - then for now, then in zip(_row_updates("fleet_agent"), agents_before,
+                                                    strict=True))
     # Every target's pin frozen, the canary's moved: none indexed.
     assert (updated, hot) == (count + 1, count + 1)
 
@@ -171,6 +172,6 @@ def test_a_step_rewrites_pins_and_states_without_touching_an_index(application, 
     targets_before = _row_updates("rollouts_rollouttarget")
     confirm(rollout)
     updated, hot = (now - then for now, then in zip(_row_updates("rollouts_rollouttarget"),
-                                                    targets_before))
+                                                    targets_before, strict=True))
     # The canary confirmed, the other 199 targets activated: none indexed.
     assert (updated, hot) == (count - 1, count - 1)
