@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.environments.models import Environment
-from apps.fleet.models import Agent
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import Rollout
 
@@ -71,7 +70,7 @@ def rollout_panel(environment: Environment) -> dict:
             key: getattr(evidence, key)[:ACKNOWLEDGEMENTS_SHOWN] for key in EVIDENCE_KINDS},
         "failed_agents": final.get("failed", [])[:ACKNOWLEDGEMENTS_SHOWN],
         "ready": evidence is not None and evidence.complete,
-        "pins_held": Agent.objects.filter(pin_rollout=rollout).count(),
+        "pins_held": rollout_selectors.pins_held(rollout),
     }
 
 

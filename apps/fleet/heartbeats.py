@@ -24,17 +24,22 @@ def heartbeats_save(beats: dict[int, float]) -> None:
 
 def heartbeats_flush() -> int:
     """Copy heartbeats from the cache to agents' last_seen_at, a thousand agents at
-    a time: one UPDATE per second their heartbeats fall in, each at the start of its
-    second (never later than an agent was seen), forward only; returns how many
-    agents it moved forward. Held polls' heartbeats are written a process at a
-    time (apps.fleet.longpoll), so a batch's fall in a few seconds: ten thousand
-    agents are a few dozen UPDATEs, with no model built."""
+    a time: one UPDATE per second their new heartbeats fall in, each at the start
+    of its second (never later than an agent was seen), forward only; returns how
+    many agents it moved forward. A heartbeat already copied costs nothing (an
+    agent offline for hours is skipped), and the new ones fall in the seconds
+    since the last flush — held polls' in a few, written a process at a time
+    (apps.fleet.longpoll): ten thousand agents are a few dozen UPDATEs, with no
+    model built."""
     updated = 0
     ids = list(Agent.objects.order_by("pk").values_list("pk", flat=True))
     for start in range(0, len(ids), BATCH):
+        beats = cache.heartbeats(ids[start:start + BATCH])
+        copied = dict(Agent.objects.filter(pk__in=beats).values_list("pk", "last_seen_at"))
         by_second = defaultdict(list)
-        for pk, beat in cache.heartbeats(ids[start:start + BATCH]).items():
-            by_second[int(beat)].append(pk)
+        for pk, beat in beats.items():
+            if pk in copied and (copied[pk] is None or copied[pk].timestamp() < int(beat)):
+                by_second[int(beat)].append(pk)
         for second, pks in sorted(by_second.items()):
             updated += _seen_forward(pks, second)
     return updated

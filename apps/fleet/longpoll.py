@@ -69,15 +69,14 @@ class _Waiters:
         self._due: dict[int, list[tuple[str, asyncio.Future]]] = {}
         self._listener: asyncio.Task | None = None
         self._lock = threading.Lock()
-        # Woken by a change, their answers not read yet; set when there are none.
-        self._unanswered: set[asyncio.Future] = set()
-        self._answered: asyncio.Event | None = None
+        # The polls each wake woke whose answers are not read yet, by wake: a
+        # bundle or report waits for the wakes before it, not for later ones.
+        self._unanswered: dict[asyncio.Future, _Wake] = {}
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
             self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
-            self._unanswered, self._answered = set(), asyncio.Event()
-            self._answered.set()
+            self._unanswered = {}
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
@@ -118,30 +117,37 @@ class _Waiters:
         """On the loop: wake the polls of these keys (None: every poll)."""
         with self._lock:
             keys = list(self._by_key) if token_keys is None else token_keys
+            wake = _Wake()
             for key in keys:
                 for woken in self._by_key.pop(key, {}):
                     if not woken.done():
                         woken.set_result(True)
-                        self._unanswered.add(woken)
-            if self._unanswered and self._answered is not None:
-                self._answered.clear()
+                        self._unanswered[woken] = wake
+                        wake.unanswered += 1
+            if not wake.unanswered:
+                wake.read.set()
 
     def answered(self, woken: asyncio.Future | None) -> None:
         """On the loop: the poll of `woken` read its answer (or left)."""
-        self._unanswered.discard(woken)
-        if not self._unanswered and self._answered is not None:
-            self._answered.set()
+        wake = self._unanswered.pop(woken, None)
+        if wake is not None:
+            wake.unanswered -= 1
+            if not wake.unanswered:
+                wake.read.set()
 
     async def woken_first(self) -> None:
-        answered = self._answered
-        if answered is None or answered.is_set():
+        if self._loop is not asyncio.get_running_loop() or not self._unanswered:
             return
+        before = set(self._unanswered.values())
         try:
             async with asyncio.timeout(WOKEN_FIRST_S):
-                await answered.wait()
-        except TimeoutError:  # a slower storm, or a poll that never said: go on
-            self._unanswered.clear()
-            answered.set()
+                for wake in before:
+                    await wake.read.wait()
+        except TimeoutError:  # a slower storm, or polls that never said: not waited for again
+            for woken in [w for w, wake in self._unanswered.items() if wake in before]:
+                del self._unanswered[woken]
+            for wake in before:
+                wake.read.set()
 
     def wake_threadsafe(self, token_keys) -> None:
         loop = self._loop
@@ -201,6 +207,16 @@ class _Waiters:
             # polls go to Django, which saves heartbeats to the database.
             if agents:
                 await asyncio.to_thread(_record_heartbeats, agents)
+
+
+class _Wake:
+    """One wake of held polls: how many of them have not read their answers yet."""
+
+    __slots__ = ("read", "unanswered")
+
+    def __init__(self):
+        self.unanswered = 0
+        self.read = asyncio.Event()  # set once none is left
 
 
 def _record_heartbeats(agent_ids) -> None:

@@ -216,11 +216,11 @@ class ReportEdge:
         if taken is None:
             return await self.app(scope, receive, send)
         headers, secure = taken
-        await longpoll.woken_polls_first()
         learned = report_headers.of(secure)
         vouched = await edge.vouched_state(scope, headers) if learned is not None else None
         if vouched is None or not await within_rate(vouched[1]["agent_id"]):
             return await self.app(scope, receive, report_headers.learning(send, secure))
+        await longpoll.woken_polls_first()
         token_key, agent_id = vouched[0], vouched[1]["agent_id"]
         messages, body = await _body(receive)
         answer = None if body is None else await batch_recorded(agent_id, token_key, body)

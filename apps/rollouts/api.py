@@ -18,7 +18,6 @@ from apps.environments.views import (
     QuarantineOverrideSerializer,
     quarantine_override,
 )
-from apps.fleet.models import Agent
 from apps.rollouts import pausing, selectors, services, strategies
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
@@ -105,7 +104,7 @@ def _detail(rollout: Rollout) -> dict:
             "acknowledged", "failed", "waiting", "released", "changed")}
     elif rollout.final_summary:
         body["final_evidence"] = rollout.final_summary.get("final_evidence")
-    body["pins_held"] = Agent.objects.filter(pin_rollout=rollout).count()
+    body["pins_held"] = selectors.pins_held(rollout)
     targets = (RolloutTarget.objects.filter(rollout=rollout).select_related("agent")
                .order_by("wave", "agent__name")[:MAX_TARGETS_SHOWN])
     body["targets"] = [{"agent": t.agent_id, "name": t.agent.name, "wave": t.wave,

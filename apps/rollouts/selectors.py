@@ -7,7 +7,7 @@ from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from apps.core.errors import NotFound, PermissionDenied
-from apps.fleet.models import Agent, Deployment
+from apps.fleet.models import Deployment
 from apps.fleet.selectors import last_seen_of
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.rollouts.rules import WaveEvidence
@@ -106,9 +106,21 @@ def failures(rollout: Rollout) -> int:
                                         ).filter(Exists(failed_report)).count()
 
 
+def _holding_targets(rollout):
+    """The targets of `rollout` (a Rollout or an OuterRef to one) whose agents its
+    pins still hold: found through the targets, indexed by rollout (the agents'
+    pin column is not indexed: apps.fleet.models), as only a target is pinned."""
+    return RolloutTarget.objects.filter(rollout=rollout, agent__pin_rollout=rollout)
+
+
+def pins_held(rollout: Rollout) -> int:
+    """How many agents the rollout's pins still hold."""
+    return _holding_targets(rollout).count()
+
+
 def rollouts_without_pins(rollouts):
     """Those of `rollouts` that hold no agent's pin (their history may go)."""
-    return rollouts.exclude(Exists(Agent.objects.filter(pin_rollout=OuterRef("pk"))))
+    return rollouts.exclude(Exists(_holding_targets(OuterRef("pk"))))
 
 
 EVIDENCE_KINDS = ("acknowledged", "failed", "waiting", "released", "changed")

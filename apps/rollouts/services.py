@@ -379,7 +379,7 @@ def rollout_delete(*, rollout: Rollout, actor) -> None:
         if locked.is_active:
             raise Conflict(f"Rollout {locked.pk} is {locked.state}; finish it first.",
                            code="rollout_active")
-        pinned = Agent.objects.filter(pin_rollout=locked).count()
+        pinned = selectors.pins_held(locked)
         if pinned:
             raise Conflict(f"{pinned} agent(s) are still held by rollout {locked.pk}; "
                            "release that rollout's pins first (POST /api/v1/rollouts/"

@@ -19,7 +19,7 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from apps.core import throttling
-from apps.fleet import bundle_edge, enrollment, polldebt
+from apps.fleet import bundle_edge, enrollment, longpoll, polldebt
 from apps.fleet.bundle_edge import Answer, BundleEdge
 from apps.fleet.cache import forget_poll_states
 from apps.releases import services as releases
@@ -133,6 +133,38 @@ def test_a_bundle_django_answered_is_replayed_byte_for_byte_with_no_sql(
     assert (status, named(headers)[b"content-encoding"]) == (200, b"gzip")
     assert body == bytes(Snapshot.objects.get(pk=first.pk).bundle_gzip)
     assert gzip.decompress(body) == bytes(first.bundle)
+
+
+def test_a_bundle_waits_for_the_polls_its_process_woke_before_it(agent, django_app):
+    """After a publish the polls woken first are answered before the bundles their
+    agents then ask for (apps.fleet.longpoll.woken_polls_first)."""
+    sent(django_app, headers=agent.headers)  # Django's answer, kept by the edge
+    scope = {"type": "http", "method": "GET", "path": bundle_url(1), "query_string": b"",
+             "scheme": "http", "client": ("10.0.0.7", 50000),
+             "headers": [(n.lower().encode(), v.encode()) for n, v in agent.headers]}
+
+    async def scenario():
+        messages = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            messages.append(message)
+
+        woken = longpoll.wait_for_change("another-agent", 0, 60)
+        longpoll._waiters.wake(["another-agent"])
+        bundle = asyncio.create_task(BundleEdge(django_app)(scope, receive, send))
+        await asyncio.sleep(0.1)
+        waited = not messages
+        longpoll.answered(woken)  # the woken poll read its answer
+        await asyncio.wait_for(bundle, 5)
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        return waited, messages[0]["status"]
+
+    assert async_to_sync(scenario)() == (True, 200)
+    assert django_app.calls == 1  # the second answer was the edge's
 
 
 @pytest.mark.parametrize("case", ["plain", "match", "weak", "list", "star", "other etag",

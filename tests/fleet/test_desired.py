@@ -459,8 +459,12 @@ def test_heartbeats_flush_is_an_update_per_second_the_beats_fall_in(enroll, firs
     with CaptureQueriesContext(connection) as captured:
         assert heartbeats.heartbeats_flush() == 12
     updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+    with CaptureQueriesContext(connection) as again:
+        assert heartbeats.heartbeats_flush() == 0
 
-    assert len(updates) == 2 and len(captured.captured_queries) == 3
+    # The agents, what was copied before, an UPDATE per second; then nothing new.
+    assert len(updates) == 2 and len(captured.captured_queries) == 4
+    assert len(again.captured_queries) == 2
     assert {a.pk: Agent.objects.get(pk=a.pk).last_seen_at.timestamp() for a in agents} == {
         a.pk: now - 60 + (index % 2) for index, a in enumerate(agents)}
 
