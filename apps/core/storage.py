@@ -18,11 +18,11 @@ def fillfactor(table: str, percent: int) -> migrations.RunPython:
     free on PostgreSQL. Pages already full keep their rows until an update moves
     them. SQLite (embedded mode) has no such setting: nothing to do there."""
 
-    def alter(to: int):
+    def alter(storage: str):
         def run(apps, schema_editor):
             if schema_editor.connection.vendor == "postgresql":
-                schema_editor.execute(
-                    f"ALTER TABLE {schema_editor.quote_name(table)} SET (fillfactor = {int(to)})")
+                schema_editor.execute(f"ALTER TABLE {schema_editor.quote_name(table)} {storage}")
         return run
 
-    return migrations.RunPython(alter(percent), alter(100), elidable=False)
+    return migrations.RunPython(alter(f"SET (fillfactor = {int(percent)})"),
+                                alter("RESET (fillfactor)"), elidable=False)

@@ -47,10 +47,11 @@ def refill_and_announce(keys) -> None:
         gone = [k for k in chunk if k not in states]
         if cache.store_poll_states(states) and cache.forget_poll_states(gone):
             longpoll.announce(chunk)
-            first = first or time.monotonic() - started
+            first = time.monotonic() - started if first is None else first
     logger.log(logging.INFO if len(keys) >= REFILL_CHUNK else logging.DEBUG,
-               "refilled %d poll answers in %.2f s (the first %d announced at %.2f s)",
-               len(keys), time.monotonic() - started, min(len(keys), REFILL_CHUNK), first or 0)
+               "refilled %d poll answers in %.2f s (%s)", len(keys),
+               time.monotonic() - started, "none announced: the cache failed" if first is None
+               else f"the first {min(len(keys), REFILL_CHUNK)} announced at {first:.2f} s")
 
 
 class _Refiller:
