@@ -16,9 +16,9 @@ seconds, so an agent held a minute is not taken for offline.
 Woken polls are answered first: after a publish a process wakes thousands of
 polls a chunk at a time while the agents woken first already ask for the bundle
 and report; a bundle or report the edges would answer waits (`woken_polls_first`,
-at most WOKEN_FIRST_S) until every poll this process woke has read its answer, so
-the last agent hears of the change as soon as the cores allow, not after the
-bundles of the first.
+at most WOKEN_FIRST_S) until the polls of the wakes pending when it arrived have
+read their answers (not those woken after it), so the last agent hears of the
+change as soon as the cores allow, not after the bundles of the first.
 """
 
 import asyncio
@@ -69,14 +69,15 @@ class _Waiters:
         self._due: dict[int, list[tuple[str, asyncio.Future]]] = {}
         self._listener: asyncio.Task | None = None
         self._lock = threading.Lock()
-        # The polls each wake woke whose answers are not read yet, by wake: a
-        # bundle or report waits for the wakes before it, not for later ones.
+        # The polls woken whose answers are not read yet, by wake, and the wakes
+        # with such polls: a bundle or report waits for those, not for later ones.
         self._unanswered: dict[asyncio.Future, _Wake] = {}
+        self._pending: set[_Wake] = set()
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
             self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
-            self._unanswered = {}
+            self._unanswered, self._pending = {}, set()
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
@@ -124,30 +125,32 @@ class _Waiters:
                         woken.set_result(True)
                         self._unanswered[woken] = wake
                         wake.unanswered += 1
-            if not wake.unanswered:
-                wake.read.set()
+            if wake.unanswered:
+                self._pending.add(wake)
 
     def answered(self, woken: asyncio.Future | None) -> None:
         """On the loop: the poll of `woken` read its answer (or left)."""
         wake = self._unanswered.pop(woken, None)
         if wake is not None:
             wake.unanswered -= 1
-            if not wake.unanswered:
-                wake.read.set()
+            if wake.unanswered <= 0:
+                self._done(wake)
+
+    def _done(self, wake: "_Wake") -> None:
+        self._pending.discard(wake)
+        wake.read.set()
 
     async def woken_first(self) -> None:
-        if self._loop is not asyncio.get_running_loop() or not self._unanswered:
+        if self._loop is not asyncio.get_running_loop() or not self._pending:
             return
-        before = set(self._unanswered.values())
+        before = list(self._pending)  # a few: one per announcement still being read
         try:
             async with asyncio.timeout(WOKEN_FIRST_S):
                 for wake in before:
                     await wake.read.wait()
         except TimeoutError:  # a slower storm, or polls that never said: not waited for again
-            for woken in [w for w, wake in self._unanswered.items() if wake in before]:
-                del self._unanswered[woken]
             for wake in before:
-                wake.read.set()
+                self._done(wake)
 
     def wake_threadsafe(self, token_keys) -> None:
         loop = self._loop
@@ -210,13 +213,14 @@ class _Waiters:
 
 
 class _Wake:
-    """One wake of held polls: how many of them have not read their answers yet."""
+    """One wake of held polls: how many of them have not read their answers yet
+    (`read` is set when none is left, or when the wait for them timed out)."""
 
     __slots__ = ("read", "unanswered")
 
     def __init__(self):
         self.unanswered = 0
-        self.read = asyncio.Event()  # set once none is left
+        self.read = asyncio.Event()
 
 
 def _record_heartbeats(agent_ids) -> None:
@@ -241,8 +245,8 @@ def answered(woken: asyncio.Future | None) -> None:
 
 
 async def woken_polls_first() -> None:
-    """Return once every poll this process woke has read its answer, or after
-    WOKEN_FIRST_S: what a bundle or report answered by an edge awaits first."""
+    """Return once the polls of the wakes pending now have read their answers, or
+    after WOKEN_FIRST_S: what a bundle or report answered by an edge awaits first."""
     await _waiters.woken_first()
 
 

@@ -402,7 +402,7 @@ def test_bundles_and_reports_wait_for_the_polls_woken_before_them(monkeypatch):
         await waiters.woken_first()
         assert 0.15 <= loop.time() - started < 1
         await asyncio.wait_for(waiters.woken_first(), 0.05)  # not again
-        assert silent.result() is True and not waiters._unanswered
+        assert silent.result() is True and not waiters._pending
         for task in asyncio.all_tasks() - {asyncio.current_task()}:
             task.cancel()
     asyncio.run(scenario())
@@ -428,7 +428,7 @@ def test_a_woken_long_poll_says_it_has_read_its_answer(warm):
     assert status == DJANGO
     # The poll was woken (also by the Redis listener's wake-all when it subscribes)...
     assert woken and all(len(w) == 1 for w in woken), woken
-    assert not longpoll._waiters._unanswered  # ...and said so
+    assert not longpoll._waiters._unanswered and not longpoll._waiters._pending  # ...said so
 
 
 def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
