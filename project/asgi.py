@@ -30,9 +30,13 @@ from project.routing import websocket_urlpatterns  # noqa: E402
 
 daphne_limits.install()
 
+# HTTP alone, as the poll pool's server (project/pollnode.py) serves it.
+http_application = PollEdge(BundleEdge(BoundedBodyASGI(ReportEdge(DjangoAdmission(
+    django_asgi_app)))))
+
 application = ProtocolTypeRouter(
     {
-        "http": PollEdge(BundleEdge(BoundedBodyASGI(ReportEdge(DjangoAdmission(django_asgi_app))))),
+        "http": http_application,
         "websocket": WebsocketRefusals(SameOriginWebsockets(AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ))),

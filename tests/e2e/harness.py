@@ -167,6 +167,15 @@ class Server(Process):
                           "project.asgi:application"]
         return server
 
+    @classmethod
+    def poll_node(cls, *, port: int, env: dict, log_path: Path, workers: int = 1) -> Server:
+        """A poll pool's node as docs/operations.md runs it (project/pollnode.py)."""
+        server = cls(port=port, env=env, log_path=log_path)
+        server.command = [sys.executable, "-m", "project.pollnode", "--host", "127.0.0.1",
+                          "--port", str(port), "--workers", str(workers)]
+        server.label = f"pollnode :{port}"
+        return server
+
     def wait_ready(self, timeout: float = SERVER_READY_S) -> Server:
         def answers():
             if not self.running():

@@ -1,14 +1,16 @@
 """The poll in a pool of its own (docs/operations.md, "A pool for the poll"), end to
-end: a real nginx routes `GET /api/v1/agent/desired` to one granian node and every
-other request to another, as the documented configuration does; real agents talk
-to nginx only. The agents converge on each published snapshot, every poll reached
-the poll node and nothing else did, and the live websocket opens through the proxy.
+end: a real nginx routes `GET /api/v1/agent/desired` to a poll node (its own
+server, project/pollnode.py, two workers) and every other request to a granian
+node, as the documented configuration does; real agents talk to nginx only. The
+agents converge on each published snapshot, every poll reached the poll node and
+nothing else did, and the live websocket opens through the proxy.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -50,15 +52,15 @@ server {{
 
 @pytest.fixture
 def server(processes, server_environ, make_nginx, tmp_path, empty_cache):
-    """nginx in front of a poll node and an app node (granian, as README runs it);
-    what make_fleet's agents and API client talk to."""
+    """nginx in front of a poll node (project/pollnode.py) and an app node (granian,
+    as README runs it); what make_fleet's agents and API client talk to."""
     environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
                "SECRET_KEY": SERVER_SECRET_KEY, "SECURE_COOKIES": "0",
                "BELLWETHER_PROXY_COUNT": "1"}
     nodes = {}
-    for role in ("poll", "app"):
-        node = Server.production(port=free_port(), env=environ,
-                                 log_path=tmp_path / f"{role}.log")
+    for role, start in (("poll", partial(Server.poll_node, workers=2)),
+                        ("app", Server.production)):
+        node = start(port=free_port(), env=environ, log_path=tmp_path / f"{role}.log")
         processes.append(node)
         nodes[role] = node.start().wait_ready()
     port, site = free_port(), tmp_path / "routing.conf"

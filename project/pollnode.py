@@ -1,0 +1,420 @@
+"""The poll node's server: HTTP/1.1 for the agents' long-polls, at a few KB each.
+
+A held long-poll is an open connection and a request in flight. Under granian it
+costs about 11 KB of the server's own (a connection's buffers and task, its
+scope) before Bellwether's first byte, whatever its options (docs/benchmarks.md,
+"Memory per held long-poll"); this server holds one in about a seventh of that:
+a uvloop transport, an llhttp parser (httptools), the ASGI scope and the
+application's task. It serves `project.asgi`'s HTTP application — the poll edge
+holds and answers the poll, Django answers what the edge leaves to it — and is
+meant for the poll pool (docs/operations.md: a load balancer routes
+`/api/v1/agent/desired` to these nodes, everything else to granian's), so it
+speaks only what a poll needs: HTTP/1.1 and 1.0, keep-alive, no websockets, no
+HTTP/2, no lifespan.
+
+    python -m project.pollnode --host 0.0.0.0 --port 8001 --workers <cores>
+
+Bounds, for whatever a client sends: a request head of at most HEAD_MAX_BYTES
+and HEADERS_MAX headers (else 431), a body of at most BODY_MAX_BYTES (413),
+malformed HTTP or an upgrade 400, and each closes the connection; a head not
+complete HEAD_TIMEOUT_S after its first byte, or a connection idle KEEP_ALIVE_S
+between requests, is closed. A client that leaves mid-request has its request's
+task cancelled (a held poll stops waiting at once). Pipelined requests are
+answered in order, one at a time.
+"""
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from email.utils import formatdate
+
+import httptools
+
+logger = logging.getLogger("bellwether.pollnode")
+
+HEAD_MAX_BYTES = 16 * 1024
+HEADERS_MAX = 100
+BODY_MAX_BYTES = 64 * 1024
+HEAD_TIMEOUT_S = 10.0
+KEEP_ALIVE_S = 120.0  # above the longest wait (BELLWETHER_LONG_POLL_MAX_S) a poll may ask
+SWEEP_S = 1.0  # how often the timeouts above are checked
+PIPELINED_MAX = 8  # requests read ahead of the one being answered
+RESPAWN_S = 1.0  # a worker that died is started again, at most once a second
+
+_REASONS = {200: b"OK", 304: b"Not Modified", 400: b"Bad Request", 401: b"Unauthorized",
+            403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
+            413: b"Content Too Large", 429: b"Too Many Requests",
+            431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            503: b"Service Unavailable"}
+# A response without a body by its status or method (RFC 9112 6.3).
+_NO_BODY = frozenset({204, 304})
+
+
+class _Date:
+    """The Date header's value, formatted once a second."""
+
+    second, value = -1, b""
+
+    @classmethod
+    def now(cls) -> bytes:
+        second = int(time.time())
+        if second != cls.second:
+            cls.second, cls.value = second, formatdate(second, usegmt=True).encode()
+        return cls.value
+
+
+_ASGI = {"version": "3.0", "spec_version": "2.3"}  # shared: the application only reads it
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parses requests (httptools; a parser only while a
+    request's bytes are arriving, none while a poll is held), runs the application
+    for each in turn."""
+
+    __slots__ = ("server", "transport", "parser", "url", "headers", "head_bytes", "body",
+                 "queue", "task", "request", "deadline", "writable")
+
+    def __init__(self, server: "PollNode"):
+        self.server = server
+        self.transport = self.parser = self.url = self.headers = self.body = None
+        self.head_bytes = 0
+        self.queue: collections.deque | None = None
+        self.task: asyncio.Task | None = None
+        self.request: _Request | None = None
+        self.deadline = 0.0
+        self.writable: asyncio.Future | None = None
+
+    # asyncio.Protocol
+    def connection_made(self, transport):
+        self.transport = transport
+        self.deadline = self.server.now + self.server.keep_alive
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc):
+        self.server.connections.discard(self)
+        self.queue = None
+        if self.request is not None:
+            self.request.disconnect()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # the client left: a held poll stops waiting
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+
+    def data_received(self, data):
+        if self.url is None and self.task is None:  # a new request's first bytes
+            self.deadline = self.server.now + self.server.head_timeout
+        if self.parser is None:
+            self.parser = httptools.HttpRequestParser(self)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # not spoken here: answered as HTTP, then closed
+            last = self.queue[-1] if self.queue else self.request
+            if last is None:
+                self._refuse(400, b"upgrade not supported here")
+            else:
+                last.keep_alive = False
+                self.transport.pause_reading()
+        except httptools.HttpParserError as error:  # a callback's raise is its context
+            refused = error.__context__
+            self._refuse(*(refused.args if isinstance(refused, _Refused)
+                           else (400, b"malformed request")))
+        else:
+            if self.url is None:  # between requests: the parser has no state to keep
+                self.parser = None
+
+    def pause_writing(self):
+        self.writable = self.server.loop.create_future()
+
+    def resume_writing(self):
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+        self.writable = None
+
+    # httptools callbacks
+    def on_message_begin(self):
+        self.url, self.headers, self.head_bytes, self.body = b"", [], 0, None
+
+    def on_url(self, url):
+        self.url += url
+        self._count(len(url))
+
+    def on_header(self, name, value):
+        self._count(len(name) + len(value))
+        if len(self.headers) >= HEADERS_MAX:
+            raise _Refused(431, b"too many header fields")
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body):
+        self.body = body if self.body is None else self.body + body
+        if len(self.body) > BODY_MAX_BYTES:
+            raise _Refused(413, b"request body too large")
+
+    def on_message_complete(self):
+        parser, url = self.parser, httptools.parse_url(self.url)
+        if not url.path:
+            raise _Refused(400, b"no path in the request target")
+        self.deadline = float("inf")  # the application answers in its own time
+        scope = {"type": "http", "asgi": _ASGI, "http_version": parser.get_http_version(),
+                 "method": parser.get_method().decode(), "scheme": "http",
+                 "path": url.path.decode("utf-8", "surrogateescape"), "raw_path": url.path,
+                 "query_string": url.query or b"", "root_path": "", "headers": self.headers,
+                 "client": self.transport.get_extra_info("peername"),
+                 "server": self.server.address}
+        request = _Request(self, scope, self.body or b"", parser.should_keep_alive())
+        self.url = self.headers = self.body = None
+        if self.task is None:
+            self._start(request)
+        else:  # pipelined: answered when the one before is
+            if self.queue is None:
+                self.queue = collections.deque()
+            self.queue.append(request)
+            if len(self.queue) > PIPELINED_MAX:
+                self.transport.pause_reading()
+
+    # internals
+    def _count(self, size: int) -> None:
+        self.head_bytes += size
+        if self.head_bytes > HEAD_MAX_BYTES:
+            raise _Refused(431, b"request head too large")
+
+    def _refuse(self, status: int, why: bytes) -> None:
+        if self.task is None and not self.transport.is_closing():
+            self.transport.write(_head(status, [(b"content-type", b"text/plain"),
+                                                (b"content-length", str(len(why)).encode()),
+                                                (b"connection", b"close")]) + why)
+        self.transport.close()
+
+    def _start(self, request: "_Request") -> None:
+        self.request = request
+        self.task = self.server.loop.create_task(self._run(request))
+
+    async def _run(self, request: "_Request") -> None:
+        try:
+            await self.server.app(request.scope, request.receive, request.send)
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            logger.exception("unhandled error answering %s %s", request.scope["method"],
+                             request.scope["path"])
+            if not request.started:
+                request.keep_alive = False
+                await request.send({"type": "http.response.start", "status": 500,
+                                    "headers": [(b"content-length", b"0")]})
+                await request.send({"type": "http.response.body"})
+        if not request.done:  # the application ended without finishing its answer
+            self.transport.close()
+            return
+        self.task = self.request = None
+        if not request.keep_alive:
+            self.transport.close()
+        elif self.queue:
+            self._start(self.queue.popleft())
+            if len(self.queue) <= PIPELINED_MAX:
+                self.transport.resume_reading()
+        else:
+            self.deadline = self.server.now + self.server.keep_alive
+
+
+class _Request:
+    """One request being answered: its scope and body, and the application's ASGI
+    receive and send for it."""
+
+    __slots__ = ("connection", "scope", "body", "keep_alive", "started", "head", "with_body",
+                 "chunked", "done", "disconnected")
+
+    def __init__(self, connection: Connection, scope: dict, body: bytes, keep_alive: bool):
+        self.connection, self.scope, self.body, self.keep_alive = (
+            connection, scope, body, keep_alive)
+        self.head: tuple | None = None  # (status, headers) until the first body
+        self.started = self.with_body = self.chunked = self.done = False
+        self.disconnected: asyncio.Future | None = None
+
+    def disconnect(self) -> None:
+        if self.disconnected is not None and not self.disconnected.done():
+            self.disconnected.set_result(None)
+
+    async def receive(self) -> dict:
+        if self.body is not None:
+            body, self.body = self.body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        if self.disconnected is None:
+            self.disconnected = self.connection.server.loop.create_future()
+            if self.connection.transport.is_closing():
+                self.disconnected.set_result(None)
+        await self.disconnected
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict) -> None:
+        kind, transport = message["type"], self.connection.transport
+        if kind == "http.response.start" and not self.started:
+            self.started = True
+            self.head = (message["status"], list(message.get("headers") or ()))
+            return
+        if kind != "http.response.body" or not self.started or self.done:
+            raise RuntimeError(f"{kind} out of order")
+        body, more = message.get("body", b""), message.get("more_body", False)
+        if self.head is not None:
+            transport.write(self._head(None if more else len(body)))
+        if body and self.with_body:
+            transport.write(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked else body)
+        if not more:
+            if self.chunked:
+                transport.write(b"0\r\n\r\n")
+            self.done = True
+        writable = self.connection.writable
+        if writable is not None:
+            await writable
+
+    def _head(self, length: int | None) -> bytes:
+        """The response's head, its framing decided: Content-Length when the
+        application gave it or the whole body came at once, chunked otherwise."""
+        (status, headers), self.head = self.head, None
+        extra = [(b"date", _Date.now())]
+        self.with_body = status not in _NO_BODY and self.scope["method"] != "HEAD"
+        if self.with_body and not any(name.lower() == b"content-length" for name, _ in headers):
+            if length is not None:
+                extra.append((b"content-length", str(length).encode()))
+            elif self.scope["http_version"] == "1.1":
+                self.chunked = True
+                extra.append((b"transfer-encoding", b"chunked"))
+            else:
+                self.keep_alive = False  # HTTP/1.0: the body ends with the connection
+        if not self.keep_alive:
+            extra.append((b"connection", b"close"))
+        return _head(status, headers + extra)
+
+
+class _Refused(Exception):
+    """A request refused while parsing: (status, reason)."""
+
+
+def _head(status: int, headers) -> bytes:
+    lines = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b""))]
+    lines += [name.lower() + b": " + value for name, value in headers]  # as granian sends them
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class PollNode:
+    """One process's server: the connections it holds and their timeouts."""
+
+    def __init__(self, app, loop: asyncio.AbstractEventLoop, address, *,
+                 head_timeout: float = HEAD_TIMEOUT_S, keep_alive: float = KEEP_ALIVE_S):
+        self.app, self.loop, self.address = app, loop, address
+        self.head_timeout, self.keep_alive = head_timeout, keep_alive
+        self.connections: set[Connection] = set()
+        self.now = loop.time()
+
+    def protocol(self) -> Connection:
+        return Connection(self)
+
+    async def sweep(self) -> None:
+        """Close connections past their deadline (a head too slow, idle too long)."""
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            self.now = now = self.loop.time()
+            for connection in [c for c in self.connections if c.deadline <= now]:
+                connection.transport.close()
+
+
+async def serve(sock: socket.socket, app, stop: asyncio.Future | None = None,
+                **limits) -> None:
+    """Serve `app` on `sock` until `stop` is done (or SIGTERM/SIGINT without one)."""
+    loop = asyncio.get_running_loop()
+    node = PollNode(app, loop, sock.getsockname()[:2], **limits)
+    server = await loop.create_server(node.protocol, sock=sock, backlog=4096)
+    if stop is None:
+        stop = loop.create_future()
+        for signum in (signal.SIGTERM, signal.SIGINT):  # both may come: group and parent
+            loop.add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
+    sweeping = loop.create_task(node.sweep())
+    await stop
+    server.close()
+    sweeping.cancel()
+    for connection in list(node.connections):  # held polls: agents poll again elsewhere
+        connection.transport.close()
+
+
+def _worker(sock: socket.socket, **limits) -> None:
+    import uvloop
+
+    from project.asgi import http_application
+    uvloop.run(serve(sock, http_application, **limits))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m project.pollnode",
+        description="Serve the agents' polls (a poll pool's web node): HTTP/1.1, "
+                    "project.asgi's application, a few KB per held long-poll.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes sharing the port (one event loop each; the cores)")
+    parser.add_argument("--head-timeout", type=float, default=HEAD_TIMEOUT_S, metavar="S",
+                        help="close a connection whose request head is not complete in S "
+                             "seconds (default %(default)s)")
+    parser.add_argument("--keep-alive", type=float, default=KEEP_ALIVE_S, metavar="S",
+                        help="close a connection idle S seconds between requests; above "
+                             "BELLWETHER_LONG_POLL_MAX_S (default %(default)s)")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
+    sock = socket.create_server((args.host, args.port), backlog=4096)
+    sock.setblocking(False)
+    limits = {"head_timeout": args.head_timeout, "keep_alive": args.keep_alive}
+    stopping, children = [], {}
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for _ in range(max(1, args.workers)):
+        _fork_worker(sock, limits, children)
+    logger.info("serving on %s:%d, workers %s", args.host, args.port,
+                " ".join(map(str, sorted(children))))
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        started = children.pop(pid, None)
+        code = os.waitstatus_to_exitcode(status)
+        if started is not None and not stopping:
+            logger.error("worker %d exited (%s); starting another", pid, code)
+            time.sleep(max(0.0, RESPAWN_S - (time.monotonic() - started)))
+            _fork_worker(sock, limits, children)
+    return 0
+
+
+def _fork_worker(sock: socket.socket, limits: dict, children: dict) -> None:
+    """A worker process serving `sock`; its pid and start time into `children`."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+            _worker(sock, **limits)
+        except BaseException:
+            logger.exception("worker failed")
+            code = 1
+        finally:
+            logging.shutdown()
+            os._exit(code)
+    children[pid] = time.monotonic()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

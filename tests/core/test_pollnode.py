@@ -1,0 +1,346 @@
+"""The poll node's HTTP/1.1 server (project/pollnode.py) with small ASGI
+applications: framing, keep-alive, pipelining, the bounds on what a client sends,
+timeouts, a client leaving, an application failing. Real sockets, a real uvloop
+loop on a thread; Django's application behind it is tested end to end in
+tests/e2e/test_poll_node.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+
+import pytest
+import uvloop
+
+from project import pollnode
+
+
+class Node:
+    """pollnode.serve() of `app` on a thread; `cancelled` names the requests whose
+    tasks were cancelled (their clients left)."""
+
+    def __init__(self, app, **limits):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+        self.loop = uvloop.new_event_loop()
+        self.stop = self.loop.create_future()
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete,
+            args=(pollnode.serve(self.sock, app, self.stop, **limits),), daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.stop.set_result, None)
+        self.thread.join(5)
+        self.sock.close()
+
+    def connect(self) -> Client:
+        return Client(socket.create_connection(("127.0.0.1", self.port), timeout=5))
+
+
+class Client:
+    """A raw HTTP/1.1 client connection: what is sent, and the responses read off it
+    one at a time (bytes read past one response kept for the next)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buffer = sock, b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed; unread {self.buffer!r}")
+        self.buffer += chunk
+
+    def response(self, *, head_only: bool = False) -> tuple[int, dict, bytes]:
+        """One response: status, headers (lower-case names), body."""
+        while b"\r\n\r\n" not in self.buffer:
+            self._more()
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        status = int(status_line.split()[1])
+        if head_only or status in (204, 304):
+            return status, headers, b""
+        if "content-length" in headers:
+            length = int(headers["content-length"])
+            while len(self.buffer) < length:
+                self._more()
+            body, self.buffer = self.buffer[:length], self.buffer[length:]
+            return status, headers, body
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                while b"\r\n" not in self.buffer:
+                    self._more()
+                size_line, self.buffer = self.buffer.split(b"\r\n", 1)
+                size = int(size_line, 16)
+                while len(self.buffer) < size + 2:
+                    self._more()
+                body, self.buffer = body + self.buffer[:size], self.buffer[size + 2:]
+                if size == 0:
+                    return status, headers, body
+        with contextlib.suppress(ConnectionError):  # the body ends with the connection
+            while True:
+                self._more()
+        body, self.buffer = self.buffer, b""
+        return status, headers, body
+
+    def closed(self, timeout: float = 5) -> bool:
+        """Whether the server closed the connection within `timeout` (what comes
+        before is read and dropped)."""
+        self.sock.settimeout(timeout)
+        try:
+            while self.sock.recv(65536):
+                pass
+            return True
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+
+
+async def echo(scope, receive, send):
+    """Answers with what it was asked: method, path, query, headers and body."""
+    message = await receive()
+    body = (f"{scope['method']} {scope['path']} {scope['query_string'].decode()} "
+            f"{dict(scope['headers']).get(b'x-test', b'').decode()} ").encode() + message["body"]
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture
+def node():
+    started = []
+
+    def start(app=echo, **limits):
+        started.append(Node(app, **limits))
+        return started[-1]
+    yield start
+    for each in started:
+        each.close()
+
+
+def test_a_request_is_answered_with_its_length_and_the_connection_kept(node):
+    server = node()
+    client = server.connect()
+    for number in range(3):
+        client.sendall(f"GET /p/{number}?a=1 HTTP/1.1\r\nHost: x\r\nX-Test: t\r\n\r\n".encode())
+        status, headers, body = client.response()
+        assert (status, body) == (200, f"GET /p/{number} a=1 t ".encode())
+        assert headers["content-length"] == str(len(body)) and "date" in headers
+        assert "connection" not in headers
+
+
+def test_a_body_reaches_the_application(node):
+    client = node().connect()
+    client.sendall(b"POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    assert client.response()[2] == b"POST /in   hello"
+    client.sendall(b"POST /in HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+    assert client.response()[2] == b"POST /in   abcde"
+
+
+def test_pipelined_requests_are_answered_in_order(node):
+    async def slow_first(scope, receive, send):
+        if scope["path"] == "/slow":
+            await asyncio.sleep(0.3)
+        await echo(scope, receive, send)
+
+    client = node(slow_first).connect()
+    client.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /fast HTTP/1.1\r\nHost: x\r\n\r\n"
+                   b"GET /last HTTP/1.1\r\nHost: x\r\n\r\n")
+    bodies = [client.response()[2] for _ in range(3)]
+    assert [b.split()[1] for b in bodies] == [b"/slow", b"/fast", b"/last"]
+
+
+def test_connection_close_and_http_1_0_end_the_connection(node):
+    server = node()
+    client = server.connect()
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, headers, _ = client.response()
+    assert (status, headers["connection"]) == (200, "close") and client.closed()
+    client = server.connect()
+    client.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    assert client.response()[0] == 200 and client.closed()
+
+
+def test_a_streamed_body_is_chunked_and_a_head_request_gets_no_body(node):
+    async def streamed(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for part in (b"one ", b"two ", b"three"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    server = node(streamed)
+    client = server.connect()
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = client.response()
+    assert (headers["transfer-encoding"], body) == ("chunked", b"one two three")
+    client.sendall(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = client.response(head_only=True)
+    assert status == 200
+    assert client.response()[2] == b"one two three"  # the HEAD's body was not sent
+    old = server.connect()
+    old.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    status, headers, body = old.response()
+    assert "transfer-encoding" not in headers and body == b"one two three" and old.closed()
+
+
+def test_a_304_has_no_body_whatever_the_application_sends(node):
+    async def not_modified(scope, receive, send):
+        await send({"type": "http.response.start", "status": 304, "headers": [(b"etag", b'"1"')]})
+        await send({"type": "http.response.body", "body": b"ignored"})
+
+    client = node(not_modified).connect()
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    for _ in range(2):
+        status, headers, _ = client.response()
+        assert (status, headers["etag"]) == (304, '"1"') and "content-length" not in headers
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert client.response()[0] == 304 and client.buffer == b""  # no stray body bytes
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"NOT HTTP AT ALL\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
+    (b"GET / HTTP/1.1\r\nBad Header Name: x\r\n\r\n", 400),
+    (b"GET http://example.com HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (pollnode.HEAD_MAX_BYTES + 1) + b"\r\n\r\n", 431),
+    (b"GET /" + b"a" * (pollnode.HEAD_MAX_BYTES + 1) + b" HTTP/1.1\r\n\r\n", 431),
+    (b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * (pollnode.HEADERS_MAX + 1) + b"\r\n", 431),
+    (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+     % (pollnode.BODY_MAX_BYTES + 1) + b"a" * (pollnode.BODY_MAX_BYTES + 1), 413),
+])
+def test_hostile_requests_are_refused_and_the_connection_closed(node, request_bytes, status):
+    reached = []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+        await echo(scope, receive, send)
+
+    server = node(app)
+    client = server.connect()
+    client.sendall(request_bytes)
+    assert client.response()[0] == status
+    assert client.closed()
+    assert reached == []
+    fresh = server.connect()  # the server is unharmed
+    fresh.sendall(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert fresh.response()[0] == 200
+
+
+def test_an_upgrade_is_answered_as_http_and_the_connection_closed(node):
+    client = node().connect()
+    client.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n"
+                   b"Upgrade: websocket\r\n\r\n\x81\x05hello")
+    status, headers, body = client.response()
+    assert (status, headers["connection"], body) == (200, "close", b"GET /ws   ")
+    assert client.closed()
+
+
+def test_a_slow_head_and_an_idle_connection_are_closed(node):
+    server = node(head_timeout=1, keep_alive=2)
+    slow = server.connect()
+    slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished
+    idle = server.connect()
+    idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert idle.response()[0] == 200
+    started = time.monotonic()
+    assert slow.closed(timeout=5)
+    assert 0.9 <= time.monotonic() - started <= 3
+    assert idle.closed(timeout=5)
+    assert time.monotonic() - started >= 1.5
+
+
+def test_a_held_request_is_not_timed_out_and_is_cancelled_when_its_client_leaves(node):
+    cancelled, release = threading.Event(), asyncio.Event()
+
+    async def held(scope, receive, send):
+        try:
+            await asyncio.wait_for(release.wait(), 30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        await echo(scope, receive, send)
+
+    server = node(held, head_timeout=0.5, keep_alive=0.5)
+    client = server.connect()
+    client.sendall(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not client.closed(timeout=2.5)  # held longer than both timeouts
+    client.close()
+    assert cancelled.wait(5)
+
+
+def test_a_disconnect_is_received_by_an_application_listening_for_it(node):
+    told = threading.Event()
+
+    async def listening(scope, receive, send):
+        await receive()
+        try:
+            if (await receive())["type"] == "http.disconnect":
+                told.set()
+        except asyncio.CancelledError:
+            told.set()
+            raise
+
+    client = node(listening).connect()
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.2)
+    client.close()
+    assert told.wait(5)
+
+
+def test_an_application_error_is_a_500_and_an_unfinished_answer_closes(node, caplog):
+    async def failing(scope, receive, send):
+        if scope["path"] == "/unfinished":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+            return
+        raise ValueError("boom")
+
+    server = node(failing)
+    client = server.connect()
+    client.sendall(b"GET /fails HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, _ = client.response()
+    assert (status, headers["connection"]) == (500, "close") and client.closed()
+    assert "unhandled error answering GET /fails" in caplog.text
+    client = server.connect()
+    client.sendall(b"GET /unfinished HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = client.response(head_only=True)
+    assert status == 200 and client.closed()
+
+
+def test_messages_out_of_order_fail_the_request(node, caplog):
+    async def twice(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    client = node(twice).connect()
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert client.closed()
+    assert "http.response.start out of order" in caplog.text
+
+
+def test_the_command_explains_itself():
+    """`python -m project.pollnode --help` works; the server itself runs in
+    tests/e2e/test_poll_node.py (it needs the project's services)."""
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "project.pollnode", "--help"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--head-timeout" in shown.stdout
