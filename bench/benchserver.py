@@ -97,6 +97,12 @@ def granian_command(port: int, workers: int) -> list[str]:
             "project.asgi:application"]
 
 
+# docs/operations.md "A pool for the poll": the poll pool's own server.
+def pollnode_command(port: int, workers: int) -> list[str]:
+    return [sys.executable, "-m", "project.pollnode", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+
+
 def daphne_command(port: int) -> list[str]:
     return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
             "project.asgi:application"]
@@ -106,17 +112,23 @@ class BenchServers:
     """`nodes` web nodes (Daphne processes, or granian with `workers` processes each)
     over one fresh database: embedded SQLite (tasks inline, local-memory cache; one
     node of one process only) or PostgreSQL + Redis (the database is flushed; a
-    Celery worker and beat on a queue of this run's own)."""
+    Celery worker and beat on a queue of this run's own). With `poll_workers`, each
+    node has a poll node beside it (project/pollnode.py with that many processes;
+    `poll_urls`), as a poll pool's load balancer would route the poll to."""
 
     def __init__(self, *, nodes: int = 1, database_url: str = "", redis_url: str = "",
                  ports: list[int] | None = None, extra_env: dict | None = None,
-                 server: str = "daphne", workers: int = 1):
+                 server: str = "daphne", workers: int = 1, poll_workers: int = 0):
         if (nodes > 1 or workers > 1) and not (database_url and redis_url):
             raise SystemExit("--nodes or --workers > 1 needs --database-url and "
                              "--redis-url (web processes share the database and the cache)")
         if server not in ("daphne", "granian"):
             raise SystemExit("server: daphne or granian")
+        if poll_workers and not (database_url and redis_url):
+            raise SystemExit("a poll node needs --database-url and --redis-url (it shares "
+                             "the database and the cache with the web nodes)")
         self.nodes, self.ports, self.server, self.workers = nodes, ports, server, workers
+        self.poll_workers = poll_workers
         self.workdir = tempfile.mkdtemp(prefix="bellwether-bench-")
         self.env = dict(
             os.environ, DJANGO_SETTINGS_MODULE="project.settings", DEBUG="0",
@@ -135,6 +147,7 @@ class BenchServers:
         self.web: list[subprocess.Popen] = []
         self.others: list[subprocess.Popen] = []
         self.urls: list[str] = []
+        self.poll_urls: list[str] = []
         self.api_token = self.enrollment_token = ""
 
     def setup(self, *, uses: int, config: str, template: str, poll_interval_s: int = 30):
@@ -151,12 +164,10 @@ class BenchServers:
 
     def start(self) -> None:
         for index in range(self.nodes):
-            port = free_port(self.ports, taken=[int(u.rsplit(":", 1)[1]) for u in self.urls])
-            log = open(os.path.join(self.workdir, f"web-{index}.log"), "wb")  # noqa: SIM115
-            self.web.append(subprocess.Popen(
-                self.web_command(port), env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                stderr=log))
-            self.urls.append(f"http://127.0.0.1:{port}")
+            self.urls.append(self._start_web(f"web-{index}", self.web_command))
+            if self.poll_workers:
+                self.poll_urls.append(self._start_web(
+                    f"poll-{index}", lambda port: pollnode_command(port, self.poll_workers)))
         if self.env["DATABASE_URL"]:
             queue = self.env["CELERY_TASK_DEFAULT_QUEUE"]
             for role, extra in (("worker", ["--pool", "solo", "-Q", queue]),
@@ -166,8 +177,16 @@ class BenchServers:
                     [sys.executable, "-m", "celery", "-A", "project", role,
                      "-l", self.env["LOG_LEVEL"], *extra],
                     env=self.env, cwd=ROOT, stdout=log, stderr=log))
-        for url in self.urls:
+        for url in self.urls + self.poll_urls:
             self._wait_ready(url)
+
+    def _start_web(self, name: str, command) -> str:
+        taken = [int(u.rsplit(":", 1)[1]) for u in self.urls + self.poll_urls]
+        port = free_port(self.ports, taken=taken)
+        log = open(os.path.join(self.workdir, f"{name}.log"), "wb")  # noqa: SIM115
+        self.web.append(subprocess.Popen(command(port), env=self.env, cwd=ROOT,
+                                         stdout=subprocess.DEVNULL, stderr=log))
+        return f"http://127.0.0.1:{port}"
 
     def web_command(self, port: int) -> list[str]:
         """One web node on `port`: granian with `workers` processes, or Daphne."""
@@ -187,7 +206,8 @@ class BenchServers:
                 time.sleep(0.1)
 
     def rss_kib(self) -> list[int]:
-        """Each web node's resident set (with its workers), KiB."""
+        """Each web node's resident set (with its workers), KiB; with poll nodes,
+        web and poll node in turn."""
         return [rss_kib(p.pid) for p in self.web]
 
     def log_tail(self, chars: int = 2000) -> str:

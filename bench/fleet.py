@@ -18,6 +18,7 @@ held (what each more waiting agent costs).
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
         [--nodes 2 --database-url postgres://... --redis-url redis://...]
         [--duration 60] [--ports 18900-18999] [--workers 2] [--ramp 60]
+        [--poll-workers 2]
     .venv/bin/python bench/fleet.py --url http://host:8000 [--url ...] --api-token T \
         --enrollment-token E --environment APP/ENV [--server-pid PID ...]
 
@@ -27,6 +28,10 @@ SQLite with tasks inline, or with --database-url/--redis-url (the database is
 flushed) --nodes web nodes of --workers processes sharing them plus a Celery worker
 and beat; agents are spread over the nodes round-robin, and enroll evenly over
 --ramp seconds (a fleet is rolled out over time), retrying as the agent does.
+With --poll-workers N each node has a poll node beside it (project/pollnode.py, N
+processes) and the agents' polls go there, the rest to the web node, as a poll
+pool's load balancer routes them (docs/operations.md); the memory printed is
+then both servers'.
 Everything is bounded: --agents, the setup (--setup-timeout) and the wait for
 reports after the publish (--duration).
 """
@@ -163,9 +168,15 @@ class Fleet:
 
 
 class SimulatedAgent:
-    def __init__(self, index: int, url: str, fleet: Fleet):
+    """One agent. With `poll_url` (a poll pool) its polls go there on a connection of
+    their own and the rest to `url`, whose connection it closes after each report
+    (agent/client.py closes every connection after its request), so a waiting
+    agent holds a connection only where it waits."""
+
+    def __init__(self, index: int, url: str, fleet: Fleet, poll_url: str | None = None):
         self.index, self.fleet = index, fleet
         self.connection = Connection(url)
+        self.poll_connection = Connection(poll_url) if poll_url else self.connection
         self.token = self.etag = ""
         self.active: tuple | None = None  # (number, checksum) applied
         self.wait_s = 0  # > 0 once the server advertised long-poll
@@ -194,8 +205,8 @@ class SimulatedAgent:
             path, timeout = f"{path}?wait={self.wait_s}", self.wait_s + 15.0
             self.fleet.waiting += 1
         try:
-            status, answer, body = await self.connection.request("GET", path, headers=headers,
-                                                                 timeout=timeout)
+            status, answer, body = await self.poll_connection.request(
+                "GET", path, headers=headers, timeout=timeout)
         finally:
             self.fleet.waiting -= held
         advertised = answer.get("bellwether-long-poll")
@@ -236,6 +247,8 @@ class SimulatedAgent:
             body=json.dumps(report).encode())
         if status not in (200, 201):
             raise HttpError("report", status, answer)
+        if self.poll_connection is not self.connection:
+            self.connection.close()
         self.active, self.etag = (number, checksum), etag
         if is_the_publish:
             fleet.reported.setdefault(self.index, fleet.since_publish())
@@ -368,13 +381,15 @@ async def wait_until(predicate, deadline: float, step: float = 0.05) -> bool:
 
 
 async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
-                  environment: str, rss) -> dict:
+                  environment: str, rss, poll_urls: list[str] = ()) -> dict:
     fleet = Fleet(args)
     application, _, env_name = environment.partition("/")
     env_path = f"/api/v1/environments/{application}/{env_name}"
     fleet.baseline_number = await active_number(urls[0], api_token, env_path,
                                                 time.monotonic() + args.setup_timeout)
-    agents = [SimulatedAgent(i, urls[i % len(urls)], fleet) for i in range(args.agents)]
+    agents = [SimulatedAgent(i, urls[i % len(urls)], fleet,
+                             poll_urls[i % len(poll_urls)] if poll_urls else None)
+              for i in range(args.agents)]
     rss_idle = rss()
     started = time.monotonic()
     tasks = []
@@ -419,6 +434,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     await asyncio.gather(*tasks, return_exceptions=True)
     for agent in agents:
         agent.connection.close()
+        agent.poll_connection.close()
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),
@@ -447,7 +463,8 @@ def cpu_by_name() -> Counter:
         with contextlib.suppress(OSError, ValueError):
             text = (process / "stat").read_text()
             command = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            name = next((known for known in ("granian", "celery", "daphne", "fleet.py")
+            name = next((known for known in ("granian", "pollnode", "celery", "daphne",
+                                             "fleet.py")
                          if known in command), text[text.index("(") + 1:text.rindex(")")])
             fields = text[text.rindex(")") + 2:].split()
             ticks[name] += int(fields[11]) + int(fields[12])  # utime, stime
@@ -459,7 +476,9 @@ def print_result(args, result: dict, nodes: int) -> int:
     low, high = args.interval
     mode = (f"long-poll (wait {args.wait} s) for {result['long_polling']} of {agents}"
             if result["long_polling"] else f"plain polling every {low:g}-{high:g} s")
-    print(f"agents: {agents} on {nodes} web node(s); {mode}")
+    pool = (f" and {nodes} poll node(s) of {args.poll_workers} process(es) serving the polls"
+            if args.poll_workers else "")
+    print(f"agents: {agents} on {nodes} web node(s){pool}; {mode}")
     print(f"enrolled in {result['enrolled_s']:.1f} s, all synced at "
           f"{result['synced_s']:.1f} s; publish answered in {result['publish_answer_s']:.2f} s "
           f"({result['published'].get('state', '')} activates="
@@ -535,6 +554,11 @@ def parse_args(argv=None):
     parser.add_argument("--nodes", type=int, default=1, help="web nodes to start (1-4)")
     parser.add_argument("--workers", type=int, default=1,
                         help="granian: worker processes per web node (1-4)")
+    parser.add_argument("--poll-workers", type=int, default=0,
+                        help="a poll node (project/pollnode.py) of this many processes "
+                             "beside each web node, serving the agents' polls as a poll "
+                             "pool does (docs/operations.md); 0: none, polls go to the "
+                             "web nodes")
     parser.add_argument("--server", choices=("granian", "daphne"), default="granian",
                         help="the web server it starts (default granian, as in production)")
     parser.add_argument("--database-url", default="",
@@ -553,8 +577,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if not 1 <= args.agents <= MAX_AGENTS:
         parser.error(f"--agents must be between 1 and {MAX_AGENTS}")
-    if not (1 <= args.nodes <= 4 and 1 <= args.workers <= 4):
-        parser.error("--nodes and --workers must be between 1 and 4")
+    if not (1 <= args.nodes <= 4 and 1 <= args.workers <= 4 and 0 <= args.poll_workers <= 4):
+        parser.error("--nodes and --workers must be between 1 and 4, --poll-workers 0-4")
     if not 0 <= args.ramp <= 3600:
         parser.error("--ramp is seconds, at most 3600")
     if not (0 < args.duration <= 3600 and 0 < args.setup_timeout <= 3600):
@@ -564,6 +588,8 @@ def parse_args(argv=None):
     if any("=" not in item for item in args.server_env):
         parser.error("--server-env takes NAME=VALUE")
     args.server_env = dict(item.split("=", 1) for item in args.server_env)
+    if args.url and args.poll_workers:
+        parser.error("--poll-workers starts poll nodes: not with --url")
     if args.url and not (args.api_token and args.enrollment_token and args.environment):
         parser.error("--url needs --api-token, --enrollment-token and --environment")
     return args
@@ -608,13 +634,14 @@ def main(argv=None) -> int:
     with BenchServers(nodes=args.nodes, database_url=args.database_url,
                       redis_url=args.redis_url, ports=args.ports,
                       extra_env=args.server_env, server=args.server,
-                      workers=args.workers) as servers:
+                      workers=args.workers, poll_workers=args.poll_workers) as servers:
         servers.setup(uses=args.agents, config="generation: 1\n", template=TEMPLATE)
         try:
             servers.start()
             result = run(args, measure(args, servers.urls, servers.api_token,
                                        servers.enrollment_token,
-                                       f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib))
+                                       f"{APPLICATION}/{ENVIRONMENT}", servers.rss_kib,
+                                       servers.poll_urls))
         except SystemExit:
             sys.stderr.write(servers.log_tail())
             raise

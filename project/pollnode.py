@@ -34,6 +34,7 @@ import socket
 import sys
 import time
 from email.utils import formatdate
+from urllib.parse import unquote
 
 import httptools
 
@@ -163,7 +164,7 @@ class Connection(asyncio.Protocol):
         self.deadline = float("inf")  # the application answers in its own time
         scope = {"type": "http", "asgi": _ASGI, "http_version": parser.get_http_version(),
                  "method": parser.get_method().decode(), "scheme": "http",
-                 "path": url.path.decode("utf-8", "surrogateescape"), "raw_path": url.path,
+                 "path": unquote(url.path.decode("latin-1")), "raw_path": url.path,
                  "query_string": url.query or b"", "root_path": "", "headers": self.headers,
                  "client": self.transport.get_extra_info("peername"),
                  "server": self.server.address}

@@ -131,7 +131,8 @@ class DesiredApi(AgentAPIView):
         body, etag = selectors.desired_state_for(agent)
         # The generation read with the agent's row: what the answer reflects at least.
         cache.store_poll_state(token_key=agent.token_key, token_hash=agent.token_hash,
-                               agent_id=agent.pk, etag=etag, generation=agent.generation,
+                               agent_id=agent.pk, environment_id=agent.environment_id,
+                               etag=etag, generation=agent.generation,
                                body=selectors.desired_body_bytes(body))
         # A change committed since we read may have dropped the entry before we
         # stored it: read again, and drop what we stored if it is already stale.

@@ -14,7 +14,8 @@ used dropped first — and replays them, with no SQL and no thread, to a request
   address not refused, HTTPS when required, an agent token matching its cached poll
   state with no unsettled poll debt (apps.fleet.polldebt) — so a revoked, rotated or
   decommissioned token goes to Django (401) from its next request, as on the poll;
-- comes from an agent of that environment (read once per agent and process);
+- comes from an agent of that environment (its cached poll state names it; a state
+  that does not, written before it did, leaves the bundle to Django);
 - is within the agent's API rate (AgentRateThrottle's count, in its cache key).
 
 304 when If-None-Match names the representation's ETag (as Django decides it:
@@ -45,7 +46,6 @@ from apps.core.breaker import best_effort_redis
 from apps.core.compression import accepts_gzip
 from apps.core.throttling import AgentRateThrottle
 from apps.fleet import cache, edge, longpoll, rules
-from apps.fleet.models import Agent
 from apps.fleet.pollanswer import PER_REQUEST, LearnedHeaders
 from apps.snapshots.models import Snapshot
 
@@ -90,43 +90,6 @@ def requested_number(scope) -> int | None:
     return number if 1 <= number <= MAX_NUMBER else None
 
 
-def _environment_read(agent_id: int) -> int | None:
-    try:
-        return (Agent.objects.filter(pk=agent_id).order_by()
-                .values_list("environment_id", flat=True).first())
-    except DatabaseError:
-        connection.close()  # this thread's connection: the next read opens a new one
-        raise
-
-
-class _Environments:
-    """agent id -> its environment's id, for the agents this process has asked about
-    (an agent never changes environment). At most MAX; emptied when full."""
-
-    MAX = 100_000
-
-    def __init__(self):
-        self._of: dict[int, int] = {}
-
-    async def of(self, agent_id: int) -> int | None:
-        found = self._of.get(agent_id)
-        if found is None:
-            try:
-                found = await asyncio.to_thread(_environment_read, agent_id)
-            except DatabaseError:
-                logger.warning("database unavailable; bundle left to Django", exc_info=True)
-                return None
-            if found is None:
-                return None
-            if len(self._of) >= self.MAX:
-                self._of.clear()
-            self._of[agent_id] = found
-        return found
-
-    def forget(self) -> None:
-        self._of.clear()
-
-
 async def bundle_ask(scope) -> BundleAsk | None:
     """The bundle request, when the edge may answer it (Django's earlier answer
     permitting), or None when it is Django's."""
@@ -143,11 +106,11 @@ async def bundle_ask(scope) -> BundleAsk | None:
     vouched = await edge.vouched_state(scope, headers)
     if vouched is None:
         return None
-    agent_id = vouched[1]["agent_id"]
-    environment_id = await _environments.of(agent_id)
+    state = vouched[1]
+    environment_id = state.get("environment_id")
     if environment_id is None:
         return None
-    return BundleAsk(agent_id, (environment_id, number, edge._is_secure(scope, headers)),
+    return BundleAsk(state["agent_id"], (environment_id, number, edge._is_secure(scope, headers)),
                      headers.get(b"if-none-match"))
 
 
@@ -235,7 +198,6 @@ async def within_rate(agent_id: int) -> bool:
     return True
 
 
-_environments = _Environments()
 _answers = _Answers(ANSWERS_MAX_BYTES)
 # What Django sends with a bundle's gzip 200 besides the answer's own ETag and
 # length (the view's Content-Type, Content-Encoding, Vary and Cache-Control, the
@@ -287,7 +249,6 @@ async def _read_here(ask: BundleAsk) -> None:
 
 def forget() -> None:
     """Drop what this process keeps (tests: ids are reused from test to test)."""
-    _environments.forget()
     _answers.forget()
     bundle_headers.by_scheme.clear()
 

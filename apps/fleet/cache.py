@@ -120,14 +120,15 @@ async def poll_state_async(token_key: str) -> dict | None:
     return await _async_reader.poll_state(token_key)
 
 
-def poll_state_of(*, token_hash: str, agent_id: int, etag: str,
+def poll_state_of(*, token_hash: str, agent_id: int, environment_id: int, etag: str,
                   generation: int | None = None, body: bytes | None = None) -> dict:
-    """What the cache keeps of an agent's poll answer: whose token it is, its ETag and
-    rendered body, and the agent's generation it was computed at (a poll debt
+    """What the cache keeps of an agent's poll answer: whose token it is (the agent
+    and its environment, which never changes: the bundle edge's check), its ETag
+    and rendered body, and the agent's generation it was computed at (a poll debt
     trusts an answer computed at the generation its change reached, or later; one
     of unknown generation, never)."""
-    return {"agent_id": agent_id, "token_hash": token_hash, "etag": etag,
-            "generation": generation, "body": body}
+    return {"agent_id": agent_id, "environment_id": environment_id, "token_hash": token_hash,
+            "etag": etag, "generation": generation, "body": body}
 
 
 def store_poll_state(*, token_key: str, **answer) -> None:

@@ -156,8 +156,8 @@ def poll_states_of(token_keys) -> dict[str, dict]:
         if etag not in rendered:
             rendered[etag] = desired_body_bytes(body)
         states[agent.token_key] = cache.poll_state_of(
-            token_hash=agent.token_hash, agent_id=agent.pk, etag=etag,
-            generation=agent.generation, body=rendered[etag])
+            token_hash=agent.token_hash, agent_id=agent.pk, environment_id=agent.environment_id,
+            etag=etag, generation=agent.generation, body=rendered[etag])
     return states
 
 

@@ -145,6 +145,19 @@ def test_a_request_is_answered_with_its_length_and_the_connection_kept(node):
         assert "connection" not in headers
 
 
+def test_the_path_is_percent_decoded_and_the_raw_path_kept(node):
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append((scope["path"], scope["raw_path"], scope["query_string"]))
+        await echo(scope, receive, send)
+
+    client = node(app).connect()
+    client.sendall(b"GET /a%20b/%C3%A9?x=%20 HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert client.response()[0] == 200
+    assert seen == [("/a b/\u00e9", b"/a%20b/%C3%A9", b"x=%20")]
+
+
 def test_a_body_reaches_the_application(node):
     client = node().connect()
     client.sendall(b"POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")

@@ -50,7 +50,8 @@ def _write_back(agent, etag: str) -> None:
     wait)."""
     fleet_cache.store_poll_state(token_key=agent.agent.token_key,
                                  token_hash=agent.agent.token_hash,
-                                 agent_id=agent.agent.pk, etag=etag)
+                                 agent_id=agent.agent.pk,
+                                 environment_id=agent.agent.environment_id, etag=etag)
 
 
 def _first_fresh_answer(agent, etag: str, deadline: float):

@@ -155,13 +155,15 @@ def test_a_racing_poll_writing_the_old_state_back_is_not_served(
     fleet_cache.forget_poll_states([key])  # the on-commit drop
     # A poll that read the database before the commit stores its answer after it.
     fleet_cache.store_poll_state(token_key=key, token_hash=agent.agent.token_hash,
-                                 agent_id=agent.agent.pk, etag=etag)
+                                 agent_id=agent.agent.pk,
+                                 environment_id=agent.agent.environment_id, etag=etag)
     clock.advance()
 
     assert poll(agent.client, etag).status_code == 200
     assert services.poll_invalidations_sweep() == 0  # stamped seen: grace starts
-    fleet_cache.store_poll_state(token_key=key, token_hash=agent.agent.token_hash,
-                                 agent_id=agent.agent.pk, etag=etag)  # late write-back
+    fleet_cache.store_poll_state(token_key=key, token_hash=agent.agent.token_hash,  # late
+                                 agent_id=agent.agent.pk,  # write-back
+                                 environment_id=agent.agent.environment_id, etag=etag)
     assert _settle_all() == 1
     clock.advance()
 
