@@ -97,7 +97,7 @@ def granian_command(port: int, workers: int) -> list[str]:
             "project.asgi:application"]
 
 
-# docs/operations.md "A pool for the poll": the poll pool's own server.
+# docs/operations.md "A pool for the agents": the agents' pool's own server.
 def pollnode_command(port: int, workers: int) -> list[str]:
     return [sys.executable, "-m", "project.pollnode", "--host", "127.0.0.1",
             "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
@@ -114,7 +114,7 @@ class BenchServers:
     node of one process only) or PostgreSQL + Redis (the database is flushed; a
     Celery worker and beat on a queue of this run's own). With `poll_workers`, each
     node has a poll node beside it (project/pollnode.py with that many processes;
-    `poll_urls`), as a poll pool's load balancer would route the poll to."""
+    `poll_urls`), where the agents' pool's load balancer would send agents."""
 
     def __init__(self, *, nodes: int = 1, database_url: str = "", redis_url: str = "",
                  ports: list[int] | None = None, extra_env: dict | None = None,

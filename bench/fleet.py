@@ -29,9 +29,9 @@ flushed) --nodes web nodes of --workers processes sharing them plus a Celery wor
 and beat; agents are spread over the nodes round-robin, and enroll evenly over
 --ramp seconds (a fleet is rolled out over time), retrying as the agent does.
 With --poll-workers N each node has a poll node beside it (project/pollnode.py, N
-processes) and the agents' polls go there, the rest to the web node, as a poll
-pool's load balancer routes them (docs/operations.md); the memory printed is
-then both servers'.
+processes) and the agents talk to it, as a load balancer routes the agents' API
+to the agents' pool (docs/operations.md); the API's publish goes to the web node,
+and the memory printed is both servers'.
 Everything is bounded: --agents, the setup (--setup-timeout) and the wait for
 reports after the publish (--duration).
 """
@@ -168,15 +168,9 @@ class Fleet:
 
 
 class SimulatedAgent:
-    """One agent. With `poll_url` (a poll pool) its polls go there on a connection of
-    their own and the rest to `url`, whose connection it closes after each report
-    (agent/client.py closes every connection after its request), so a waiting
-    agent holds a connection only where it waits."""
-
-    def __init__(self, index: int, url: str, fleet: Fleet, poll_url: str | None = None):
+    def __init__(self, index: int, url: str, fleet: Fleet):
         self.index, self.fleet = index, fleet
         self.connection = Connection(url)
-        self.poll_connection = Connection(poll_url) if poll_url else self.connection
         self.token = self.etag = ""
         self.active: tuple | None = None  # (number, checksum) applied
         self.wait_s = 0  # > 0 once the server advertised long-poll
@@ -205,7 +199,7 @@ class SimulatedAgent:
             path, timeout = f"{path}?wait={self.wait_s}", self.wait_s + 15.0
             self.fleet.waiting += 1
         try:
-            status, answer, body = await self.poll_connection.request(
+            status, answer, body = await self.connection.request(
                 "GET", path, headers=headers, timeout=timeout)
         finally:
             self.fleet.waiting -= held
@@ -247,8 +241,6 @@ class SimulatedAgent:
             body=json.dumps(report).encode())
         if status not in (200, 201):
             raise HttpError("report", status, answer)
-        if self.poll_connection is not self.connection:
-            self.connection.close()
         self.active, self.etag = (number, checksum), etag
         if is_the_publish:
             fleet.reported.setdefault(self.index, fleet.since_publish())
@@ -387,8 +379,8 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     env_path = f"/api/v1/environments/{application}/{env_name}"
     fleet.baseline_number = await active_number(urls[0], api_token, env_path,
                                                 time.monotonic() + args.setup_timeout)
-    agents = [SimulatedAgent(i, urls[i % len(urls)], fleet,
-                             poll_urls[i % len(poll_urls)] if poll_urls else None)
+    agent_urls = poll_urls or urls  # the agents' own pool when there is one
+    agents = [SimulatedAgent(i, agent_urls[i % len(agent_urls)], fleet)
               for i in range(args.agents)]
     rss_idle = rss()
     started = time.monotonic()
@@ -434,7 +426,6 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     await asyncio.gather(*tasks, return_exceptions=True)
     for agent in agents:
         agent.connection.close()
-        agent.poll_connection.close()
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),
@@ -476,8 +467,8 @@ def print_result(args, result: dict, nodes: int) -> int:
     low, high = args.interval
     mode = (f"long-poll (wait {args.wait} s) for {result['long_polling']} of {agents}"
             if result["long_polling"] else f"plain polling every {low:g}-{high:g} s")
-    pool = (f" and {nodes} poll node(s) of {args.poll_workers} process(es) serving the polls"
-            if args.poll_workers else "")
+    pool = (f" and {nodes} poll node(s) of {args.poll_workers} process(es) serving the "
+            f"agents" if args.poll_workers else "")
     print(f"agents: {agents} on {nodes} web node(s){pool}; {mode}")
     print(f"enrolled in {result['enrolled_s']:.1f} s, all synced at "
           f"{result['synced_s']:.1f} s; publish answered in {result['publish_answer_s']:.2f} s "
@@ -556,8 +547,8 @@ def parse_args(argv=None):
                         help="granian: worker processes per web node (1-4)")
     parser.add_argument("--poll-workers", type=int, default=0,
                         help="a poll node (project/pollnode.py) of this many processes "
-                             "beside each web node, serving the agents' polls as a poll "
-                             "pool does (docs/operations.md); 0: none, polls go to the "
+                             "beside each web node, serving the agents' API as the agents' "
+                             "pool does (docs/operations.md); 0: none, agents talk to the "
                              "web nodes")
     parser.add_argument("--server", choices=("granian", "daphne"), default="granian",
                         help="the web server it starts (default granian, as in production)")

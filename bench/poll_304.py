@@ -5,10 +5,12 @@ Starts, one worker process each,
             a bare Django view answering 304 (no middleware, no apps): Django's floor
   poll      granian --interface asgi project.asgi:application
             the production shape (README "Production shape"), default middleware
+  agents    python -m project.pollnode (the agents' pool, docs/operations.md)
+            the same application on the poll node's own server
 creates an agent with a snapshot, warms its cache entry, then alternates wrk runs
 against GET /poll (matching If-None-Match) and GET /api/v1/agent/desired
-(Authorization + matching If-None-Match), and prints requests/second of each and
-the ratio poll / baseline (target >= 1.0, stretch 2.0).
+(Authorization + matching If-None-Match) on both, and prints requests/second of
+each and the ratios to the baseline (target >= 1.0, stretch 2.0).
 
     .venv/bin/python bench/poll_304.py [--duration 10] [--rounds 3] [--connections 32]
         [--redis redis://127.0.0.1:6379/9] [--port N]
@@ -135,31 +137,42 @@ def main() -> int:
     token = setup_data(env)
     port = args.port or free_port()
     base_port = port + 1 if args.port else free_port()
+    node_port = port + 2 if args.port else free_port()
     servers = [granian("asginl", "project.asgi:application", port, env),
                granian("wsgi", "bench.bare_django:application", base_port,
-                       {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"})]
+                       {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}),
+               subprocess.Popen([sys.executable, "-m", "project.pollnode", "--port",
+                                 str(node_port), "--workers", "1", "--log-level", "warning"],
+                                env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)]
     prod, bare = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{base_port}"
+    node = f"http://127.0.0.1:{node_port}"
     try:
         wait_answering(f"{prod}/healthz")
         wait_answering(f"{bare}/poll")
+        wait_answering(f"{node}/healthz")
         request = urllib.request.Request(f"{prod}/api/v1/agent/desired",
                                          headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request) as response:  # warms the cache entry
             etag = response.headers["ETag"]
         poll_headers = {"Authorization": f"Bearer {token}", "If-None-Match": etag}
-        baseline, poll = [], []
+        baseline, poll, agents = [], [], []
         for _ in range(args.rounds):
             baseline.append(wrk(f"{bare}/poll", {"If-None-Match": '"bench"'}, args.duration,
                                 args.connections))
             poll.append(wrk(f"{prod}/api/v1/agent/desired", poll_headers, args.duration,
                             args.connections))
-        best_base, best_poll = max(baseline), max(poll)
+            agents.append(wrk(f"{node}/api/v1/agent/desired", poll_headers, args.duration,
+                              args.connections))
+        best_base = max(baseline)
         print(f"cache: {'redis' if args.redis else 'local memory'}; "
               f"{args.rounds} x {args.duration}s, {args.connections} connections, "
-              "one granian worker each")
+              "one worker process each")
         print(f"baseline bare Django WSGI 304 req/s: {', '.join(f'{r:.0f}' for r in baseline)}")
         print(f"poll 304 production ASGI  req/s: {', '.join(f'{r:.0f}' for r in poll)}")
-        print(f"ratio (best poll / best baseline): {best_poll / best_base:.2f}")
+        print(f"poll 304 poll node        req/s: {', '.join(f'{r:.0f}' for r in agents)}")
+        print(f"ratio (best poll / best baseline): {max(poll) / best_base:.2f}; "
+              f"poll node: {max(agents) / best_base:.2f}")
     finally:
         for server in servers:
             stop(server)

@@ -1,24 +1,27 @@
-"""The poll node's server: HTTP/1.1 for the agents' long-polls, at a few KB each.
+"""The agent node's server: HTTP/1.1 for the agents' API, a held long-poll in ~5 KB.
 
 A held long-poll is an open connection and a request in flight. Under granian it
 costs about 11 KB of the server's own (a connection's buffers and task, its
-scope) before Bellwether's first byte, whatever its options (docs/benchmarks.md,
-"Memory per held long-poll"); this server holds one in about a seventh of that:
-a uvloop transport, an llhttp parser (httptools), the ASGI scope and the
-application's task. It serves `project.asgi`'s HTTP application — the poll edge
-holds and answers the poll, Django answers what the edge leaves to it — and is
-meant for the poll pool (docs/operations.md: a load balancer routes
-`/api/v1/agent/desired` to these nodes, everything else to granian's), so it
-speaks only what a poll needs: HTTP/1.1 and 1.0, keep-alive, no websockets, no
-HTTP/2, no lifespan.
+scope) before Bellwether's first byte, whatever its options, and about 13 KB all
+told; this server holds one in about 5 KB (docs/benchmarks.md, "Memory per held
+long-poll"): a uvloop transport, no parser while the request waits (llhttp
+through httptools while one arrives), the ASGI scope and the application's task.
+It serves `project.asgi`'s HTTP application — the edges answer the poll, the
+bundles and the reports on the event loop, Django what they leave to it — and is
+meant for the agents' pool (docs/operations.md: a load balancer routes
+`/api/v1/agent/` to these nodes, everything else to granian's), so it speaks only
+what agents need: HTTP/1.1 and 1.0, keep-alive, no websockets, no HTTP/2, no
+lifespan.
 
     python -m project.pollnode --host 0.0.0.0 --port 8001 --workers <cores>
 
 Bounds, for whatever a client sends: a request head of at most HEAD_MAX_BYTES
-and HEADERS_MAX headers (else 431), a body of at most BODY_MAX_BYTES (413),
-malformed HTTP or an upgrade 400, and each closes the connection; a head not
-complete HEAD_TIMEOUT_S after its first byte, or a connection idle KEEP_ALIVE_S
-between requests, is closed. A client that leaves mid-request has its request's
+and HEADERS_MAX headers (else 431), a body within the application's limit
+(project/bodylimits.py, BELLWETHER_MAX_REQUEST_BYTES: else 413), malformed HTTP
+400 — each answered with the API's error envelope and the connection closed; a
+head not complete HEAD_TIMEOUT_S after its first byte (its body too), or a
+connection idle KEEP_ALIVE_S between requests, is closed. An upgrade is answered
+as plain HTTP, then the connection closed. A client that leaves mid-request has its request's
 task cancelled (a held poll stops waiting at once). Pipelined requests are
 answered in order, one at a time.
 """
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -42,7 +46,7 @@ logger = logging.getLogger("bellwether.pollnode")
 
 HEAD_MAX_BYTES = 16 * 1024
 HEADERS_MAX = 100
-BODY_MAX_BYTES = 64 * 1024
+BODY_MAX_BYTES = 10 * 1024 * 1024  # the worker serves with the application's own limit
 HEAD_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 120.0  # above the longest wait (BELLWETHER_LONG_POLL_MAX_S) a poll may ask
 SWEEP_S = 1.0  # how often the timeouts above are checked
@@ -118,14 +122,14 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:  # not spoken here: answered as HTTP, then closed
             last = self.queue[-1] if self.queue else self.request
             if last is None:
-                self._refuse(400, b"upgrade not supported here")
+                self._refuse(400, "invalid", "Upgrade is not spoken here.")
             else:
                 last.keep_alive = False
                 self.transport.pause_reading()
         except httptools.HttpParserError as error:  # a callback's raise is its context
             refused = error.__context__
             self._refuse(*(refused.args if isinstance(refused, _Refused)
-                           else (400, b"malformed request")))
+                           else (400, "invalid", "Malformed HTTP request.")))
         else:
             if self.url is None:  # between requests: the parser has no state to keep
                 self.parser = None
@@ -149,18 +153,22 @@ class Connection(asyncio.Protocol):
     def on_header(self, name, value):
         self._count(len(name) + len(value))
         if len(self.headers) >= HEADERS_MAX:
-            raise _Refused(431, b"too many header fields")
-        self.headers.append((name.lower(), value))
+            raise _Refused(431, "request_header_fields_too_large",
+                           f"More than {HEADERS_MAX} header fields.")
+        name = name.lower()
+        if name == b"content-length" and value.isdigit() and int(value) > self.server.body_max:
+            raise _Refused(413, "too_large", f"Request body is over {self.server.body_max} bytes.")
+        self.headers.append((name, value))
 
     def on_body(self, body):
         self.body = body if self.body is None else self.body + body
-        if len(self.body) > BODY_MAX_BYTES:
-            raise _Refused(413, b"request body too large")
+        if len(self.body) > self.server.body_max:
+            raise _Refused(413, "too_large", f"Request body is over {self.server.body_max} bytes.")
 
     def on_message_complete(self):
         parser, url = self.parser, httptools.parse_url(self.url)
         if not url.path:
-            raise _Refused(400, b"no path in the request target")
+            raise _Refused(400, "invalid", "The request target has no path.")
         self.deadline = float("inf")  # the application answers in its own time
         scope = {"type": "http", "asgi": _ASGI, "http_version": parser.get_http_version(),
                  "method": parser.get_method().decode(), "scheme": "http",
@@ -183,13 +191,17 @@ class Connection(asyncio.Protocol):
     def _count(self, size: int) -> None:
         self.head_bytes += size
         if self.head_bytes > HEAD_MAX_BYTES:
-            raise _Refused(431, b"request head too large")
+            raise _Refused(431, "request_header_fields_too_large",
+                           f"The request head is over {HEAD_MAX_BYTES} bytes.")
 
-    def _refuse(self, status: int, why: bytes) -> None:
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer `status` with the API's error envelope (when no answer is under
+        way) and close the connection: what follows cannot be trusted."""
         if self.task is None and not self.transport.is_closing():
-            self.transport.write(_head(status, [(b"content-type", b"text/plain"),
-                                                (b"content-length", str(len(why)).encode()),
-                                                (b"connection", b"close")]) + why)
+            body = json.dumps({"error": {"code": code, "message": message}}).encode()
+            self.transport.write(_head(status, [
+                (b"content-type", b"application/json"), (b"date", _Date.now()),
+                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]) + body)
         self.transport.close()
 
     def _start(self, request: "_Request") -> None:
@@ -293,7 +305,7 @@ class _Request:
 
 
 class _Refused(Exception):
-    """A request refused while parsing: (status, reason)."""
+    """A request refused while parsing: (status, error code, message)."""
 
 
 def _head(status: int, headers) -> bytes:
@@ -306,9 +318,10 @@ class PollNode:
     """One process's server: the connections it holds and their timeouts."""
 
     def __init__(self, app, loop: asyncio.AbstractEventLoop, address, *,
-                 head_timeout: float = HEAD_TIMEOUT_S, keep_alive: float = KEEP_ALIVE_S):
+                 head_timeout: float = HEAD_TIMEOUT_S, keep_alive: float = KEEP_ALIVE_S,
+                 body_max: int = BODY_MAX_BYTES):
         self.app, self.loop, self.address = app, loop, address
-        self.head_timeout, self.keep_alive = head_timeout, keep_alive
+        self.head_timeout, self.keep_alive, self.body_max = head_timeout, keep_alive, body_max
         self.connections: set[Connection] = set()
         self.now = loop.time()
 
@@ -346,7 +359,8 @@ def _worker(sock: socket.socket, **limits) -> None:
     import uvloop
 
     from project.asgi import http_application
-    uvloop.run(serve(sock, http_application, **limits))
+    from project.bodylimits import body_limit
+    uvloop.run(serve(sock, http_application, body_max=body_limit(), **limits))
 
 
 def main(argv=None) -> int:

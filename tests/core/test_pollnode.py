@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -235,8 +236,9 @@ def test_a_304_has_no_body_whatever_the_application_sends(node):
     (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (pollnode.HEAD_MAX_BYTES + 1) + b"\r\n\r\n", 431),
     (b"GET /" + b"a" * (pollnode.HEAD_MAX_BYTES + 1) + b" HTTP/1.1\r\n\r\n", 431),
     (b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * (pollnode.HEADERS_MAX + 1) + b"\r\n", 431),
-    (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
-     % (pollnode.BODY_MAX_BYTES + 1) + b"a" * (pollnode.BODY_MAX_BYTES + 1), 413),
+    (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n" + b"a" * 1001, 413),
+    (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+     + b"3e8\r\n" + b"a" * 1000 + b"\r\n2\r\nab\r\n0\r\n\r\n", 413),
 ])
 def test_hostile_requests_are_refused_and_the_connection_closed(node, request_bytes, status):
     reached = []
@@ -245,10 +247,12 @@ def test_hostile_requests_are_refused_and_the_connection_closed(node, request_by
         reached.append(scope["path"])
         await echo(scope, receive, send)
 
-    server = node(app)
+    server = node(app, body_max=1000)
     client = server.connect()
     client.sendall(request_bytes)
-    assert client.response()[0] == status
+    answer, headers, body = client.response()
+    assert (answer, headers["content-type"]) == (status, "application/json")
+    assert set(json.loads(body)["error"]) == {"code", "message"}
     assert client.closed()
     assert reached == []
     fresh = server.connect()  # the server is unharmed

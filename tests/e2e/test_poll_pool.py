@@ -1,9 +1,10 @@
-"""The poll in a pool of its own (docs/operations.md, "A pool for the poll"), end to
-end: a real nginx routes `GET /api/v1/agent/desired` to a poll node (its own
-server, project/pollnode.py, two workers) and every other request to a granian
-node, as the documented configuration does; real agents talk to nginx only. The
-agents converge on each published snapshot, every poll reached the poll node and
-nothing else did, and the live websocket opens through the proxy.
+"""The agents in a pool of their own (docs/operations.md, "A pool for the agents"),
+end to end: a real nginx routes the agents' API (`/api/v1/agent/`) to an agent
+node (its own server, project/pollnode.py, two workers) and every other request
+to a granian node, as the documented configuration does; real agents talk to
+nginx only. The agents converge on each published snapshot, every agent request
+reached the agent node and nothing else did, and the live websocket opens
+through the proxy.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from tests.e2e.test_production_server import SERVER_SECRET_KEY, websocket_handsh
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
-DESIRED = "/api/v1/agent/desired"
+AGENT_API = "/api/v1/agent/"
 # docs/operations.md's routing, with the test's ports and a log naming the upstream.
 SITE = """map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
-upstream bellwether_poll {{ server 127.0.0.1:{poll}; }}
+upstream bellwether_agents {{ server 127.0.0.1:{agents}; }}
 upstream bellwether_app {{ server 127.0.0.1:{app}; }}
 log_format route '$request_method $uri $status $upstream_addr';
 server {{
@@ -39,8 +40,8 @@ server {{
     proxy_set_header X-Request-ID $request_id;
     proxy_set_header Upgrade $http_upgrade;
     proxy_set_header Connection $connection_upgrade;
-    location = /api/v1/agent/desired {{
-        proxy_pass http://bellwether_poll;
+    location /api/v1/agent/ {{
+        proxy_pass http://bellwether_agents;
         proxy_read_timeout 90s;
     }}
     location / {{
@@ -52,20 +53,20 @@ server {{
 
 @pytest.fixture
 def server(processes, server_environ, make_nginx, tmp_path, empty_cache):
-    """nginx in front of a poll node (project/pollnode.py) and an app node (granian,
-    as README runs it); what make_fleet's agents and API client talk to."""
+    """nginx in front of an agent node (project/pollnode.py) and an app node
+    (granian, as README runs it); what make_fleet's agents and API client talk to."""
     environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
                "SECRET_KEY": SERVER_SECRET_KEY, "SECURE_COOKIES": "0",
                "BELLWETHER_PROXY_COUNT": "1"}
     nodes = {}
-    for role, start in (("poll", partial(Server.poll_node, workers=2)),
+    for role, start in (("agents", partial(Server.poll_node, workers=2)),
                         ("app", Server.production)):
         node = start(port=free_port(), env=environ, log_path=tmp_path / f"{role}.log")
         processes.append(node)
         nodes[role] = node.start().wait_ready()
     port, site = free_port(), tmp_path / "routing.conf"
     route_log = tmp_path / "route.log"
-    site.write_text(SITE.format(poll=nodes["poll"].port, app=nodes["app"].port, port=port,
+    site.write_text(SITE.format(agents=nodes["agents"].port, app=nodes["app"].port, port=port,
                                 log=route_log))
     nginx = make_nginx(site, port)
     started = subprocess.run(nginx.start_command, shell=True, capture_output=True, text=True,
@@ -82,7 +83,7 @@ def routed(server) -> list[tuple[str, str, str, int]]:
             for method, path, status, upstream in (line.split() for line in lines)]
 
 
-def test_polls_go_to_the_poll_pool_and_agents_converge_through_the_proxy(server, make_fleet):
+def test_agents_go_to_their_pool_and_converge_through_the_proxy(server, make_fleet):
     fleet = make_fleet("message: one\n", {"app.conf": "message = {{ message }}\n"})
     assert fleet.api.publish()["number"] == 1
     names = ["pooled-1", "pooled-2"]
@@ -94,16 +95,17 @@ def test_polls_go_to_the_poll_pool_and_agents_converge_through_the_proxy(server,
     wait_in_sync(fleet, names, 2, timeout=60)
 
     requests = routed(server)
-    poll_port, app_port = server.nodes["poll"].port, server.nodes["app"].port
-    polls = [r for r in requests if r[1] == DESIRED]
-    others = [r for r in requests if r[1] != DESIRED]
-    assert len(polls) >= 4 and {port for *_, port in polls} == {poll_port}, polls
-    assert {status for _, _, status, _ in polls} <= {"200", "304"}, polls
-    assert others and {port for *_, port in others} == {app_port}, others
-    # Each agent enrolled, fetched both bundles and reported both through the app node.
-    assert {path for _, path, _, _ in others} >= {
-        "/api/v1/agent/enroll", "/api/v1/agent/snapshots/1/bundle",
+    agents_port, app_port = server.nodes["agents"].port, server.nodes["app"].port
+    agents = [r for r in requests if r[1].startswith(AGENT_API)]
+    others = [r for r in requests if not r[1].startswith(AGENT_API)]
+    assert {port for *_, port in agents} == {agents_port}, agents
+    # Each agent enrolled, polled, fetched both bundles and reported both there.
+    assert {path for _, path, _, _ in agents} >= {
+        "/api/v1/agent/enroll", "/api/v1/agent/desired", "/api/v1/agent/snapshots/1/bundle",
         "/api/v1/agent/snapshots/2/bundle", "/api/v1/agent/reports"}
+    assert {status for _, _, status, _ in agents} <= {"200", "201", "304"}, agents
+    # The operator's API (the publishes) went to the app node.
+    assert others and {port for *_, port in others} == {app_port}, others
 
 
 def test_the_live_websocket_opens_through_the_proxy(server, superuser):
