@@ -18,12 +18,16 @@ lifespan.
 Bounds, for whatever a client sends: a request head of at most HEAD_MAX_BYTES
 and HEADERS_MAX headers (else 431), a body within the application's limit
 (project/bodylimits.py, BELLWETHER_MAX_REQUEST_BYTES: else 413), malformed HTTP
-400 — each answered with the API's error envelope and the connection closed; a
-head not complete HEAD_TIMEOUT_S after its first byte (its body too), or a
-connection idle KEEP_ALIVE_S between requests, is closed. An upgrade is answered
-as plain HTTP, then the connection closed. A client that leaves mid-request has its request's
-task cancelled (a held poll stops waiting at once). Pipelined requests are
-answered in order, one at a time.
+400, more than PIPELINED_MAX requests (or PIPELINED_BODY_BYTES of bodies) sent
+ahead of an answer 400 — each answered with the API's error envelope (unless an
+answer is under way) and the connection closed; trailer fields are dropped
+(never request headers). A request not complete HEAD_TIMEOUT_S after its first
+byte, a connection idle KEEP_ALIVE_S between requests (empty lines are idle), or
+one not reading its answer for SEND_TIMEOUT_S is dropped. An upgrade is answered
+as plain HTTP, then the connection closed. A client that leaves mid-request has
+its request's task cancelled (a held poll stops waiting at once), or, when the
+application listens for it (Django), is told with `http.disconnect`. Pipelined
+requests are answered in order, one at a time.
 """
 
 import argparse
@@ -48,9 +52,11 @@ HEAD_MAX_BYTES = 16 * 1024
 HEADERS_MAX = 100
 BODY_MAX_BYTES = 10 * 1024 * 1024  # the worker serves with the application's own limit
 HEAD_TIMEOUT_S = 10.0
-KEEP_ALIVE_S = 120.0  # above the longest wait (BELLWETHER_LONG_POLL_MAX_S) a poll may ask
+KEEP_ALIVE_S = 120.0  # idle between requests (a held poll is a request: not idle)
+SEND_TIMEOUT_S = 30.0  # a client not reading what it is sent for this long is dropped
 SWEEP_S = 1.0  # how often the timeouts above are checked
-PIPELINED_MAX = 8  # requests read ahead of the one being answered
+PIPELINED_MAX = 8  # requests read ahead of the one being answered (more: refused)
+PIPELINED_BODY_BYTES = 64 * 1024  # their bodies, all together
 RESPAWN_S = 1.0  # a worker that died is started again, at most once a second
 
 _REASONS = {200: b"OK", 304: b"Not Modified", 400: b"Bad Request", 401: b"Unauthorized",
@@ -84,12 +90,13 @@ class Connection(asyncio.Protocol):
     for each in turn."""
 
     __slots__ = ("server", "transport", "parser", "url", "headers", "head_bytes", "body",
-                 "queue", "task", "request", "deadline", "writable")
+                 "in_body", "queue", "queued_bytes", "task", "request", "deadline", "writable")
 
     def __init__(self, server: "PollNode"):
         self.server = server
         self.transport = self.parser = self.url = self.headers = self.body = None
-        self.head_bytes = 0
+        self.head_bytes = self.queued_bytes = 0
+        self.in_body = False
         self.queue: collections.deque | None = None
         self.task: asyncio.Task | None = None
         self.request: _Request | None = None
@@ -105,16 +112,16 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc):
         self.server.connections.discard(self)
         self.queue = None
-        if self.request is not None:
-            self.request.disconnect()
-        if self.task is not None and not self.task.done():
-            self.task.cancel()  # the client left: a held poll stops waiting
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
+        if self.request is None or self.task is None or self.task.done():
+            return
+        if self.request.disconnected is not None:  # the application listens (Django)
+            self.request.disconnect()
+        else:  # it does not (a held poll): it stops waiting now
+            self.task.cancel()
 
     def data_received(self, data):
-        if self.url is None and self.task is None:  # a new request's first bytes
-            self.deadline = self.server.now + self.server.head_timeout
         if self.parser is None:
             self.parser = httptools.HttpRequestParser(self)
         try:
@@ -136,15 +143,20 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self):
         self.writable = self.server.loop.create_future()
+        self.deadline = self.server.now + self.server.send_timeout  # the client must read
 
     def resume_writing(self):
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
         self.writable = None
+        self.deadline = float("inf")  # an answer is under way
 
     # httptools callbacks
     def on_message_begin(self):
         self.url, self.headers, self.head_bytes, self.body = b"", [], 0, None
+        self.in_body = False
+        if self.task is None:  # (pipelined behind an answer: the answer's deadline holds)
+            self.deadline = self.server.now + self.server.head_timeout
 
     def on_url(self, url):
         self.url += url
@@ -152,6 +164,8 @@ class Connection(asyncio.Protocol):
 
     def on_header(self, name, value):
         self._count(len(name) + len(value))
+        if self.in_body:
+            return  # a chunked body's trailer fields: not the request's headers
         if len(self.headers) >= HEADERS_MAX:
             raise _Refused(431, "request_header_fields_too_large",
                            f"More than {HEADERS_MAX} header fields.")
@@ -160,10 +174,16 @@ class Connection(asyncio.Protocol):
             raise _Refused(413, "too_large", f"Request body is over {self.server.body_max} bytes.")
         self.headers.append((name, value))
 
+    def on_headers_complete(self):
+        self.in_body = True
+
     def on_body(self, body):
-        self.body = body if self.body is None else self.body + body
-        if len(self.body) > self.server.body_max:
-            raise _Refused(413, "too_large", f"Request body is over {self.server.body_max} bytes.")
+        if self.body is None:
+            self.body = bytearray()
+        self.body += body
+        limit = self.server.body_max if self.task is None else PIPELINED_BODY_BYTES
+        if len(self.body) > limit:
+            raise _Refused(413, "too_large", f"Request body is over {limit} bytes.")
 
     def on_message_complete(self):
         parser, url = self.parser, httptools.parse_url(self.url)
@@ -174,18 +194,21 @@ class Connection(asyncio.Protocol):
                  "method": parser.get_method().decode(), "scheme": "http",
                  "path": unquote(url.path.decode("latin-1")), "raw_path": url.path,
                  "query_string": url.query or b"", "root_path": "", "headers": self.headers,
-                 "client": self.transport.get_extra_info("peername"),
+                 "client": (self.transport.get_extra_info("peername") or (None, None))[:2],
                  "server": self.server.address}
-        request = _Request(self, scope, self.body or b"", parser.should_keep_alive())
+        request = _Request(self, scope, bytes(self.body or b""), parser.should_keep_alive())
         self.url = self.headers = self.body = None
         if self.task is None:
             self._start(request)
-        else:  # pipelined: answered when the one before is
-            if self.queue is None:
-                self.queue = collections.deque()
-            self.queue.append(request)
-            if len(self.queue) > PIPELINED_MAX:
-                self.transport.pause_reading()
+            return
+        # Pipelined: answered when the one before is; a few, their bodies bounded.
+        if self.queue is None:
+            self.queue = collections.deque()
+        self.queued_bytes += len(request.body)
+        if len(self.queue) >= PIPELINED_MAX or self.queued_bytes > PIPELINED_BODY_BYTES:
+            raise _Refused(400, "invalid", "Too many pipelined requests.")
+        self.queue.append(request)
+        self.transport.pause_reading()  # no more until the queue is answered
 
     # internals
     def _count(self, size: int) -> None:
@@ -212,6 +235,7 @@ class Connection(asyncio.Protocol):
         try:
             await self.server.app(request.scope, request.receive, request.send)
         except asyncio.CancelledError:
+            self.transport.abort()  # (the client left, or the worker stops)
             return
         except Exception:
             logger.exception("unhandled error answering %s %s", request.scope["method"],
@@ -225,14 +249,15 @@ class Connection(asyncio.Protocol):
             self.transport.close()
             return
         self.task = self.request = None
-        if not request.keep_alive:
+        if not request.keep_alive or self.transport.is_closing():
             self.transport.close()
         elif self.queue:
-            self._start(self.queue.popleft())
-            if len(self.queue) <= PIPELINED_MAX:
-                self.transport.resume_reading()
+            queued = self.queue.popleft()
+            self.queued_bytes -= len(queued.body)
+            self._start(queued)
         else:
             self.deadline = self.server.now + self.server.keep_alive
+            self.transport.resume_reading()
 
 
 class _Request:
@@ -240,13 +265,14 @@ class _Request:
     receive and send for it."""
 
     __slots__ = ("connection", "scope", "body", "keep_alive", "started", "head", "with_body",
-                 "chunked", "done", "disconnected")
+                 "chunked", "remaining", "done", "disconnected")
 
     def __init__(self, connection: Connection, scope: dict, body: bytes, keep_alive: bool):
         self.connection, self.scope, self.body, self.keep_alive = (
             connection, scope, body, keep_alive)
         self.head: tuple | None = None  # (status, headers) until the first body
         self.started = self.with_body = self.chunked = self.done = False
+        self.remaining: int | None = None  # of the Content-Length the application gave
         self.disconnected: asyncio.Future | None = None
 
     def disconnect(self) -> None:
@@ -273,14 +299,21 @@ class _Request:
         if kind != "http.response.body" or not self.started or self.done:
             raise RuntimeError(f"{kind} out of order")
         body, more = message.get("body", b""), message.get("more_body", False)
+        if not more:
+            self.done = True
+        if transport.is_closing():  # the client left: nothing more is written
+            return
         if self.head is not None:
             transport.write(self._head(None if more else len(body)))
         if body and self.with_body:
+            if self.remaining is not None:
+                self.remaining -= len(body)
             transport.write(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked else body)
-        if not more:
+        if self.done:
             if self.chunked:
                 transport.write(b"0\r\n\r\n")
-            self.done = True
+            if self.remaining:  # the body was not the length it declared: framing lost
+                self.keep_alive = False
         writable = self.connection.writable
         if writable is not None:
             await writable
@@ -291,7 +324,15 @@ class _Request:
         (status, headers), self.head = self.head, None
         extra = [(b"date", _Date.now())]
         self.with_body = status not in _NO_BODY and self.scope["method"] != "HEAD"
-        if self.with_body and not any(name.lower() == b"content-length" for name, _ in headers):
+        declared = {name.lower(): value for name, value in headers}
+        if b"close" in declared.get(b"connection", b"").lower():
+            self.keep_alive = False  # the application closes it (RFC 9112 9.6)
+            headers = [(n, v) for n, v in headers if n.lower() != b"connection"]
+        if self.with_body and b"content-length" in declared:
+            length = declared[b"content-length"]
+            self.remaining = int(length) if length.isdigit() else 0
+            self.keep_alive = self.keep_alive and length.isdigit()
+        elif self.with_body:
             if length is not None:
                 extra.append((b"content-length", str(length).encode()))
             elif self.scope["http_version"] == "1.1":
@@ -319,9 +360,11 @@ class PollNode:
 
     def __init__(self, app, loop: asyncio.AbstractEventLoop, address, *,
                  head_timeout: float = HEAD_TIMEOUT_S, keep_alive: float = KEEP_ALIVE_S,
-                 body_max: int = BODY_MAX_BYTES):
+                 send_timeout: float = SEND_TIMEOUT_S, body_max: int = BODY_MAX_BYTES):
         self.app, self.loop, self.address = app, loop, address
-        self.head_timeout, self.keep_alive, self.body_max = head_timeout, keep_alive, body_max
+        self.head_timeout, self.keep_alive, self.send_timeout = (
+            head_timeout, keep_alive, send_timeout)
+        self.body_max = body_max
         self.connections: set[Connection] = set()
         self.now = loop.time()
 
@@ -329,12 +372,13 @@ class PollNode:
         return Connection(self)
 
     async def sweep(self) -> None:
-        """Close connections past their deadline (a head too slow, idle too long)."""
+        """Drop connections past their deadline (a head too slow, idle too long, an
+        answer not read): aborted, since what is unsent would wait for that client."""
         while True:
             await asyncio.sleep(SWEEP_S)
             self.now = now = self.loop.time()
             for connection in [c for c in self.connections if c.deadline <= now]:
-                connection.transport.close()
+                connection.transport.abort()
 
 
 async def serve(sock: socket.socket, app, stop: asyncio.Future | None = None,
@@ -405,30 +449,42 @@ def main(argv=None) -> int:
         except ChildProcessError:
             break
         started = children.pop(pid, None)
-        code = os.waitstatus_to_exitcode(status)
-        if started is not None and not stopping:
-            logger.error("worker %d exited (%s); starting another", pid, code)
-            time.sleep(max(0.0, RESPAWN_S - (time.monotonic() - started)))
+        if started is None or stopping:
+            continue
+        logger.error("worker %d exited (%s); starting another", pid,
+                     os.waitstatus_to_exitcode(status))
+        time.sleep(max(0.0, RESPAWN_S - (time.monotonic() - started)))
+        if not stopping:  # (a stop during the pause: no new worker)
             _fork_worker(sock, limits, children)
     return 0
 
 
+_STOPS = {signal.SIGTERM, signal.SIGINT}
+
+
 def _fork_worker(sock: socket.socket, limits: dict, children: dict) -> None:
-    """A worker process serving `sock`; its pid and start time into `children`."""
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
-            _worker(sock, **limits)
-        except BaseException:
-            logger.exception("worker failed")
-            code = 1
-        finally:
-            logging.shutdown()
-            os._exit(code)
-    children[pid] = time.monotonic()
+    """A worker process serving `sock`; its pid and start time into `children`.
+    The stop signals wait while it forks, so the parent's stop() never misses it
+    and the child never runs the parent's stop()."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+                _worker(sock, **limits)
+            except BaseException:
+                logger.exception("worker failed")
+                code = 1
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        children[pid] = time.monotonic()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The poll node's process (`python -m project.pollnode`, docs/operations.md "A pool
-for the poll") as an operator meets it: a worker that dies is replaced while the
+"""The agent node's process (`python -m project.pollnode`, docs/operations.md "A pool
+for the agents") as an operator meets it: a worker that dies is replaced while the
 node keeps answering, held long-polls included; SIGTERM stops the node and its
 workers at once. Its HTTP is tested in tests/core/test_pollnode.py, the
 application it serves in tests/e2e/test_production_server.py (run against it)."""
@@ -52,7 +52,7 @@ def test_a_dead_worker_is_replaced_and_the_node_keeps_answering(node, environmen
                                  workers(node)), what="a new worker", timeout=20)
     assert replaced - before and f"worker {killed} exited" in node.log()
     answers = [get(node, "/api/v1/agent/desired?wait=1", held)[0] for _ in range(6)]
-    assert answers == [304] * 6  # both workers, the new one included, hold and answer
+    assert answers == [304] * 6  # the node holds and answers with the new worker in place
 
 
 def test_sigterm_stops_the_node_and_its_held_polls_at_once(node, environment, first,
