@@ -149,7 +149,8 @@ class Connection(asyncio.Protocol):
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
         self.writable = None
-        self.deadline = float("inf")  # an answer is under way
+        if self.task is not None:
+            self.deadline = float("inf")  # an answer is under way
 
     # httptools callbacks
     def on_message_begin(self):
@@ -225,6 +226,11 @@ class Connection(asyncio.Protocol):
             self.transport.write(_head(status, [
                 (b"content-type", b"application/json"), (b"date", _Date.now()),
                 (b"content-length", str(len(body)).encode()), (b"connection", b"close")]) + body)
+        self._close()
+
+    def _close(self) -> None:
+        """Close once what was written is sent: within SEND_TIMEOUT_S, or dropped."""
+        self.deadline = self.server.now + self.server.send_timeout
         self.transport.close()
 
     def _start(self, request: "_Request") -> None:
@@ -246,11 +252,11 @@ class Connection(asyncio.Protocol):
                                     "headers": [(b"content-length", b"0")]})
                 await request.send({"type": "http.response.body"})
         if not request.done:  # the application ended without finishing its answer
-            self.transport.close()
+            self.transport.abort()
             return
         self.task = self.request = None
         if not request.keep_alive or self.transport.is_closing():
-            self.transport.close()
+            self._close()
         elif self.queue:
             queued = self.queue.popleft()
             self.queued_bytes -= len(queued.body)
