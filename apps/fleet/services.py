@@ -20,6 +20,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
+from apps.core.bulk import ids_in
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
@@ -106,7 +107,7 @@ def check_labels(labels) -> dict:
 
 
 def _bump(agent_ids) -> None:
-    Agent.objects.filter(pk__in=agent_ids).update(generation=F("generation") + 1)
+    Agent.objects.filter(pk__in=ids_in(agent_ids)).update(generation=F("generation") + 1)
 
 
 # --- desired state -----------------------------------------------------------------
@@ -118,7 +119,7 @@ def pushes_supersede(agent_ids, *, keep_snapshot: Snapshot | None = None,
     with `keep_pinned`, of the snapshot each agent is pinned to; an agent pinned
     on nothing keeps its pushes): a newer desired state means an older announced
     push will never apply."""
-    pending = Deployment.objects.filter(agent_id__in=agent_ids, kind=Deployment.Kind.PUSH,
+    pending = Deployment.objects.filter(agent_id__in=ids_in(agent_ids), kind=Deployment.Kind.PUSH,
                                         state=Deployment.State.PENDING)
     if keep_snapshot is not None:
         pending = pending.exclude(snapshot=keep_snapshot)
@@ -224,9 +225,10 @@ def pushes_create(*, snapshot: Snapshot, agents: list[Agent], actor) -> list[Dep
                    created_by=actor if getattr(actor, "is_authenticated", False) else None)
         for a in agents
     ])
-    Agent.objects.filter(pk__in=ids, mode=Agent.Mode.MANUAL).update(target_snapshot=snapshot)
+    Agent.objects.filter(pk__in=ids_in(ids), mode=Agent.Mode.MANUAL).update(
+        target_snapshot=snapshot)
     _bump(ids)
-    refresh_polls_on_commit(Agent.objects.filter(pk__in=ids))
+    refresh_polls_on_commit(Agent.objects.filter(pk__in=ids_in(ids)))
     emit("agent", environment_id=snapshot.environment_id)
     return deployments
 
@@ -242,8 +244,8 @@ def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     however many agents. Pushes of other snapshots than the pinned one will never
     apply under a pin, so they are superseded. Returns how many agents changed."""
     locks.require_transaction()
-    agents = Agent.objects.filter(pk__in=agent_ids).order_by()
-    keys = list(agents.values_list("token_key", flat=True))  # before the pins move
+    agents = Agent.objects.filter(pk__in=ids_in(agent_ids)).order_by()
+    ids = list(agents.values_list("pk", flat=True))  # before the pins move
     each_own = hasattr(snapshot, "resolve_expression")
     holding = snapshot is not None or rollout is not None
     pinned_at = timezone.now() if snapshot is not None else None
@@ -256,7 +258,7 @@ def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     if snapshot is not None:
         pushes_supersede(agent_ids, keep_snapshot=None if each_own else snapshot,
                          keep_pinned=each_own)
-    refresh_polls_on_commit(Agent.objects.filter(token_key__in=keys))
+    refresh_polls_on_commit(Agent.objects.filter(pk__in=ids_in(ids)))
     return changed
 
 
