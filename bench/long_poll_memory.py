@@ -22,6 +22,7 @@ import tempfile
 import urllib.request
 
 import poll_304
+from benchserver import pollnode_command
 
 
 def worker_rss_kb(server: subprocess.Popen) -> int:
@@ -100,9 +101,8 @@ def start(name: str, port: int, env: dict) -> subprocess.Popen:
     if name == "granian":
         return poll_304.granian("asginl", "project.asgi:application", port, env)
     if name == "pollnode":
-        return subprocess.Popen(
-            [sys.executable, "-m", "project.pollnode", "--port", str(port), "--workers", "1"],
-            env=env, cwd=poll_304.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(pollnode_command(port, 1), env=env, cwd=poll_304.ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     raise SystemExit(f"--servers: granian or pollnode, not {name}")
 
 

@@ -32,6 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from benchserver import pollnode_command
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -141,10 +143,8 @@ def main() -> int:
     servers = [granian("asginl", "project.asgi:application", port, env),
                granian("wsgi", "bench.bare_django:application", base_port,
                        {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}),
-               subprocess.Popen([sys.executable, "-m", "project.pollnode", "--port",
-                                 str(node_port), "--workers", "1", "--log-level", "warning"],
-                                env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)]
+               subprocess.Popen(pollnode_command(node_port, 1), env=env, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     prod, bare = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{base_port}"
     node = f"http://127.0.0.1:{node_port}"
     try:

@@ -30,12 +30,13 @@ def body_limit() -> int:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
-def _envelope(code: str, message: str) -> bytes:
+def envelope(code: str, message: str) -> bytes:
+    """The API's error envelope (apps.core.errors) for an answer made before Django."""
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
 def too_large_body() -> bytes:
-    return _envelope("too_large", f"Request body is over {body_limit()} bytes.")
+    return envelope("too_large", f"Request body is over {body_limit()} bytes.")
 
 
 def declared_length(value: bytes | str | None) -> int | None:
@@ -78,7 +79,7 @@ class BoundedBodyASGI:
         headers = dict(scope.get("headers") or [])
         length = declared_length(headers.get(b"content-length"))
         if length == -1:
-            return await _answer(send, 400, _envelope("parse_error", "Bad Content-Length."))
+            return await _answer(send, 400, envelope("parse_error", "Bad Content-Length."))
         if length is not None and length > limit:
             return await _answer(send, 413, too_large_body())
         if length is None:
@@ -141,12 +142,12 @@ class BoundedBodyWSGI:
         chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
         if length == -1:
             return _wsgi_answer(start_response, "400 Bad Request",
-                                _envelope("parse_error", "Bad Content-Length."))
+                                envelope("parse_error", "Bad Content-Length."))
         if length is not None and length > limit:
             return _wsgi_answer(start_response, "413 Content Too Large", too_large_body())
         if length is None and chunked:
             if not environ.get("wsgi.input_terminated"):
-                return _wsgi_answer(start_response, "411 Length Required", _envelope(
+                return _wsgi_answer(start_response, "411 Length Required", envelope(
                     "length_required", "Send the body with a Content-Length."))
             body = environ["wsgi.input"].read(limit + 1)
             if len(body) > limit:

@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -45,6 +44,8 @@ from email.utils import formatdate
 from urllib.parse import unquote
 
 import httptools
+
+from project.bodylimits import envelope
 
 logger = logging.getLogger("bellwether.pollnode")
 
@@ -222,7 +223,7 @@ class Connection(asyncio.Protocol):
         """Answer `status` with the API's error envelope (when no answer is under
         way) and close the connection: what follows cannot be trusted."""
         if self.task is None and not self.transport.is_closing():
-            body = json.dumps({"error": {"code": code, "message": message}}).encode()
+            body = envelope(code, message)
             self.transport.write(_head(status, [
                 (b"content-type", b"application/json"), (b"date", _Date.now()),
                 (b"content-length", str(len(body)).encode()), (b"connection", b"close")]) + body)
