@@ -42,6 +42,7 @@ from apps.core import metrics
 from apps.core.dispatch import tasks_inline
 from apps.core.events import serving_loop_is
 from apps.core.parsers import BoundedJSONParser
+from apps.core.throttling import AGENT_RATE_COUNTED
 from apps.fleet import edge, longpoll
 from apps.fleet.agent_api import ReportApi
 from apps.fleet.bundle_edge import within_rate
@@ -224,8 +225,9 @@ class ReportEdge:
         token_key, agent_id = vouched[0], vouched[1]["agent_id"]
         messages, body = await _body(receive)
         answer = None if body is None else await batch_recorded(agent_id, token_key, body)
-        if answer is None:
-            return await self.app(scope, _replayed(messages, receive),
+        if answer is None:  # counted against the agent's rate already: once is enough
+            return await self.app({**scope, AGENT_RATE_COUNTED: True},
+                                  _replayed(messages, receive),
                                   report_headers.learning(send, secure))
         await send_json(send, answer[0], learned, answer[1])
         return None

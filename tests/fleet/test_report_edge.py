@@ -14,6 +14,7 @@ from django.db import OperationalError, transaction
 from django.test import Client
 
 from apps.core import events
+from apps.core.throttling import AGENT_RATE_COUNTED
 from apps.fleet import enrollment, reports
 from apps.fleet.models import Agent, Deployment
 from apps.releases import report_edge
@@ -36,7 +37,12 @@ from tests.fleet.test_bundle_edge import (
 class DjangoWithBodies(DjangoByClient):
     """DjangoByClient, handing Django the request's body as the client sent it."""
 
+    def __init__(self):
+        super().__init__()
+        self.scopes = []
+
     async def __call__(self, scope, receive, send):
+        self.scopes.append(scope)
         body = b""
         while True:
             message = await receive()
@@ -163,6 +169,9 @@ def test_a_report_the_api_refuses_is_djangos_with_its_body_and_writes_nothing(
     assert (answer[0], error_code(answer)) == (status, code)
     assert django.calls == 2 and Deployment.objects.count() == before
     assert agents[0].fresh().last_report_at is None
+    # The edge counted it against the agent's rate: Django is told not to again.
+    assert django.scopes[-1][AGENT_RATE_COUNTED] is True
+    assert AGENT_RATE_COUNTED not in django.scopes[0]  # the first, handed on uncounted
 
 
 def test_a_conflicting_report_of_a_push_is_djangos_409(agents, first, django, superuser):
