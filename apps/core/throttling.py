@@ -110,7 +110,9 @@ class AgentRateThrottle(_ScopedRateThrottle):
     scope = "agent"
 
     def allow_request(self, request, view):
-        if getattr(request._request, "scope", {}).get(AGENT_RATE_COUNTED):
+        # (The bundle edge asks with a caller of its own, not a DRF request.)
+        scope = getattr(getattr(request, "_request", None), "scope", None) or {}
+        if scope.get(AGENT_RATE_COUNTED):
             return True  # the edge counted it (and would have refused it over the rate)
         return super().allow_request(request, view)
 

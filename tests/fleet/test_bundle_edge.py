@@ -470,7 +470,13 @@ def test_a_poll_state_not_naming_the_environment_leaves_the_bundle_to_django(
     assert django_app.calls == 2
 
 
-def test_the_agents_api_rate_counts_the_edges_answers_too(agent, django_app, settings):
+@pytest.mark.parametrize("counted_in", ["redis", "process"])
+def test_the_agents_api_rate_counts_the_edges_answers_too(agent, django_app, settings,
+                                                          monkeypatch, counted_in):
+    """Counted in Redis as Django counts it, or, without Redis (embedded mode), by
+    DRF's throttle itself in this process's cache."""
+    if counted_in == "process":
+        monkeypatch.setattr(bundle_edge.cache, "async_redis", lambda: None)
     settings.BELLWETHER_THROTTLE_RATES = {**settings.BELLWETHER_THROTTLE_RATES,
                                           "agent": "3/minute"}
 
