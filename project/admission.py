@@ -1,17 +1,27 @@
 """Requests admitted into Django a few at a time per web process, the rest queued on
-the event loop.
+the event loop, each run on one of a fixed set of threads.
 
-Django's ASGI handler runs each request in a thread of its own and each holds a
-pooled database connection while it runs; with hundreds of requests at once (a
-fleet's first sync, every agent fetching and reporting after a publish) the
-threads queue on the pool, and those waiting past DATABASE_POOL_TIMEOUT_S answer
-503. `DjangoAdmission` lets at most BELLWETHER_DJANGO_CONCURRENCY (default: the
-pool's size) HTTP requests into Django at once per process; the others wait in
-order on the event loop (a future each, no thread, no connection) and are answered
-503 `unavailable` with Retry-After only after BELLWETHER_DJANGO_QUEUE_S seconds
-in the queue. Liveness (/healthz), readiness (/readyz: a load balancer must hear
-from a busy node) and static files are never queued. Websockets and the poll's 304
-(answered in front, apps.fleet.edge) do not pass here.
+Each request inside Django holds a pooled database connection while it runs; with
+hundreds of requests at once (a fleet's first sync, every agent fetching and
+reporting after a publish) they would queue on the pool, and those waiting past
+DATABASE_POOL_TIMEOUT_S answer 503. `DjangoAdmission` lets at most
+BELLWETHER_DJANGO_CONCURRENCY (default: the pool's size) HTTP requests into Django
+at once per process; the others wait in order on the event loop (a future each, no
+thread, no connection) and are answered 503 `unavailable` with Retry-After only
+after BELLWETHER_DJANGO_QUEUE_S seconds in the queue. Liveness (/healthz),
+readiness (/readyz: a load balancer must hear from a busy node) and static files
+are never queued. Websockets and the poll's 304 (answered in front,
+apps.fleet.edge) do not pass here.
+
+An admitted request runs its synchronous part (views, middleware, the ORM) on the
+thread it was lent, one of BELLWETHER_DJANGO_CONCURRENCY threads that live as long
+as the process (asgiref's `ThreadSensitiveContext` with an executor; Django's own
+context inside it then uses that thread). Left to itself, Django's ASGI handler
+starts a thread per request, and each builds its own database wrapper, which
+lives on in reference cycles until the next full collection: a few KB per request,
+megabytes in an agent node serving thousands of agents (docs/benchmarks.md). The
+lent threads keep one wrapper each, so the threads and their wrappers are bounded
+whatever the load, also while the database stalls.
 
 A request's body is received whole *before* it joins the queue (kept in memory up
 to SPOOL_BYTES, then in a temporary file; its size is bounded by the layer outside,
@@ -22,7 +32,9 @@ A body not received within BELLWETHER_BODY_RECEIVE_S is answered 408.
 import asyncio
 import json
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 
 UNQUEUED_PREFIXES = ("/healthz", "/readyz", "/static/")
@@ -75,19 +87,26 @@ def _replay(spool, receive):
 
 class DjangoAdmission:
     """ASGI middleware: at most `settings.BELLWETHER_DJANGO_CONCURRENCY` HTTP requests
-    inside the wrapped application at once, per event loop."""
+    inside the wrapped application at once, per event loop, each on a thread lent
+    for the request from as many."""
 
     def __init__(self, app):
         self.app = app
-        self._gates: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._threads: dict[asyncio.AbstractEventLoop, asyncio.Queue] = {}
 
-    def _gate(self) -> asyncio.Semaphore:
+    def _idle_threads(self) -> asyncio.Queue:
+        """The event loop's idle threads: single-thread executors, made on first use
+        (after a server forks its workers). A new loop (a test's) gets its own; the
+        previous loop's threads end as their executors are dropped."""
         loop = asyncio.get_running_loop()
-        gate = self._gates.get(loop)
-        if gate is None:
-            self._gates = {loop: asyncio.Semaphore(settings.BELLWETHER_DJANGO_CONCURRENCY)}
-            gate = self._gates[loop]
-        return gate
+        threads = self._threads.get(loop)
+        if threads is None:
+            threads = asyncio.Queue()
+            for number in range(1, settings.BELLWETHER_DJANGO_CONCURRENCY + 1):
+                threads.put_nowait(ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"django-request-{number}"))
+            self._threads = {loop: threads}
+        return threads
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"].startswith(UNQUEUED_PREFIXES):
@@ -100,12 +119,13 @@ class DjangoAdmission:
                 return await _answer(send, 408, SLOW_BODY, (b"connection", b"close"))
             if not whole:
                 return None  # the client left before its body arrived
-            gate = self._gate()
+            threads = self._idle_threads()
             try:
-                await asyncio.wait_for(gate.acquire(), settings.BELLWETHER_DJANGO_QUEUE_S)
+                thread = await asyncio.wait_for(threads.get(), settings.BELLWETHER_DJANGO_QUEUE_S)
             except TimeoutError:
                 return await _answer(send, 503, BUSY, (b"retry-after", b"5"))
             try:
-                return await self.app(scope, _replay(spool, receive), send)
+                async with ThreadSensitiveContext(executor=thread):
+                    return await self.app(scope, _replay(spool, receive), send)
             finally:
-                gate.release()
+                threads.put_nowait(thread)

@@ -1,12 +1,14 @@
 """project/admission.py called directly: at most BELLWETHER_DJANGO_CONCURRENCY
-requests inside Django at once, the rest queued on the loop, and a request queued
-past BELLWETHER_DJANGO_QUEUE_S answered 503 with the envelope."""
+requests inside Django at once, the rest queued on the loop, a request queued past
+BELLWETHER_DJANGO_QUEUE_S answered 503 with the envelope, and the admitted ones run
+on as many lent threads, each keeping its database wrapper."""
 
 import asyncio
 import json
+import threading
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 
 from project.admission import DjangoAdmission
 
@@ -158,3 +160,108 @@ def test_a_client_that_leaves_before_its_body_arrives_never_reaches_django():
     inner = Echo()
     sent = async_to_sync(_call)(DjangoAdmission(inner), _sending([b"part"], then_leave=True))
     assert sent == [] and inner.most == 0
+
+
+class DjangoLike:
+    """Runs its synchronous part as Django's ASGI handler does: inside a
+    ThreadSensitiveContext of its own, through thread-sensitive sync_to_async.
+    Records the thread of each request's two sync calls."""
+
+    def __init__(self, fail_on: str = ""):
+        self.threads: list[tuple[str, str]] = []
+        self.fail_on = fail_on
+
+    async def __call__(self, scope, receive, send):
+        async with ThreadSensitiveContext():
+            first = await sync_to_async(lambda: threading.current_thread().name)()
+            await asyncio.sleep(0.01)
+            second = await sync_to_async(lambda: threading.current_thread().name)()
+        self.threads.append((first, second))
+        if scope["path"] == self.fail_on:
+            raise RuntimeError("the view failed")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_admitted_requests_run_on_a_fixed_set_of_lent_threads():
+    inner = DjangoLike()
+    admission = DjangoAdmission(inner)
+
+    async def twice():  # two bursts on one loop: the second reuses the first's threads
+        first = await asyncio.gather(*(_call(admission, _no_body) for _ in range(10)))
+        second = await asyncio.gather(*(_call(admission, _no_body) for _ in range(10)))
+        return first + second
+    answers = async_to_sync(twice)()
+
+    assert [a[0]["status"] for a in answers] == [200] * 20
+    assert all(first == second for first, second in inner.threads)  # one thread a request
+    names = {first for first, _ in inner.threads}
+    assert len(names) == 2  # BELLWETHER_DJANGO_CONCURRENCY, not one per request
+    assert all(name.startswith("django-request") for name in names)
+
+
+def test_a_request_that_fails_gives_its_thread_back():
+    inner = DjangoLike(fail_on="/api/v1/agent/boom")
+    admission = DjangoAdmission(inner)
+
+    async def scene():
+        failed = []
+        async def send(message):
+            pass
+        for _ in range(3):  # more failures than threads
+            try:
+                await admission({"type": "http", "path": "/api/v1/agent/boom", "headers": []},
+                                _no_body, send)
+            except RuntimeError:
+                failed.append(True)
+        answered = await asyncio.wait_for(
+            asyncio.gather(*(_call(admission, _no_body) for _ in range(4))), 5)
+        return failed, answered
+    failed, answered = async_to_sync(scene)()
+
+    assert failed == [True] * 3
+    assert [a[0]["status"] for a in answered] == [200] * 4
+    assert len({first for first, _ in inner.threads}) <= 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_django_keeps_one_database_wrapper_per_lent_thread():
+    """Django's own ASGI handler with the ORM: every request's connection is one of
+    BELLWETHER_DJANGO_CONCURRENCY wrappers, where Django alone makes one a request."""
+    from django.core.asgi import get_asgi_application
+    from django.core.signals import request_finished
+    from django.db import connections
+
+    from tests import factories
+
+    _, secret = factories.api_token(factories.superuser())
+    seen = []
+
+    def record(**kwargs):
+        seen.append((threading.current_thread().name, id(connections["default"])))
+    request_finished.connect(record)
+    admission = DjangoAdmission(get_asgi_application())
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {secret}".encode())]
+
+    async def one():
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+        await admission({"type": "http", "method": "GET", "path": "/api/v1/environments",
+                         "query_string": b"", "headers": headers, "scheme": "http",
+                         "server": ("testserver", 80), "client": ("127.0.0.1", 1)},
+                        _sending([b""]), send)
+        return sent[0]["status"]
+    async def eight():
+        return await asyncio.gather(*(one() for _ in range(8)))
+    try:
+        statuses = async_to_sync(eight)()
+    finally:
+        request_finished.disconnect(record)
+
+    assert statuses == [200] * 8
+    assert len(seen) == 8
+    assert len({name for name, _ in seen}) == 2
+    assert all(name.startswith("django-request") for name, _ in seen)
+    assert len({wrapper for _, wrapper in seen}) == 2
