@@ -84,6 +84,26 @@ class _Date:
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}  # shared: the application only reads it
 
+# Header fields repeat from request to request (every agent sends the same Host,
+# User-Agent and Accept, most the same If-None-Match): requests share one copy of
+# each, name lowered, instead of holding their own through a long-poll. Emptied when
+# full (junk from a client only costs the sharing); a secret is never kept.
+_FIELDS: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
+_FIELDS_MAX = 1024
+_SECRET_FIELDS = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
+
+
+def _field(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """(lower-case name, value), shared with earlier requests that sent the same."""
+    field = _FIELDS.get((name, value))
+    if field is None:
+        field = (name.lower(), value)
+        if field[0] not in _SECRET_FIELDS:
+            if len(_FIELDS) >= _FIELDS_MAX:
+                _FIELDS.clear()
+            _FIELDS[(name, value)] = field
+    return field
+
 
 class Connection(asyncio.Protocol):
     """One client connection: parses requests (httptools; a parser only while a
@@ -171,10 +191,11 @@ class Connection(asyncio.Protocol):
         if len(self.headers) >= HEADERS_MAX:
             raise _Refused(431, "request_header_fields_too_large",
                            f"More than {HEADERS_MAX} header fields.")
-        name = name.lower()
-        if name == b"content-length" and value.isdigit() and int(value) > self.server.body_max:
+        field = _field(name, value)
+        if (field[0] == b"content-length" and value.isdigit()
+                and int(value) > self.server.body_max):
             raise _Refused(413, "too_large", f"Request body is over {self.server.body_max} bytes.")
-        self.headers.append((name, value))
+        self.headers.append(field)
 
     def on_headers_complete(self):
         self.in_body = True
@@ -261,6 +282,8 @@ class Connection(asyncio.Protocol):
         elif self.queue:
             queued = self.queue.popleft()
             self.queued_bytes -= len(queued.body)
+            if not self.queue:
+                self.queue = None  # a held poll keeps no empty deque (~700 bytes)
             self._start(queued)
         else:
             self.deadline = self.server.now + self.server.keep_alive

@@ -181,6 +181,61 @@ def test_pipelined_requests_are_answered_in_order(node):
     assert [b.split()[1] for b in bodies] == [b"/slow", b"/fast", b"/last"]
 
 
+def test_an_answered_pipeline_leaves_no_queue_on_the_connection(node):
+    """A request arriving while the one before still runs is queued; once answered,
+    the connection keeps no queue through the long-poll that follows."""
+    held = []
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/hold":
+            held.append(scope)
+            await asyncio.sleep(3600)
+        await echo(scope, receive, send)
+
+    server = node(app)
+    client = server.connect()
+    client.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert client.response()[2].split()[1] == b"/a"
+    deadline = time.monotonic() + 5
+    while not held and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    async def queues():  # of the connections whose requests are running
+        return [task.get_coro().cr_frame.f_locals["self"].queue for task in asyncio.all_tasks()
+                if task.get_coro().__qualname__ == "Connection._run"]
+    assert held
+    assert asyncio.run_coroutine_threadsafe(queues(), server.loop).result(5) == [None]
+
+
+def test_header_fields_are_lowered_and_shared_but_never_a_secret(node):
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["headers"])
+        await echo(scope, receive, send)
+
+    client = node(app).connect()
+    for _ in range(2):
+        client.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\nX-Test: same\r\n"
+                       b"Authorization: Bearer s3cret\r\n\r\n")
+        assert client.response()[2].split()[2] == b"same"
+    first, second = seen
+    assert first == second == [(b"host", b"x"), (b"x-test", b"same"),
+                                (b"authorization", b"Bearer s3cret")]
+    assert first[0] is second[0] and first[1] is second[1]  # one copy, not one a request
+    assert first[2] is not second[2]
+    assert not any(b"s3cret" in value for _, value in pollnode._FIELDS.values())
+
+
+def test_the_shared_header_fields_stay_bounded_under_junk(node):
+    client = node().connect()
+    for start in range(0, 3 * pollnode._FIELDS_MAX, 90):
+        junk = b"".join(b"X-J%d: %d\r\n" % (n, n) for n in range(start, start + 90))
+        client.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n" + junk + b"X-Test: ok\r\n\r\n")
+        assert client.response()[2].split()[2] == b"ok"
+        assert len(pollnode._FIELDS) <= pollnode._FIELDS_MAX
+
+
 def test_connection_close_and_http_1_0_end_the_connection(node):
     server = node()
     client = server.connect()
