@@ -180,10 +180,17 @@ def test_publish_is_rendered_by_a_celery_worker(
     assert environment.snapshot_counter == 1
 
     # The worker, not this process, ran the task and stored the snapshot.
-    log = celery_worker.log()
-    received = re.findall(rf"Task {TASK}\[([0-9a-f-]+)\] received", log)
-    succeeded = re.findall(rf"Task {TASK}\[([0-9a-f-]+)\] succeeded in [0-9.]+s: 'ready'", log)
-    assert len(received) == 1 and succeeded == received, log
+    # (its log line of success comes after the snapshot it committed: wait for it)
+    deadline = time.monotonic() + 10
+    while True:
+        log = celery_worker.log()
+        received = re.findall(rf"Task {TASK}\[([0-9a-f-]+)\] received", log)
+        succeeded = re.findall(
+            rf"Task {TASK}\[([0-9a-f-]+)\] succeeded in [0-9.]+s: 'ready'", log)
+        if succeeded or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(received) == 1 and succeeded == received, (received, succeeded, log)
     assert f"shop/prod #1 ({snapshot.label}) stored as ready" in log, log
     here = [r.getMessage() for r in caplog.records if r.name.startswith("apps.snapshots")]
     assert any(f"publication {body['id']} (publish) queued" in m for m in here), here
