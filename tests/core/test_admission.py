@@ -265,3 +265,37 @@ def test_django_keeps_one_database_wrapper_per_lent_thread():
     assert len({name for name, _ in seen}) == 2
     assert all(name.startswith("django-request") for name, _ in seen)
     assert len({wrapper for _, wrapper in seen}) == 2
+
+
+def test_threads_stay_bounded_while_django_is_stuck_and_the_queue_answers_503():
+    """Every lent thread stuck (a database that does not answer): no thread more is
+    started, and the requests queued past BELLWETHER_DJANGO_QUEUE_S are 503."""
+    release = threading.Event()
+
+    class Stuck:
+        threads: set[str] = set()
+
+        async def __call__(self, scope, receive, send):
+            async with ThreadSensitiveContext():
+                def stuck():
+                    self.threads.add(threading.current_thread().name)
+                    release.wait(10)
+                await sync_to_async(stuck)()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    inner = Stuck()
+    admission = DjangoAdmission(inner)
+    before = threading.active_count()
+
+    async def scene():
+        calls = [asyncio.create_task(_call(admission, _no_body)) for _ in range(6)]
+        done, _ = await asyncio.wait(calls, timeout=3)  # the four queued: 503 after 1 s
+        started = threading.active_count() - before
+        release.set()
+        return [c.result()[0]["status"] for c in done], started, await asyncio.gather(*calls)
+    early, started, answers = async_to_sync(scene)()
+
+    assert early == [503] * 4
+    assert started <= 2 and len(inner.threads) == 2
+    assert sorted(a[0]["status"] for a in answers) == [200, 200, 503, 503, 503, 503]
