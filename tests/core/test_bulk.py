@@ -1,9 +1,10 @@
-"""Many ids as one parameter (apps.core.bulk.ids_in), on SQLite and PostgreSQL."""
+"""Many ids or texts as one parameter (apps.core.bulk.ids_in, texts_in), on SQLite
+and PostgreSQL."""
 
 import pytest
 from django.db.models import F
 
-from apps.core.bulk import ids_in
+from apps.core.bulk import ids_in, texts_in
 from apps.fleet.models import Agent
 
 pytestmark = pytest.mark.django_db
@@ -58,3 +59,23 @@ def test_ids_that_are_not_numbers_are_refused_before_the_database(agents):
 def test_a_query_of_ids_is_not_run_to_be_passed_on(agents, django_assert_num_queries):
     with django_assert_num_queries(0):
         ids_in(Agent.objects.values("pk"))
+
+
+def test_a_list_of_texts_selects_exactly_those_rows_in_one_parameter(agents):
+    keys = [f"bulk{i:012d}" for i in range(0, 1_200, 7)]
+    chosen = Agent.objects.filter(token_key__in=texts_in(keys)).order_by()
+    assert len(chosen.query.sql_with_params()[1]) == 1
+    assert sorted(chosen.values_list("token_key", flat=True)) == keys
+
+
+@pytest.mark.parametrize("hostile", ["a'b", "x\"); DROP TABLE fleet_agent; --", "{1,2}",
+                                     "NULL", "ü" * 300, ""])
+def test_texts_are_values_never_sql(agents, hostile):
+    assert list(Agent.objects.filter(token_key__in=texts_in([hostile, "bulk000000000002"]))
+                .values_list("token_key", flat=True)) == ["bulk000000000002"]
+    assert Agent.objects.count() == len(agents)
+
+
+def test_no_texts_select_nothing_without_a_query(agents, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert list(Agent.objects.filter(token_key__in=texts_in(set()))) == []
