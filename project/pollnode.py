@@ -86,11 +86,13 @@ _ASGI = {"version": "3.0", "spec_version": "2.3"}  # shared: the application onl
 
 # Header fields repeat from request to request (every agent sends the same Host,
 # User-Agent and Accept, most the same If-None-Match): requests share one copy of
-# each, name lowered, instead of holding their own through a long-poll. Emptied when
-# full (junk from a client only costs the sharing); a secret is never kept.
+# each of these, name lowered, instead of holding their own through a long-poll.
+# Only fields that carry no credential are shared (never Authorization, Cookie,
+# a CSRF token); the table is emptied when full (junk only costs the sharing).
+_SHARED_FIELDS = frozenset({b"host", b"user-agent", b"accept", b"accept-encoding",
+                            b"if-none-match", b"content-type", b"connection"})
 _FIELDS: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
 _FIELDS_MAX = 1024
-_SECRET_FIELDS = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
 
 
 def _field(name: bytes, value: bytes) -> tuple[bytes, bytes]:
@@ -98,7 +100,7 @@ def _field(name: bytes, value: bytes) -> tuple[bytes, bytes]:
     field = _FIELDS.get((name, value))
     if field is None:
         field = (name.lower(), value)
-        if field[0] not in _SECRET_FIELDS:
+        if field[0] in _SHARED_FIELDS:
             if len(_FIELDS) >= _FIELDS_MAX:
                 _FIELDS.clear()
             _FIELDS[(name, value)] = field
