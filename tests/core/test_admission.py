@@ -273,7 +273,8 @@ def test_threads_stay_bounded_while_django_is_stuck_and_the_queue_answers_503():
     release = threading.Event()
 
     class Stuck:
-        threads: set[str] = set()
+        def __init__(self):
+            self.threads: set[str] = set()
 
         async def __call__(self, scope, receive, send):
             async with ThreadSensitiveContext():
@@ -286,16 +287,16 @@ def test_threads_stay_bounded_while_django_is_stuck_and_the_queue_answers_503():
 
     inner = Stuck()
     admission = DjangoAdmission(inner)
-    before = threading.active_count()
 
     async def scene():
         calls = [asyncio.create_task(_call(admission, _no_body)) for _ in range(6)]
         done, _ = await asyncio.wait(calls, timeout=3)  # the four queued: 503 after 1 s
-        started = threading.active_count() - before
+        stuck_on = set(inner.threads)
         release.set()
-        return [c.result()[0]["status"] for c in done], started, await asyncio.gather(*calls)
-    early, started, answers = async_to_sync(scene)()
+        return [c.result()[0]["status"] for c in done], stuck_on, await asyncio.gather(*calls)
+    early, stuck_on, answers = async_to_sync(scene)()
 
     assert early == [503] * 4
-    assert started <= 2 and len(inner.threads) == 2
+    assert len(stuck_on) == 2 and all(name.startswith("django-request") for name in stuck_on)
+    assert inner.threads == stuck_on  # the queued ones never reached Django
     assert sorted(a[0]["status"] for a in answers) == [200, 200, 503, 503, 503, 503]
