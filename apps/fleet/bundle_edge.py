@@ -181,10 +181,10 @@ async def within_rate(agent_id: int) -> bool:
     if not best_effort_redis.allows():
         return True
     limit, duration = throttle.parse_rate(throttle.rate)
-    backend, client = redis
+    backend, batched = redis
     key = backend.make_and_validate_key(throttle.get_cache_key(caller, None))
     try:
-        raw = await client.get(key)
+        raw = await batched.get(backend, key)
         history = [] if raw is None else _redis_serializer.loads(raw)
         now = time.time()
         while history and history[-1] <= now - duration:
@@ -192,7 +192,7 @@ async def within_rate(agent_id: int) -> bool:
         if len(history) >= limit:
             return False
         history.insert(0, now)
-        await client.set(key, _redis_serializer.dumps(history), ex=duration)
+        await batched.set(backend, key, _redis_serializer.dumps(history), duration)
     except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
         best_effort_redis.failed(exc)
     return True
