@@ -335,17 +335,19 @@ class _Request:
             self.done = True
         if transport.is_closing():  # the client left: nothing more is written
             return
-        if self.head is not None:
-            transport.write(self._head(None if more else len(body)))
+        # One write per message (the head with the first body): one send, one segment.
+        out = [] if self.head is None else [self._head(None if more else len(body))]
         if body and self.with_body:
             if self.remaining is not None:
                 self.remaining -= len(body)
-            transport.write(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked else body)
+            out.append(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked else body)
         if self.done:
             if self.chunked:
-                transport.write(b"0\r\n\r\n")
+                out.append(b"0\r\n\r\n")
             if self.remaining:  # the body was not the length it declared: framing lost
                 self.keep_alive = False
+        if out:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
         writable = self.connection.writable
         if writable is not None:
             await writable

@@ -273,6 +273,40 @@ def test_a_streamed_body_is_chunked_and_a_head_request_gets_no_body(node):
     assert "transfer-encoding" not in headers and body == b"one two three" and old.closed()
 
 
+class Written:
+    """A connection whose transport keeps each write."""
+
+    def __init__(self):
+        self.transport, self.writable, self.writes = self, None, []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def test_an_answer_leaves_in_one_write_and_a_stream_in_one_per_part():
+    """The head goes with the first body (one send, one segment: after a publish
+    the node answers thousands of agents at once)."""
+    async def answered(*bodies):
+        connection = Written()
+        request = pollnode._Request(connection, {"method": "GET", "http_version": "1.1"},
+                                    b"", keep_alive=True)
+        await request.send({"type": "http.response.start", "status": 200, "headers": []})
+        for body in bodies[:-1]:
+            await request.send({"type": "http.response.body", "body": body, "more_body": True})
+        await request.send({"type": "http.response.body", "body": bodies[-1]})
+        return connection.writes
+
+    whole = asyncio.run(answered(b"{}"))
+    streamed = asyncio.run(answered(b"one", b"two", b""))
+
+    assert len(whole) == 1 and whole[0].endswith(b"content-length: 2\r\n\r\n{}")
+    assert [streamed[0].split(b"\r\n\r\n", 1)[1], *streamed[1:]] == [
+        b"3\r\none\r\n", b"3\r\ntwo\r\n", b"0\r\n\r\n"]
+
+
 def test_a_304_has_no_body_whatever_the_application_sends(node):
     async def not_modified(scope, receive, send):
         await send({"type": "http.response.start", "status": 304, "headers": [(b"etag", b'"1"')]})
