@@ -556,6 +556,10 @@ def parse_args(argv=None):
                         help="PostgreSQL the benchmark may flush (default: embedded SQLite)")
     parser.add_argument("--redis-url", default="", help="Redis for cache, broker, channels")
     parser.add_argument("--ports", type=port_range, help="ports for the web nodes, A-B")
+    parser.add_argument("--agent-rate", default="600/minute", metavar="RATE",
+                        help="each agent's API rate in the servers it starts (default "
+                             "600/minute, the servers' own default: the edges count it in "
+                             "Redis for every bundle and report; 'off' counts nothing)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the servers it starts, e.g. DATABASE_POOL_SIZE=20")
     parser.add_argument("--url", action="append", default=[],
@@ -578,7 +582,8 @@ def parse_args(argv=None):
         parser.error("--wait must be between 1 and 300")
     if any("=" not in item for item in args.server_env):
         parser.error("--server-env takes NAME=VALUE")
-    args.server_env = dict(item.split("=", 1) for item in args.server_env)
+    args.server_env = {"BELLWETHER_THROTTLE_AGENT": args.agent_rate,
+                       **dict(item.split("=", 1) for item in args.server_env)}
     if args.url and args.poll_workers:
         parser.error("--poll-workers starts poll nodes: not with --url")
     if args.url and not (args.api_token and args.enrollment_token and args.environment):
