@@ -169,8 +169,8 @@ _serializer = RedisSerializer()
 
 async def poll_state_async(token_key: str) -> dict | None:
     """poll_state() for an event loop: never blocks it, never needs a thread; its
-    read shares a round trip with the loop turn's others. A local-memory cache is
-    read directly (no I/O)."""
+    read shares a round trip with the others waiting (`_AsyncRedis`). A
+    local-memory cache is read directly (no I/O)."""
     backend = _cache()
     if not isinstance(backend, RedisCache):
         return poll_state(token_key)
