@@ -164,12 +164,17 @@ def replayed(answers: dict[int, Answer], if_none_match: str | None) -> Answer | 
 
 
 _redis_serializer = RedisSerializer()
+# The rate keys whose count a request of this process is reading and writing now.
+_counting: dict[str, asyncio.Future] = {}
 
 
 async def within_rate(agent_id: int) -> bool:
     """AgentRateThrottle's decision, counted as DRF counts it (the times of the
     agent's requests within the period, in the same cache key); True when no rate is
-    set or the cache fails (as the throttle), False over the rate (Django: 429)."""
+    set or the cache fails (as the throttle), False over the rate (Django: 429).
+    One agent's requests are counted one after another in this process: requests
+    sent at once would otherwise read the same count in one round trip and each
+    write it plus one (as DRF's read-then-write does across processes)."""
     throttle = AgentRateThrottle()
     throttle.rate = settings.BELLWETHER_THROTTLE_RATES.get(throttle.scope)
     if throttle.rate is None:
@@ -183,6 +188,10 @@ async def within_rate(agent_id: int) -> bool:
     limit, duration = throttle.parse_rate(throttle.rate)
     backend, batched = redis
     key = backend.make_and_validate_key(throttle.get_cache_key(caller, None))
+    loop = asyncio.get_running_loop()
+    while (earlier := _counting.get(key)) is not None and earlier.get_loop() is loop:
+        await earlier
+    _counting[key] = counted = loop.create_future()
     try:
         raw = await batched.get(backend, key)
         history = [] if raw is None else _redis_serializer.loads(raw)
@@ -195,6 +204,10 @@ async def within_rate(agent_id: int) -> bool:
         await batched.set(backend, key, _redis_serializer.dumps(history), duration)
     except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
         best_effort_redis.failed(exc)
+    finally:
+        if _counting.get(key) is counted:
+            del _counting[key]
+        counted.set_result(None)
     return True
 
 

@@ -91,6 +91,19 @@ def test_an_agent_over_its_rate_is_refused_across_round_trips(agent_rate):
     assert len(history(7)) == 3
 
 
+def test_one_agents_requests_sent_at_once_are_each_counted(agent_rate):
+    """Twenty requests of one agent at once (a token used to flood the edges): each
+    counted, so three pass, not all of them on one shared read of the count."""
+    async def at_once():
+        return await asyncio.gather(*(bundle_edge.within_rate(9) for _ in range(20)))
+
+    allowed = asyncio.run(at_once())
+
+    assert allowed.count(True) == 3
+    assert len(history(9)) == 3
+    assert not bundle_edge._counting
+
+
 def test_poll_states_read_at_once_share_one_round_trip(empty_cache, monkeypatch):
     fleet_cache.store_poll_states({f"key{i:013d}": {"agent_id": i, "etag": f'"{i}"'}
                                    for i in range(MORE_THAN_A_POOL)})
