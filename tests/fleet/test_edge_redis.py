@@ -5,6 +5,7 @@ rate at the same moment, more requests than redis-py's pool has connections."""
 
 import asyncio
 import socket
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache as django_cache
@@ -63,7 +64,8 @@ class Counted:
 
 
 def history(agent_id: int) -> list:
-    caller = type("Caller", (), {"user": type("U", (), {"agent": type("A", (), {"pk": agent_id})})})
+    """The agent's counted requests, as DRF's throttle reads them."""
+    caller = SimpleNamespace(user=SimpleNamespace(agent=SimpleNamespace(pk=agent_id)))
     return django_cache.get(AgentRateThrottle().get_cache_key(caller, None)) or []
 
 
