@@ -1,13 +1,16 @@
-"""Set-based writes: `INSERT … SELECT` from a queryset, the one place of raw SQL for
-writing many rows, and many ids as one parameter. The ORM's bulk_create sends
-every row from Python in batches (a number of statements that grows with the
-rows); here the database copies them in one statement, whatever their number, on
-SQLite and PostgreSQL alike."""
+"""Set-based SQL: `INSERT … SELECT` from a queryset, the one place of raw SQL for
+writing many rows, and `__among`, many ids or texts as one parameter. The ORM's
+bulk_create sends every row from Python in batches (a number of statements that
+grows with the rows); here the database copies them in one statement, whatever
+their number, on SQLite and PostgreSQL alike. `__among` is registered on every
+field (apps.core.apps)."""
 
 import json
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
-from django.db.models import BigIntegerField, Expression, TextField
+from django.db.models import Lookup
+from django.db.models.lookups import In
 
 
 def insert_from_select(model, fields: list[str], rows) -> int:
@@ -26,40 +29,38 @@ def insert_from_select(model, fields: list[str], rows) -> int:
         return cursor.rowcount
 
 
-class _ListParameter(Expression):
-    """Values as one parameter of a subquery: a PostgreSQL array of `array_type`,
-    JSON text on SQLite."""
+class Among(Lookup):
+    """`filter(pk__among=ids)`, `filter(token_key__among=keys)`: the rows whose value
+    is one of a list of whole numbers or texts, the list sent as one parameter (a
+    PostgreSQL array, JSON text on SQLite) however long it is; a queryset of values
+    is used as `IN (subquery)`. No list: no rows, and no query is sent.
 
-    def __init__(self, values: list, output_field, array_type: str):
-        super().__init__(output_field=output_field)
-        self.values, self.array_type = values, array_type
+    Not `IN (%s, %s, …)`: a placeholder each costs Django and the driver (a quarter
+    of a 10,000-target rollout's create, bench/rollout_waves.py). Not `IN (SELECT
+    unnest(%s))` either: PostgreSQL plans that as a join, and on a table whose
+    statistics are missing or stale (a fleet enrolled minutes ago, before ANALYZE)
+    as a nested loop testing every row against every value: 2.3 s to read 1,000
+    agents of 10,000 for a refill, 12 ms as `= ANY(%s)` (docs/benchmarks.md)."""
+
+    lookup_name = "among"
+    prepare_rhs = False
+
+    def get_prep_lookup(self):
+        if hasattr(self.rhs, "resolve_expression"):
+            return self.rhs
+        field = self.lhs.output_field
+        return [field.get_prep_value(value) for value in self.rhs]
 
     def as_sql(self, compiler, connection):
-        return "SELECT value FROM json_each(%s)", [json.dumps(self.values)]
-
-    def as_postgresql(self, compiler, connection):
-        return f"SELECT unnest(%s::{self.array_type}[])", [self.values]
-
-
-def _listed(values) -> bool:
-    # A queryset is never tested for truth here: that would run it.
-    return isinstance(values, (list, tuple, set, frozenset)) and bool(values)
-
-
-def ids_in(ids):
-    """`ids` for an `__in` lookup (`filter(pk__in=ids_in(ids))`): a list of ids as
-    one parameter, a queryset of ids (or no ids: no query is sent) as it is.
-    `IN (%s, %s, …)` costs Django and the driver a placeholder each to build and
-    parse: a quarter of a 10,000-target rollout's create was spent so
-    (bench/rollout_waves.py)."""
-    if _listed(ids):
-        return _ListParameter([int(each) for each in ids], BigIntegerField(), "bigint")
-    return ids
-
-
-def texts_in(texts):
-    """ids_in for text values (`filter(token_key__in=texts_in(keys))`): half of a
-    refill's time for 10,000 agents went to `IN` lists of token keys and ids."""
-    if _listed(texts):
-        return _ListParameter([str(each) for each in texts], TextField(), "text")
-    return texts
+        if hasattr(self.rhs, "resolve_expression"):
+            return compiler.compile(In(self.lhs, self.rhs))
+        if not self.rhs:
+            raise EmptyResultSet
+        lhs, params = self.process_lhs(compiler, connection)
+        numbers = all(type(value) is int for value in self.rhs)
+        if not numbers and not all(isinstance(value, str) for value in self.rhs):
+            raise TypeError("among takes whole numbers or texts")
+        if connection.vendor == "postgresql":
+            return (f"{lhs} = ANY(%s::{'bigint' if numbers else 'text'}[])",
+                    [*params, list(self.rhs)])
+        return f"{lhs} IN (SELECT value FROM json_each(%s))", [*params, json.dumps(self.rhs)]

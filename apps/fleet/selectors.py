@@ -8,7 +8,6 @@ from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
-from apps.core.bulk import ids_in, texts_in
 from apps.fleet import cache, rules
 from apps.fleet.models import HELD, Agent, Deployment, PollInvalidation
 from apps.snapshots.models import Snapshot, without_content
@@ -124,11 +123,11 @@ def desired_states_of(token_keys) -> list[tuple[tuple, dict, str]]:
     their pending pushes); each distinct answer computed once (after a publish,
     most agents of an environment get the same)."""
     agents = list(Agent.objects.filter(
-        token_key__in=texts_in(list(token_keys)), decommissioned_at__isnull=True,
+        token_key__among=token_keys, decommissioned_at__isnull=True,
         token_revoked_at__isnull=True).order_by("pk").values_list(*ANSWER_READ, named=True))
     pushes: dict[tuple[int, int], object] = {}
     for agent_id, snapshot_id, pk in (Deployment.objects
-                                      .filter(agent__in=ids_in([a.pk for a in agents]),
+                                      .filter(agent_id__among=[a.pk for a in agents],
                                               kind=Deployment.Kind.PUSH,
                                               state=Deployment.State.PENDING)
                                       .order_by("-created_at")

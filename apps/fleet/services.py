@@ -20,7 +20,6 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.audit.services import audit_record
 from apps.core import locks
-from apps.core.bulk import ids_in
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
@@ -107,7 +106,7 @@ def check_labels(labels) -> dict:
 
 
 def _bump(agent_ids) -> None:
-    Agent.objects.filter(pk__in=ids_in(agent_ids)).update(generation=F("generation") + 1)
+    Agent.objects.filter(pk__among=agent_ids).update(generation=F("generation") + 1)
 
 
 # --- desired state -----------------------------------------------------------------
@@ -119,7 +118,7 @@ def pushes_supersede(agent_ids, *, keep_snapshot: Snapshot | None = None,
     with `keep_pinned`, of the snapshot each agent is pinned to; an agent pinned
     on nothing keeps its pushes): a newer desired state means an older announced
     push will never apply."""
-    pending = Deployment.objects.filter(agent_id__in=ids_in(agent_ids), kind=Deployment.Kind.PUSH,
+    pending = Deployment.objects.filter(agent_id__among=agent_ids, kind=Deployment.Kind.PUSH,
                                         state=Deployment.State.PENDING)
     if keep_snapshot is not None:
         pending = pending.exclude(snapshot=keep_snapshot)
@@ -225,10 +224,10 @@ def pushes_create(*, snapshot: Snapshot, agents: list[Agent], actor) -> list[Dep
                    created_by=actor if getattr(actor, "is_authenticated", False) else None)
         for a in agents
     ])
-    Agent.objects.filter(pk__in=ids_in(ids), mode=Agent.Mode.MANUAL).update(
+    Agent.objects.filter(pk__among=ids, mode=Agent.Mode.MANUAL).update(
         target_snapshot=snapshot)
     _bump(ids)
-    refresh_polls_on_commit(Agent.objects.filter(pk__in=ids_in(ids)))
+    refresh_polls_on_commit(Agent.objects.filter(pk__among=ids))
     emit("agent", environment_id=snapshot.environment_id)
     return deployments
 
@@ -244,7 +243,7 @@ def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     however many agents. Pushes of other snapshots than the pinned one will never
     apply under a pin, so they are superseded. Returns how many agents changed."""
     locks.require_transaction()
-    agents = Agent.objects.filter(pk__in=ids_in(agent_ids)).order_by()
+    agents = Agent.objects.filter(pk__among=agent_ids).order_by()
     ids = list(agents.values_list("pk", flat=True))  # before the pins move
     each_own = hasattr(snapshot, "resolve_expression")
     holding = snapshot is not None or rollout is not None
@@ -258,7 +257,7 @@ def pins_set(agent_ids, *, snapshot, rollout=None, actor=None) -> int:
     if snapshot is not None:
         pushes_supersede(agent_ids, keep_snapshot=None if each_own else snapshot,
                          keep_pinned=each_own)
-    refresh_polls_on_commit(Agent.objects.filter(pk__in=ids_in(ids)))
+    refresh_polls_on_commit(Agent.objects.filter(pk__among=ids))
     return changed
 
 

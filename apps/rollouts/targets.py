@@ -7,7 +7,7 @@ holds the locks and writes the audit events."""
 from django.db.models import Case, F, OuterRef, Subquery, Value, When
 from django.utils import timezone
 
-from apps.core.bulk import ids_in, insert_from_select
+from apps.core.bulk import insert_from_select
 from apps.fleet.models import Agent
 from apps.fleet.selectors import desired_snapshot_id
 from apps.fleet.services import pins_set
@@ -24,7 +24,7 @@ def _wave_of(assignment: list[tuple]):
     for agent, wave in assignment:
         by_wave.setdefault(wave, []).append(agent.pk)
     largest = max(by_wave, key=lambda wave: len(by_wave[wave]))
-    whens = [When(pk__in=ids_in(ids), then=Value(wave)) for wave, ids in sorted(by_wave.items())
+    whens = [When(pk__among=ids, then=Value(wave)) for wave, ids in sorted(by_wave.items())
              if wave != largest]
     return Case(*whens, default=Value(largest)) if whens else Value(largest)
 
@@ -34,7 +34,7 @@ def targets_store(rollout: Rollout, assignment: list[tuple]) -> None:
     what its agent desires now, then freeze every agent on it with the rollout's pin
     in one UPDATE. The targets' generation is the agent's after that freeze (which
     bumps it once); a wave's activation records it again."""
-    chosen = Agent.objects.filter(pk__in=ids_in([agent.pk for agent, _ in assignment])).order_by()
+    chosen = Agent.objects.filter(pk__among=[agent.pk for agent, _ in assignment]).order_by()
     rows = chosen.values_list(
         Value(rollout.pk), "pk", _wave_of(assignment), desired_snapshot_id(),
         Value(RolloutTarget.State.PENDING), F("generation") + 1)
