@@ -258,8 +258,9 @@ def _heartbeat_flushed(agent_id: int) -> None:
 
 
 # How long a held poll whose cached answer is being refilled waits for the refill
-# (announced per key when written) before Django answers it from the database (up
-# to longpoll.TICK_S more: waits end on the second).
+# when this process hears no announcement at all (a refill announces each chunk as
+# it writes it): then the refill is taken for stalled or lost and Django answers
+# from the database (up to longpoll.TICK_S later: waits end on the second).
 REFILL_WAIT_S = 2.0
 
 
@@ -267,30 +268,35 @@ async def held_answer(scope) -> Current | None:
     """For a poll with ?wait=N: the answer to give at the end of the wait (304), or
     None as soon as Django must answer (the desired state may have changed). A
     poll arriving while a change's refill is under way (its cached answer stale)
-    waits up to REFILL_WAIT_S for it rather than go to the database with the
-    change's whole storm; a plain poll (no wait) goes to Django at once."""
+    waits for it while the refill is heard from, rather than go to the database
+    with the change's whole storm: a slow refill (a loaded machine, a slow
+    database) must not be joined by every agent reading the same database. A
+    plain poll (no wait) goes to Django at once."""
     wait = requested_wait(scope)
     if wait is None:
         return None
     loop = asyncio.get_running_loop()
-    deadline, refilled_by, woken = loop.time() + wait, None, None
+    deadline, refilling_since, woken = loop.time() + wait, None, None
     try:
         while True:
             current = await current_answer(scope)
             longpoll.answered(woken)  # read: bundles and reports waiting for it may go
             woken = None
-            if isinstance(current, Refilling):
-                refilled_by = refilled_by or loop.time() + min(wait, REFILL_WAIT_S)
-                until = min(refilled_by, deadline)
+            refilling = isinstance(current, Refilling)
+            if refilling:
+                refilling_since = refilling_since or loop.time()
+                quiet_since = max(refilling_since, longpoll.heard_at())
+                until = min(quiet_since + REFILL_WAIT_S, deadline)
             elif current is None or current.body is not None or not wait:
                 return current
             else:
-                refilled_by, until = None, deadline
+                refilling_since, until = None, deadline
             remaining = until - loop.time()
-            if remaining > 0:
-                woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
-            if remaining <= 0 or not await woken:
-                return None if isinstance(current, Refilling) else current
+            if remaining <= 0:
+                return None if refilling else current
+            woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
+            if not await woken and not refilling:
+                return current
     finally:
         longpoll.answered(woken)
 

@@ -73,11 +73,12 @@ class _Waiters:
         # with such polls: a bundle or report waits for those, not for later ones.
         self._unanswered: dict[asyncio.Future, _Wake] = {}
         self._pending: set[_Wake] = set()
+        self._heard_at = -math.inf  # when the last announcement arrived (loop time)
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
             self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
-            self._unanswered, self._pending = {}, set()
+            self._unanswered, self._pending, self._heard_at = {}, set(), -math.inf
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
@@ -111,12 +112,17 @@ class _Waiters:
                     if not woken.done():
                         woken.set_result(False)
 
+    def heard_at(self) -> float:
+        loop = asyncio.get_running_loop()
+        return self._heard_at if self._loop is loop else -math.inf
+
     def count(self) -> int:
         return sum(len(w) for w in self._by_key.values())
 
     def wake(self, token_keys) -> None:
         """On the loop: wake the polls of these keys (None: every poll)."""
         with self._lock:
+            self._heard_at = self._loop.time()
             keys = list(self._by_key) if token_keys is None else token_keys
             wake = _Wake()
             for key in keys:
@@ -237,6 +243,13 @@ def wait_for_change(token_key: str, agent_id: int, seconds: float) -> asyncio.Fu
     no thread and no query. A poll woken (True) says `answered(future)` once it has
     read its answer."""
     return _waiters.wait(token_key, agent_id, seconds)
+
+
+def heard_at() -> float:
+    """When (the running loop's time) this process last heard an announcement, of
+    any agents; -inf if never. A refill announces its chunks as it writes them:
+    while announcements keep coming, a refill is under way."""
+    return _waiters.heard_at()
 
 
 def answered(woken: asyncio.Future | None) -> None:

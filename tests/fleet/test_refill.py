@@ -293,6 +293,41 @@ def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
     assert time.monotonic() - started < 0.4
 
 
+def test_a_held_poll_waits_for_a_slow_refill_while_the_refill_is_heard_from(
+        enroll, first, environment, superuser, clock, monkeypatch,
+        django_capture_on_commit_callbacks, django_assert_num_queries):
+    """A refill slower than REFILL_WAIT_S (a loaded machine) that keeps announcing
+    the chunks of other agents is under way: the poll waits for its own answer
+    rather than join the database with the rest of the storm."""
+    agent = enroll()
+    old = _warm([agent])["web-1"]
+    _learned(agent)
+    keys = _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
+                                     django_capture_on_commit_callbacks)
+    refilled = selectors.poll_states_of(keys)
+    monkeypatch.setattr(edge, "REFILL_WAIT_S", 0.5)
+
+    def slow_refill():
+        for chunk in range(8):  # 1.6 s of other agents' chunks, one every 0.2 s
+            time.sleep(0.2)
+            longpoll.announce([f"other{chunk:08d}"])
+        fleet_cache.store_poll_states(refilled)
+        longpoll.announce(keys)
+
+    refilling = threading.Thread(target=slow_refill)
+    started = time.monotonic()
+    refilling.start()
+    try:
+        with django_assert_num_queries(0):
+            status, headers, body = _edge(agent, old, query=b"wait=20")
+    finally:
+        refilling.join()
+
+    assert status == 200 and time.monotonic() - started > 1.5
+    database_body, etag = _database_answer(agent)
+    assert (headers["etag"], body) == (etag, selectors.desired_body_bytes(database_body))
+
+
 def test_after_a_publish_polls_are_304_from_the_cache_not_the_database(
         enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks,
         django_assert_num_queries):
