@@ -23,14 +23,21 @@ microseconds per agent of each, and the per-agent ratio.
 """
 
 import argparse
+import pstats
 import sys
 import time
 
 from fresh_db import report, run_child  # bench/ is on the path of its scripts
 
+STEPS = ("create", "wave 1", "wave 2", "complete", "create 2", "rollback")
 
-def child(agents: int) -> dict:
+
+def child(agents: int, profiled: str | None = None) -> dict:
     """Runs in the child process, against the temporary database."""
+    import cProfile
+    import os
+    import tempfile
+
     import django
 
     django.setup()
@@ -98,11 +105,17 @@ def child(agents: int) -> dict:
 
     steps = []
 
+    profile = cProfile.Profile() if profiled else None
+
     def timed(step: str, touched: int, moved: int, action):
         with CaptureQueriesContext(connection) as captured:
+            if step == profiled:
+                profile.enable()
             started = time.perf_counter()
             value = action()
             seconds = time.perf_counter() - started
+            if step == profiled:
+                profile.disable()
         assert refill.wait_until_refilled(300)
         refilled = time.perf_counter() - started
         slowest = sorted(captured.captured_queries, key=lambda q: -float(q["time"]))[:3]
@@ -156,7 +169,11 @@ def child(agents: int) -> dict:
                 pinned_snapshot=snapshot, pinned_at=timezone.now(),
                 generation=F("generation") + 1)
     loop = time.perf_counter() - started
-    return {"agents": agents, "steps": steps, "loop_seconds": loop}
+    stats = None
+    if profiled:
+        stats = os.path.join(tempfile.gettempdir(), f"rollout_waves-{os.getpid()}.pstats")
+        profile.dump_stats(stats)
+    return {"agents": agents, "steps": steps, "loop_seconds": loop, "profile": stats}
 
 
 def main() -> int:
@@ -171,15 +188,19 @@ def main() -> int:
                         "as in production; default: none (local memory)")
     parser.add_argument("--verbose", action="store_true",
                         help="show each step's three slowest queries")
+    parser.add_argument("--profile", metavar="STEP", choices=STEPS,
+                        help="profile one step (cProfile; its time includes the "
+                             "profiler's) and print its 25 costliest calls")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.agents < 3:
         parser.error("--agents must be at least 3")
     if args.child:
-        report(child(args.agents))
+        report(child(args.agents, args.profile))
         return 0
 
-    result = run_child(__file__, ["--agents", str(args.agents)],
+    profiling = ["--profile", args.profile] if args.profile else []
+    result = run_child(__file__, ["--agents", str(args.agents), *profiling],
                        extra_env={"BELLWETHER_ROLLOUT_MAX_TARGETS":
                                   str(max(args.agents, 10_000))},
                        database_url=args.database_url, redis_url=args.redis_url)
@@ -210,6 +231,9 @@ def main() -> int:
     print(f"per-agent loop (one UPDATE each): {result['loop_seconds']:.2f} s for {agents} "
           f"agents ({loop_per_agent:.1f} us/agent)")
     print(f"ratio (per-agent loop / set-based, per agent): {loop_per_agent / set_per_agent:.0f}x")
+    if result["profile"]:
+        print(f"profile of {args.profile} ({result['profile']}):")
+        pstats.Stats(result["profile"]).sort_stats("cumulative").print_stats(25)
     return 0
 
 

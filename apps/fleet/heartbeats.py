@@ -35,7 +35,7 @@ def heartbeats_flush() -> int:
     ids = list(Agent.objects.order_by("pk").values_list("pk", flat=True))
     for start in range(0, len(ids), BATCH):
         beats = cache.heartbeats(ids[start:start + BATCH])
-        copied = dict(Agent.objects.filter(pk__in=beats).values_list("pk", "last_seen_at"))
+        copied = dict(Agent.objects.filter(pk__among=beats).values_list("pk", "last_seen_at"))
         by_second = defaultdict(list)
         for pk, beat in beats.items():
             if pk in copied and (copied[pk] is None or copied[pk].timestamp() < int(beat)):
@@ -49,6 +49,6 @@ def _seen_forward(ids: list[int], beat: float) -> int:
     """Agents `ids` seen at `beat` (a Unix time): their last_seen_at moved forward to
     it, never back; how many moved."""
     seen = datetime.fromtimestamp(beat, tz=UTC)
-    return (Agent.objects.filter(pk__in=ids)
+    return (Agent.objects.filter(pk__among=ids)
             .filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=seen))
             .update(last_seen_at=seen))

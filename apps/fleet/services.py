@@ -199,7 +199,7 @@ def agents_chosen(environment: Environment, agent_ids: list[int] | None = None, 
     names none), locked in primary-key order: 400 unknown_agents naming the field and
     the ids outside the environment, 409 decommissioned, no_agents when none is left."""
     agents = (Agent.objects if queryset is None else queryset).filter(environment=environment)
-    agents = (agents.filter(pk__in=agent_ids) if agent_ids
+    agents = (agents.filter(pk__among=agent_ids) if agent_ids
               else agents.in_service().filter(enabled=True))
     agents = agents.lock_all()
     missing = sorted(set(agent_ids or []) - {a.pk for a in agents})

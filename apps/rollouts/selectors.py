@@ -48,10 +48,10 @@ def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
                    .order_by("agent__name").values_list(*EVIDENCE_FIELDS, named=True))
     # The reports of exactly this snapshot, per agent: a report of any other snapshot
     # must not make an old acknowledgement look new. (The ids as a list, not a
-    # subquery: PostgreSQL plans the list well even before it has statistics.)
+    # subquery: PostgreSQL plans `= ANY` well even before it has statistics.)
     reports = {
         row["agent_id"]: row for row in Deployment.objects.filter(
-            agent_id__in=[t.agent_id for t in targets], snapshot=rollout.snapshot,
+            agent_id__among=[t.agent_id for t in targets], snapshot=rollout.snapshot,
             reported_at__isnull=False,
         ).values("agent_id").annotate(
             succeeded=Max("reported_at", filter=Q(state=Deployment.State.SUCCEEDED)),
