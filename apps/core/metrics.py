@@ -14,6 +14,10 @@ from prometheus_client import Counter, Gauge
 
 POLLS = Counter("bellwether_agent_polls", "Agent polls of their desired state, by outcome",
                 ["outcome"])
+POLLS_TO_DJANGO = Counter(
+    "bellwether_agent_polls_to_django",
+    "Agent polls the poll edge handed to Django, by why (apps.fleet.edge.ToDjango)",
+    ["reason"])
 REPORTS = Counter("bellwether_agent_reports", "Agent reports accepted, by the status reported",
                   ["status"])
 WEBSOCKETS = Gauge("bellwether_websocket_connections", "Live dashboard sockets open",
@@ -40,6 +44,10 @@ def _polls(outcome: str):
 
 def poll_answered(status: int) -> None:
     _polls(poll_outcome(status)).inc()
+
+
+def poll_to_django(reason: str) -> None:
+    POLLS_TO_DJANGO.labels(reason).inc()
 
 
 def report_accepted(status: str) -> None:

@@ -147,6 +147,13 @@ class Current(NamedTuple):
     body: bytes | None = None
 
 
+class ToDjango(NamedTuple):
+    """Why Django answers this poll rather than the edge (counted by the reason:
+    metrics.poll_to_django; the table in docs/operations.md says what each means)."""
+
+    reason: str
+
+
 class Refilling(NamedTuple):
     """A poll whose cached answer a poll debt distrusts: a committed change the
     cache does not reflect yet, whose refill (named by the debt's generation)
@@ -156,27 +163,31 @@ class Refilling(NamedTuple):
     agent_id: int
 
 
-async def current_answer(scope) -> Current | Refilling | None:
+async def current_answer(scope) -> Current | Refilling | ToDjango:
     """The poll's cached answer when it is 304, or 200 with the cached body when the
     edge may send it (apps.fleet.pollanswer), the heartbeat recorded; Refilling
-    when the cache's answer is stale and being replaced; None when Django must
+    when the cache's answer is stale and being replaced; else why Django must
     answer."""
-    if scope["path"] != DESIRED_PATH or scope["method"] not in ("GET", "HEAD"):
-        return None
+    if scope["method"] not in ("GET", "HEAD"):
+        return ToDjango("request")
     headers = _headers(scope)
-    if headers is None or b"if-none-match" not in headers:
-        return None
+    if headers is None:
+        return ToDjango("request")
+    if b"if-none-match" not in headers:
+        return ToDjango("no_validator")
     checked = await _checked_state(scope, headers)
-    if checked is None or checked[2] is None:
-        return None
+    if isinstance(checked, ToDjango):
+        return checked
     key, state, owed = checked
+    if owed is None:
+        return ToDjango("debt_unknown")
     if owed:
-        return Refilling(key, state["agent_id"]) if polldebt.refilled(key) else None
+        return Refilling(key, state["agent_id"]) if polldebt.refilled(key) else ToDjango("stale")
     body = None
     if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
         body = state.get("body")
         if not (body and pollanswer.may_send(_json_get(scope, headers), key, state["etag"])):
-            return None
+            return ToDjango("changed")
     _record_heartbeat(state["agent_id"])
     return Current(key, state["agent_id"], state["etag"], body)
 
@@ -201,26 +212,30 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     cache does not vouch for goes to Django, so a revoked, rotated or decommissioned
     token meets Django (401) from its next request."""
     checked = await _checked_state(scope, headers)
-    if checked is None or checked[2] is not False:
+    if isinstance(checked, ToDjango) or checked[2] is not False:
         return None
     return checked[:2]
 
 
-async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | None:
+async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | ToDjango:
     """vouched_state's checks but the poll debt's, and what the debt says of the
-    cached state (True: stale; None: the database could not say); None when a
-    check fails."""
-    if not _host_allowed(headers.get(b"host")) or _address_refused(scope, headers):
-        return None
+    cached state (True: stale; None: the database could not say); or the check
+    that failed."""
+    if not _host_allowed(headers.get(b"host")):
+        return ToDjango("host")
+    if _address_refused(scope, headers):
+        return ToDjango("address")
     if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
-        return None
+        return ToDjango("insecure")
     parsed = _presented_token(headers)
     if parsed is None:
-        return None
+        return ToDjango("token")
     key, secret = parsed
     state = await cache.poll_state_async(key)
-    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
-        return None
+    if state is None:
+        return ToDjango("not_cached")
+    if not tokens.secret_matches(secret, state["token_hash"]):
+        return ToDjango("secret")
     return key, state, await _owes(key, state.get("generation"))
 
 
@@ -264,17 +279,17 @@ def _heartbeat_flushed(agent_id: int) -> None:
 REFILL_WAIT_S = 2.0
 
 
-async def held_answer(scope) -> Current | None:
+async def held_answer(scope) -> Current | ToDjango:
     """For a poll with ?wait=N: the answer to give at the end of the wait (304), or
-    None as soon as Django must answer (the desired state may have changed). A
-    poll arriving while a change's refill is under way (its cached answer stale)
-    waits for it while the refill is heard from, rather than go to the database
-    with the change's whole storm: a slow refill (a loaded machine, a slow
-    database) must not be joined by every agent reading the same database. A
-    plain poll (no wait) goes to Django at once."""
+    why Django must answer, as soon as it must (the desired state may have
+    changed). A poll arriving while a change's refill is under way (its cached
+    answer stale) waits for it while the refill is heard from, rather than go to
+    the database with the change's whole storm: a slow refill (a loaded machine,
+    a slow database) must not be joined by every agent reading the same database.
+    A plain poll (no wait) goes to Django at once."""
     wait = requested_wait(scope)
     if wait is None:
-        return None
+        return ToDjango("request")
     loop = asyncio.get_running_loop()
     deadline, refilling_since, woken = loop.time() + wait, None, None
     try:
@@ -287,13 +302,13 @@ async def held_answer(scope) -> Current | None:
                 refilling_since = refilling_since or loop.time()
                 quiet_since = max(refilling_since, longpoll.heard_at())
                 until = min(quiet_since + REFILL_WAIT_S, deadline)
-            elif current is None or current.body is not None or not wait:
+            elif isinstance(current, ToDjango) or current.body is not None or not wait:
                 return current
             else:
                 refilling_since, until = None, deadline
             remaining = until - loop.time()
             if remaining <= 0:
-                return None if refilling else current
+                return ToDjango("refilling" if wait else "stale") if refilling else current
             woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
             if not await woken and not refilling:
                 return current
@@ -314,24 +329,25 @@ class PollEdge:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope["path"] == DESIRED_PATH:
             current = await held_answer(scope)
-            if current is not None and current.body is not None:
+            if isinstance(current, ToDjango):
+                metrics.poll_to_django(current.reason)
+                headers = _headers(scope)
+                send = _counting_polls(pollanswer.learning(
+                    send, None if headers is None else _json_get(scope, headers)))
+            elif current.body is not None:
                 metrics.poll_answered(200)
                 return await pollanswer.send_changed(
                     send, _json_get(scope, _headers(scope)), current.key, current.etag,
                     current.body)
-            if current is not None:
+            else:
                 await send({"type": "http.response.start", "status": 304, "headers": [
                     (b"etag", current.etag.encode("latin-1")),
                     (b"cache-control", b"no-cache"), *long_poll_header()]})
                 await send({"type": "http.response.body", "body": b""})
                 metrics.poll_answered(304)
                 return None
-            if scope["path"] == DESIRED_PATH:
-                headers = _headers(scope)
-                send = _counting_polls(pollanswer.learning(
-                    send, None if headers is None else _json_get(scope, headers)))
         return await self.app(scope, receive, send)
 
 

@@ -1,8 +1,11 @@
 """Fixtures for the fleet tests: enrollment tokens, enrolled agents with their own
 clients, a deployer's client, and a cache emptied around every test."""
 
+import collections
+
 import pytest
 
+from apps.core import metrics
 from tests import factories
 
 
@@ -37,3 +40,23 @@ def enroll(environment, superuser):
 def deployer(client_for):
     """An API client of a deployer of the tenant."""
     return client_for("deployer")
+
+
+def _to_django() -> collections.Counter:
+    return collections.Counter({
+        sample.labels["reason"]: sample.value for metric in metrics.POLLS_TO_DJANGO.collect()
+        for sample in metric.samples if sample.name.endswith("_total")})
+
+
+@pytest.fixture
+def to_django():
+    """to_django() -> the polls the poll edge handed to Django, by reason, since the
+    test began or since the last call."""
+    seen = [_to_django()]
+
+    def since():
+        now = _to_django()
+        passed, seen[0] = dict(now - seen[0]), now
+        return passed
+
+    return since

@@ -81,13 +81,18 @@ def test_a_matching_poll_is_304_from_the_edge_with_no_sql_and_a_heartbeat(
     assert warm.agent.pk in fleet_cache._heartbeats.pending()
 
 
-@pytest.mark.parametrize("case", [
-    "no If-None-Match", "another ETag", "a malformed If-None-Match", "an unterminated tag",
-    "a query string", "POST", "another path", "If-Match", "If-Unmodified-Since",
-    "Authorization twice", "If-None-Match twice", "no Authorization", "Basic", "a user token",
-    "a wrong secret", "an unknown key", "a NUL in the token", "a host not allowed", "no Host",
+@pytest.mark.parametrize(("case", "reason"), [
+    ("no If-None-Match", "no_validator"), ("another ETag", "changed"),
+    ("a malformed If-None-Match", "changed"), ("an unterminated tag", "changed"),
+    ("a query string", "request"), ("POST", "request"), ("another path", None),
+    ("If-Match", "request"), ("If-Unmodified-Since", "request"),
+    ("Authorization twice", "request"), ("If-None-Match twice", "request"),
+    ("no Authorization", "token"), ("Basic", "token"), ("a user token", "token"),
+    ("a wrong secret", "secret"), ("an unknown key", "not_cached"),
+    ("a NUL in the token", "token"), ("a host not allowed", "host"), ("no Host", "host"),
 ])
-def test_what_django_must_decide_goes_to_django(warm, case):
+def test_what_django_must_decide_goes_to_django_and_is_counted_by_why(
+        warm, case, reason, to_django):
     auth = f"Bearer {warm.token}"
     key = warm.token.split(".")[0]
     headers = {"Host": "testserver", "Authorization": auth, "If-None-Match": warm.etag}
@@ -135,19 +140,21 @@ def test_what_django_must_decide_goes_to_django(warm, case):
                           query=query)
 
     assert status == DJANGO
+    assert to_django() == ({reason: 1} if reason else {})  # another path is not a poll
 
 
-def test_a_revoked_token_goes_to_django_on_its_next_poll(warm, superuser,
+def test_a_revoked_token_goes_to_django_on_its_next_poll(warm, superuser, to_django,
                                                          django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         enrollment.agent_token_revoke(agent=warm.agent, actor=superuser)
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert status == DJANGO
+    assert (status, to_django()) == (DJANGO, {"not_cached": 1})
 
 
-def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeypatch):
+def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeypatch,
+                                                                   to_django):
     """A change's PollInvalidation not yet settled: the cached ETag may be stale
     (its drop may have failed), so the database answers."""
     key = warm.token.removeprefix("bwa_").split(".")[0]
@@ -155,7 +162,7 @@ def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeyp
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert status == DJANGO
+    assert (status, to_django()) == (DJANGO, {"stale": 1})
 
 
 @pytest.mark.parametrize("indebted", [False, True])
@@ -176,7 +183,7 @@ def test_debts_due_are_read_by_the_poll_that_finds_them_due(warm, monkeypatch, i
     assert reads == [1]  # once per refresh interval, not per poll
 
 
-def test_debts_the_database_cannot_read_send_the_poll_to_django(warm, monkeypatch):
+def test_debts_the_database_cannot_read_send_the_poll_to_django(warm, monkeypatch, to_django):
     def failing():
         raise DatabaseError("down")
 
@@ -185,7 +192,7 @@ def test_debts_the_database_cannot_read_send_the_poll_to_django(warm, monkeypatc
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert status == DJANGO
+    assert (status, to_django()) == (DJANGO, {"debt_unknown": 1})
 
 
 def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
@@ -200,14 +207,14 @@ def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
     assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
 
 
-def test_an_address_refused_for_failed_authentications_goes_to_django(warm):
+def test_an_address_refused_for_failed_authentications_goes_to_django(warm, to_django):
     throttling.blocked_addresses.block("10.0.0.7", time.time() + 60)
 
     refused, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
     other, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
                          client=("10.0.0.8", 1))
 
-    assert (refused, other) == (DJANGO, 304)
+    assert (refused, other, to_django()) == (DJANGO, 304, {"address": 1})
 
 
 @override_settings(BELLWETHER_PROXY_COUNT=1)
@@ -223,32 +230,32 @@ def test_the_refused_address_behind_a_proxy_is_the_forwarded_one(warm):
 
 @override_settings(SECURE_SSL_REDIRECT=True, SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO",
                                                                       "https"))
-def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm):
+def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm, to_django):
     headers = [*warm.headers, ("If-None-Match", warm.etag)]
 
     plain, _ = call_edge(headers=headers)
     https, _ = call_edge(headers=headers, scheme="https")
     proxied, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "https")])
 
-    assert (plain, https, proxied) == (DJANGO, 304, 304)
+    assert (plain, https, proxied, to_django()) == (DJANGO, 304, 304, {"insecure": 1})
 
 
-def test_a_cache_entry_gone_goes_to_django(warm):
+def test_a_cache_entry_gone_goes_to_django(warm, to_django):
     fleet_cache.forget_poll_states([warm.token.removeprefix("bwa_").split(".")[0]])
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert status == DJANGO
+    assert (status, to_django()) == (DJANGO, {"not_cached": 1})
 
 
-def test_a_cache_down_goes_to_django(warm):
+def test_a_cache_down_goes_to_django(warm, to_django):
     with override_settings(CACHES={"default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens here
     }}):
         status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert status == DJANGO
+    assert (status, to_django()) == (DJANGO, {"not_cached": 1})
 
 
 @pytest.mark.parametrize("kind", ["websocket", "lifespan"])
@@ -299,14 +306,14 @@ def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
 
 
 def test_a_held_poll_owing_a_change_that_refills_nothing_goes_to_django_at_once(
-        warm, monkeypatch):
+        warm, monkeypatch, to_django):
     """A debt naming no generation (a mode, labels, a revoke: the answer is dropped,
     never refilled) sends a held poll to Django at once, not to wait for a refill."""
     monkeypatch.setattr(polldebt._debts, "_keys", frozenset({_key(warm)}))
 
     status, _, took = _long_poll(warm, b"wait=20")
 
-    assert (status, took < 1) == (DJANGO, True)
+    assert (status, took < 1, to_django()) == (DJANGO, True, {"stale": 1})
 
 
 def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
@@ -343,10 +350,11 @@ def test_long_polling_off_answers_at_once_and_advertises_nothing(warm):
 @pytest.mark.parametrize("query", [b"wait=abc", b"wait=-1", b"wait=1.5", b"wait=", b"wait",
                                    b"wait=1&wait=2", b"wait=1&x=2", b"WAIT=1", b"wait=%31",
                                    b"wait=\xd9\xa3"])
-def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query):
+def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query, to_django):
     status, _, took = _long_poll(warm, query)
 
     assert status == DJANGO and took < 5
+    assert to_django() == {"request": 1}
 
 
 def test_a_held_poll_has_no_timer_its_wait_ends_with_its_second_bucket():
