@@ -140,6 +140,11 @@ class BenchServers:
             # Every simulated agent comes from 127.0.0.1: enrollment is anonymous and
             # would meet the per-address rate long before the fleet is enrolled.
             BELLWETHER_THROTTLE_ANON="off", BELLWETHER_THROTTLE_AGENT="off")
+        # One directory for every process's counters (prometheus_client's multi-process
+        # mode, as docs/operations.md sets it for several workers): any node's
+        # /metrics then counts all of them.
+        self.env.update(PROMETHEUS_MULTIPROC_DIR=os.path.join(self.workdir, "metrics"))
+        os.mkdir(self.env["PROMETHEUS_MULTIPROC_DIR"])
         self.env.update(extra_env or {})  # may override any of the above
         if not database_url:
             self.env.update(CELERY_TASK_ALWAYS_EAGER="1")

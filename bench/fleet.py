@@ -13,7 +13,9 @@ desired state) and publish -> every agent reported: min/p50/p90/p99/max, errors 
 kind, and the web nodes' resident memory (before the agents, once a tenth of them
 are held, with all of them held, after): its growth per held agent from before the
 agents (the servers' own warm-up included) and between a tenth and all of them
-held (what each more waiting agent costs).
+held (what each more waiting agent costs), and the polls the servers' poll edges
+handed to Django, by why (their /metrics: bellwether_agent_polls_to_django), before
+and after the publish.
 
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
         [--nodes 2 --database-url postgres://... --redis-url redis://...]
@@ -50,9 +52,12 @@ import resource
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchserver import APPLICATION, ENVIRONMENT, BenchServers, rss_kib  # noqa: E402
@@ -364,6 +369,22 @@ async def _held_rss(fleet: Fleet, count: int, rss) -> tuple[int, list]:
     return fleet.waiting, rss()
 
 
+def polls_to_django(url: str) -> Counter | None:
+    """The polls the servers' edges handed to Django so far, by why, as the web node
+    at `url` counts them (every process of BenchServers shares one
+    PROMETHEUS_MULTIPROC_DIR, so one node's /metrics counts all); None when it does
+    not say (/metrics not open to this address, an older server)."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    return Counter({sample.labels["reason"]: int(sample.value)
+                    for family in text_string_to_metric_families(text)
+                    if family.name == "bellwether_agent_polls_to_django"
+                    for sample in family.samples if sample.name.endswith("_total")})
+
+
 async def wait_until(predicate, deadline: float, step: float = 0.05) -> bool:
     while not predicate():
         if time.monotonic() > deadline:
@@ -403,6 +424,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     rss_warm = warm.result() if warm.done() else None
     warm.cancel()
     load_at_publish = Path("/proc/loadavg").read_text().split()[:3]
+    to_django_before = await asyncio.to_thread(polls_to_django, urls[0])
     long_polling = sum(1 for agent in agents if agent.wait_s)
     if args.change_config:
         await api(urls[0], api_token, "PATCH", env_path,
@@ -426,12 +448,14 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     await asyncio.gather(*tasks, return_exceptions=True)
     for agent in agents:
         agent.connection.close()
+    to_django = await asyncio.to_thread(polls_to_django, urls[0])
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),
             "held_rss": (rss_warm, held),
             "setup_errors": setup_errors, "load": load_at_publish, "cpu": cpu,
-            "lag": ranks([seconds for _, seconds in lags])}
+            "lag": ranks([seconds for _, seconds in lags]),
+            "to_django": (to_django_before, to_django)}
 
 
 def cpu_seconds() -> tuple[float, float, Counter]:
@@ -500,6 +524,11 @@ def print_result(args, result: dict, nodes: int) -> int:
     print(f"the simulator's own event-loop lag from the publish to the last report: "
           f"p50 {lag['p50'] * 1000:.0f} ms, p99 {lag['p99'] * 1000:.0f} ms, "
           f"max {lag['max'] * 1000:.0f} ms (included in every time above)")
+    before, after = result["to_django"]
+    if before is not None and after is not None:
+        print("polls the poll edge handed to Django, by why: before the publish "
+              f"{dict(before.most_common()) or 'none'}; after it "
+              f"{dict((after - before).most_common()) or 'none'}")
     if result["setup_errors"]:
         print("errors before the publish (enrollment, first sync): " + ", ".join(
             f"{kind}: {n}" for kind, n in result["setup_errors"].most_common()))
