@@ -29,6 +29,7 @@ import time
 
 from fresh_db import report, run_child  # bench/ is on the path of its scripts
 
+# The steps child() times, in order (--profile names one).
 STEPS = ("create", "wave 1", "wave 2", "complete", "create 2", "rollback")
 
 
@@ -108,6 +109,7 @@ def child(agents: int, profiled: str | None = None) -> dict:
     profile = cProfile.Profile() if profiled else None
 
     def timed(step: str, touched: int, moved: int, action):
+        assert step == STEPS[len(steps)], (step, STEPS)
         with CaptureQueriesContext(connection) as captured:
             if step == profiled:
                 profile.enable()

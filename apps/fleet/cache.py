@@ -33,9 +33,13 @@ def _settings_changed(*, setting, **kwargs):
     if setting == "CACHES":
         _shared = None
 
-# A poll state's lifetime. It does not bound a stale answer: a change's
-# PollInvalidation row does (apps.fleet.polldebt).
-POLL_STATE_TTL = 300
+# A poll state's lifetime since its agent last polled (each heartbeat flush
+# prolongs the states of the tokens it saw poll): it reclaims the states of agents
+# that stopped polling. It does not bound a stale answer: a change's
+# PollInvalidation row does (apps.fleet.polldebt). A lifetime from the write alone
+# would send every polling agent to the database once per lifetime, and all the
+# agents of one refill together.
+POLL_STATE_TTL = 3600
 HEARTBEAT_TTL = 24 * 3600
 
 
@@ -253,37 +257,43 @@ def forget_poll_states_before(required: dict[str, int | None]) -> bool:
 
 class _HeartbeatBuffer:
     """Heartbeats of this process, written to the cache in one batch at most every
-    FLUSH_S seconds: a poll then costs one cache read, not a read and a write."""
+    FLUSH_S seconds, with the poll states of the tokens that polled prolonged
+    (POLL_STATE_TTL): a poll then costs one cache read, not a read and a write."""
 
     FLUSH_S = 5.0
 
     def __init__(self):
         self._lock = threading.Lock()
         self._pending: dict[int, float] = {}
+        self._polled: set[str] = set()
         self._flushed_at = 0.0
 
-    def record(self, agent_id: int) -> dict[int, float]:
-        """Buffer the heartbeat; returns the batch the cache refused (empty when
-        written or not yet due), for the caller to save elsewhere. A refused batch
-        stays buffered, so it reaches the cache once it answers again."""
+    def record(self, agent_id: int, token_key: str) -> dict[int, float]:
+        """Buffer the heartbeat of the agent polling with `token_key`; returns the
+        batch the cache refused (empty when written or not yet due), for the caller
+        to save elsewhere. A refused batch stays buffered, so it reaches the cache
+        once it answers again."""
         now = time.time()
         with self._lock:
             self._pending[agent_id] = now
+            self._polled.add(token_key)
             if now - self._flushed_at < self.FLUSH_S:
                 return {}
             batch, self._pending, self._flushed_at = self._pending, {}, now
+            polled, self._polled = self._polled, set()
         try:
             _cache().set_many({_seen_key(i): t for i, t in batch.items()}, timeout=HEARTBEAT_TTL)
-            return {}
         except Exception:
             logger.warning("cache unavailable; %d heartbeat(s) kept for the next flush",
                            len(batch), exc_info=True)
-        with self._lock:
-            for i, t in batch.items():
-                self._pending[i] = max(t, self._pending.get(i, t))
-        return batch
+            with self._lock:
+                for i, t in batch.items():
+                    self._pending[i] = max(t, self._pending.get(i, t))
+            return batch
+        _prolong_poll_states(polled)
+        return {}
 
-    def note(self, agent_id: int) -> bool:
+    def note(self, agent_id: int, token_key: str) -> bool:
         """Buffer the heartbeat when no flush is due (no I/O); False, and nothing
         buffered, when one is: the caller then records it through record()."""
         now = time.time()
@@ -291,6 +301,7 @@ class _HeartbeatBuffer:
             if now - self._flushed_at >= self.FLUSH_S:
                 return False
             self._pending[agent_id] = now
+            self._polled.add(token_key)
             return True
 
     def pending(self) -> dict[int, float]:
@@ -301,16 +312,39 @@ class _HeartbeatBuffer:
 _heartbeats = _HeartbeatBuffer()
 
 
-def record_heartbeat(agent_id: int) -> dict[int, float]:
-    """Record a poll; returns the heartbeats (agent id -> unix time) the cache
-    refused just now, which the caller saves to the database instead."""
-    return _heartbeats.record(agent_id)
+def record_heartbeat(agent_id: int, token_key: str) -> dict[int, float]:
+    """Record a poll (of the agent, with its token's key); returns the heartbeats
+    (agent id -> unix time) the cache refused just now, which the caller saves to
+    the database instead."""
+    return _heartbeats.record(agent_id, token_key)
 
 
-def heartbeat_noted(agent_id: int) -> bool:
+def heartbeat_noted(agent_id: int, token_key: str) -> bool:
     """Record a poll without any I/O; False (nothing recorded) when the buffer is
     due for its flush, which record_heartbeat() then does."""
-    return _heartbeats.note(agent_id)
+    return _heartbeats.note(agent_id, token_key)
+
+
+def _prolong_poll_states(token_keys) -> None:
+    """Give these tokens' poll states, where the cache has them, POLL_STATE_TTL
+    again from now, in one round trip. Only the lifetime: a state dropped or
+    replaced meanwhile stays dropped or replaced (a state is never written back)."""
+    if not token_keys:
+        return
+    backend = _cache()
+    try:
+        if isinstance(backend, RedisCache):
+            client = backend._cache.get_client(write=True)
+            with client.pipeline(transaction=False) as pipeline:
+                for token_key in token_keys:
+                    pipeline.expire(backend.make_key(_poll_key(token_key)), POLL_STATE_TTL)
+                pipeline.execute()
+        else:  # local memory: no I/O
+            for token_key in token_keys:
+                backend.touch(_poll_key(token_key), POLL_STATE_TTL)
+    except Exception:  # they live their lifetime out, then the database answers once
+        logger.warning("cache unavailable; %d poll state(s) not prolonged", len(token_keys),
+                       exc_info=True)
 
 
 def heartbeats(agent_ids) -> dict[int, float]:

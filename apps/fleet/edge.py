@@ -188,7 +188,7 @@ async def current_answer(scope) -> Current | Refilling | ToDjango:
         body = state.get("body")
         if not (body and pollanswer.may_send(_json_get(scope, headers), key, state["etag"])):
             return ToDjango("changed")
-    _record_heartbeat(state["agent_id"])
+    _record_heartbeat(state["agent_id"], key)
     return Current(key, state["agent_id"], state["etag"], body)
 
 
@@ -253,17 +253,18 @@ async def _owes(key: str, generation: int | None) -> bool | None:
 _flushes: set[asyncio.Future] = set()
 
 
-def _record_heartbeat(agent_id: int) -> None:
+def _record_heartbeat(agent_id: int, key: str) -> None:
     """Buffer the heartbeat; when the buffer is due for its flush (every few
     seconds per process), flush it on a thread, as the view does."""
-    if not cache.heartbeat_noted(agent_id):
-        flush = asyncio.get_running_loop().run_in_executor(None, _heartbeat_flushed, agent_id)
+    if not cache.heartbeat_noted(agent_id, key):
+        flush = asyncio.get_running_loop().run_in_executor(None, _heartbeat_flushed,
+                                                           agent_id, key)
         _flushes.add(flush)
         flush.add_done_callback(_flushes.discard)
 
 
-def _heartbeat_flushed(agent_id: int) -> None:
-    refused = cache.record_heartbeat(agent_id)
+def _heartbeat_flushed(agent_id: int, key: str) -> None:
+    refused = cache.record_heartbeat(agent_id, key)
     if refused:
         try:
             heartbeats.heartbeats_save(refused)

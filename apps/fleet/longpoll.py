@@ -163,9 +163,10 @@ class _Waiters:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.wake, list(token_keys))
 
-    def waiting_agents(self) -> set[int]:
+    def waiting_agents(self) -> dict[int, str]:
+        """The agents held now: agent id -> the key of the token it polls with."""
         with self._lock:
-            return {a for waiting in self._by_key.values() for a in waiting.values()}
+            return {a: key for key, waiting in self._by_key.items() for a in waiting.values()}
 
     async def _background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -229,9 +230,9 @@ class _Wake:
         self.read = asyncio.Event()
 
 
-def _record_heartbeats(agent_ids) -> None:
-    for agent_id in agent_ids:
-        cache.record_heartbeat(agent_id)
+def _record_heartbeats(agents: dict[int, str]) -> None:
+    for agent_id, token_key in agents.items():
+        cache.record_heartbeat(agent_id, token_key)
 
 
 _waiters = _Waiters()

@@ -11,12 +11,14 @@ import time
 
 import pytest
 from django.core.cache import cache as django_cache
+from django.core.cache.backends.redis import RedisCache
 from django.db import DatabaseError
 from django.test.utils import override_settings
 
 from apps.core import throttling
 from apps.fleet import cache as fleet_cache
 from apps.fleet import edge, enrollment, longpoll, polldebt
+from apps.fleet import selectors as fleet_selectors
 from apps.fleet.edge import DESIRED_PATH, PollEdge
 from tests.factories import poll
 
@@ -207,6 +209,61 @@ def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
     assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
 
 
+def _lifetime(key: str) -> float | None:
+    """Seconds the cache keeps the token's poll state for; None without one."""
+    backend = fleet_cache._cache()
+    full = backend.make_key(fleet_cache._poll_key(key))
+    if isinstance(backend, RedisCache):
+        seconds = backend._cache.get_client(full).ttl(full)
+        return None if seconds < 0 else seconds
+    expires = backend._expire_info.get(full)
+    return None if expires is None else expires - time.time()
+
+
+@pytest.fixture(params=["configured", "local memory"])
+def either_cache(request, warm):
+    """The test's cache (Redis in CI), then local memory holding warm's answer."""
+    if request.param == "configured":
+        yield
+        return
+    with override_settings(CACHES={"default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "either"}}):
+        fleet_cache.store_poll_states(fleet_selectors.poll_states_of([_key(warm)]))
+        yield
+
+
+def test_polls_prolong_their_cached_answer_at_the_heartbeat_flush(warm, either_cache):
+    """A polling agent's cached answer lives POLL_STATE_TTL from its last poll, not
+    from its write: a fleet that keeps polling is not sent to the database as its
+    answers expire, nor a whole refill's agents at once a lifetime later."""
+    key, polled = _key(warm), [*warm.headers, ("If-None-Match", warm.etag)]
+    django_cache.touch(f"fleet:poll:{key}", 60)  # its lifetime nearly out
+    fleet_cache._heartbeats._flushed_at = time.time()
+
+    assert call_edge(headers=polled)[0] == 304
+    assert _lifetime(key) <= 60  # noted; the flush is not due yet
+    fleet_cache._heartbeats._flushed_at = 0.0
+    assert call_edge(headers=polled)[0] == 304  # this poll flushes the buffer
+    assert _lifetime(key) > fleet_cache.POLL_STATE_TTL - 60
+
+    fleet_cache.forget_poll_states([key])  # a change drops it after the poll
+    fleet_cache._heartbeats._flushed_at = 0.0
+    fleet_cache.record_heartbeat(warm.agent.pk, key)
+    assert fleet_cache.poll_state(key) is None  # prolonged, never brought back
+
+
+def test_held_polls_prolong_their_cached_answers_with_their_heartbeats(warm):
+    key = _key(warm)
+    django_cache.touch(f"fleet:poll:{key}", 60)
+    fleet_cache._heartbeats._flushed_at = 0.0
+
+    longpoll._record_heartbeats({warm.agent.pk: key})  # what a held poll's process does
+
+    assert _lifetime(key) > fleet_cache.POLL_STATE_TTL - 60
+    assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
+
+
 def test_an_address_refused_for_failed_authentications_goes_to_django(warm, to_django):
     throttling.blocked_addresses.block("10.0.0.7", time.time() + 60)
 
@@ -369,7 +426,7 @@ def test_a_held_poll_has_no_timer_its_wait_ends_with_its_second_bucket():
         assert not ended.done()
         waiters.end_due(loop.time() + longpoll.TICK_S + 0.6)
         assert ended.result() is False and not woken.done()
-        assert waiters.waiting_agents() == {2}
+        assert waiters.waiting_agents() == {2: "k2"}
         waiters.wake(["k2"])
         assert woken.result() is True and waiters.count() == 0
         for task in asyncio.all_tasks() - {asyncio.current_task()}:
