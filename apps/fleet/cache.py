@@ -51,6 +51,17 @@ def _seen_key(agent_id: int) -> str:
     return f"fleet:seen:{agent_id}"
 
 
+def _get_many(keys: list[str]) -> dict:
+    """The cache's get_many of keys made here (a prefix and an id or a token key),
+    without Django's per-key memcached checks, which cost more than the read: a
+    rollout's evidence reads 10,000 heartbeats (40 ms of checks)."""
+    backend = _cache()
+    if not isinstance(backend, RedisCache):
+        return backend.get_many(keys)
+    made = {backend.make_key(key): key for key in keys}
+    return {made[key]: value for key, value in backend._cache.get_many(list(made)).items()}
+
+
 def poll_state(token_key: str) -> dict | None:
     try:
         return _cache().get(_poll_key(token_key))
@@ -245,7 +256,7 @@ def forget_poll_states_before(required: dict[str, int | None]) -> bool:
     outright = [k for k, generation in required.items() if generation is None]
     checked = {k: generation for k, generation in required.items() if generation is not None}
     try:
-        found = _cache().get_many([_poll_key(k) for k in checked]) if checked else {}
+        found = _get_many([_poll_key(k) for k in checked]) if checked else {}
     except Exception:
         logger.warning("cache unavailable; %d poll state(s) not checked", len(checked),
                        exc_info=True)
@@ -354,7 +365,7 @@ def heartbeats(agent_ids) -> dict[int, float]:
     if not ids:
         return {}
     try:
-        found = _cache().get_many([_seen_key(i) for i in ids])
+        found = _get_many([_seen_key(i) for i in ids])
     except Exception:
         logger.warning("cache unavailable; heartbeats unknown", exc_info=True)
         found = {}

@@ -194,14 +194,19 @@ def last_seen(agents) -> dict[int, datetime | None]:
 
 def last_seen_of(flushed: dict[int, datetime | None]) -> dict[int, datetime | None]:
     """last_seen of agents given as {id: their flushed last_seen_at column}."""
+    seen = last_seen_seconds_of({pk: column and column.timestamp()
+                                 for pk, column in flushed.items()})
+    return {pk: None if at is None else datetime.fromtimestamp(at, tz=UTC)
+            for pk, at in seen.items()}
+
+
+def last_seen_seconds_of(flushed: dict[int, float | None]) -> dict[int, float | None]:
+    """When agents were last seen, in seconds since the epoch, given as {id: their
+    flushed last_seen_at column, in seconds}: the later of it and the heartbeat
+    the cache holds."""
     beats = cache.heartbeats(flushed)
-    seen = {}
-    for pk, column in flushed.items():
-        beat = beats.get(pk)
-        from_cache = datetime.fromtimestamp(beat, tz=UTC) if beat else None
-        candidates = [t for t in (from_cache, column) if t is not None]
-        seen[pk] = max(candidates) if candidates else None
-    return seen
+    return {pk: max((t for t in (beats.get(pk), column) if t), default=None)
+            for pk, column in flushed.items()}
 
 
 def is_online(seen_at: datetime | None, poll_interval_s: int) -> bool:

@@ -6,9 +6,10 @@ from datetime import timedelta
 from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
+from apps.core.bulk import Epoch
 from apps.core.errors import NotFound, PermissionDenied
 from apps.fleet.models import Deployment
-from apps.fleet.selectors import last_seen_of
+from apps.fleet.selectors import last_seen_seconds_of
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.rollouts.rules import WaveEvidence
 from apps.tenancy.models import Membership, Role, Tenant
@@ -35,17 +36,21 @@ def wave_evidence(rollout: Rollout, wave: int | None = None) -> WaveEvidence:
 
 # What the evidence reads of a target and its agent: a wave of thousands of targets
 # loads as that many tuples (no model instances; not the agents' labels, drift or
-# messages).
-EVIDENCE_FIELDS = ("agent_id", "wave", "state", "activated_at", "generation", "agent__name",
-                   "agent__generation", "agent__decommissioned_at", "agent__applied_number",
-                   "agent__applied_checksum", "agent__last_seen_at")
+# messages), its times as seconds since the epoch (apps.core.bulk.Epoch: they are
+# only compared).
+EVIDENCE_FIELDS = ("agent_id", "wave", "state", "generation", "agent__name",
+                   "agent__generation", "agent__applied_number", "agent__applied_checksum")
+EVIDENCE_TIMES = {"activated_s": Epoch("activated_at"),
+                  "decommissioned_s": Epoch("agent__decommissioned_at"),
+                  "last_seen_s": Epoch("agent__last_seen_at")}
 
 
 def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
     """wave_evidence of each of `waves`, in one pass: two queries and one read of the
     heartbeats, however many targets and waves."""
     targets = list(RolloutTarget.objects.filter(rollout=rollout, wave__in=list(waves))
-                   .order_by("agent__name").values_list(*EVIDENCE_FIELDS, named=True))
+                   .order_by("agent__name").annotate(**EVIDENCE_TIMES)
+                   .values_list(*EVIDENCE_FIELDS, *EVIDENCE_TIMES, named=True))
     # The reports of exactly this snapshot, per agent: a report of any other snapshot
     # must not make an old acknowledgement look new. (The ids as a list, not a
     # subquery: PostgreSQL plans `= ANY` well even before it has statistics.)
@@ -54,15 +59,15 @@ def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
             agent_id__among=[t.agent_id for t in targets], snapshot=rollout.snapshot,
             reported_at__isnull=False,
         ).values("agent_id").annotate(
-            succeeded=Max("reported_at", filter=Q(state=Deployment.State.SUCCEEDED)),
-            failed=Max("reported_at", filter=Q(state__in=[Deployment.State.WARNING,
-                                                          Deployment.State.FAILED])),
+            succeeded=Epoch(Max("reported_at", filter=Q(state=Deployment.State.SUCCEEDED))),
+            failed=Epoch(Max("reported_at", filter=Q(state__in=[Deployment.State.WARNING,
+                                                                Deployment.State.FAILED]))),
         )
     }
     # An agent reports once per apply, then keeps polling: its acknowledgement stays
     # fresh while it polls (heartbeat) with that snapshot still applied.
-    seen = last_seen_of({t.agent_id: t.agent__last_seen_at for t in targets})
-    fresh_after = timezone.now() - freshness_window(rollout)
+    seen = last_seen_seconds_of({t.agent_id: t.last_seen_s for t in targets})
+    fresh_after = (timezone.now() - freshness_window(rollout)).timestamp()
     applied = (rollout.snapshot.number, rollout.snapshot.checksum)
     evidence = {wave: WaveEvidence() for wave in waves}
     for target in targets:
@@ -73,10 +78,11 @@ def waves_evidence(rollout: Rollout, waves) -> dict[int, WaveEvidence]:
 
 
 def _evidence_kind(target, report: dict, applied: tuple, seen, fresh_after) -> str:
-    """What one target (a row of EVIDENCE_FIELDS) has shown: the name of its
-    WaveEvidence list. `applied` is the rollout snapshot's (number, checksum)."""
+    """What one target (a row of EVIDENCE_FIELDS and EVIDENCE_TIMES) has shown: the
+    name of its WaveEvidence list. `applied` is the rollout snapshot's (number,
+    checksum); times are seconds since the epoch."""
     succeeded, failed = report.get("succeeded"), report.get("failed")
-    if target.agent__decommissioned_at is not None:
+    if target.decommissioned_s is not None:
         return "decommissioned"
     if target.state == RolloutTarget.State.RELEASED:
         return "released"
@@ -84,10 +90,10 @@ def _evidence_kind(target, report: dict, applied: tuple, seen, fresh_after) -> s
         return "waiting"
     if target.agent__generation != target.generation:
         return "changed"
-    if failed is not None and failed > target.activated_at and (
+    if failed is not None and failed > target.activated_s and (
             succeeded is None or failed > succeeded):
         return "failed"
-    if (succeeded is not None and succeeded > target.activated_at
+    if (succeeded is not None and succeeded > target.activated_s
             and (target.agent__applied_number, target.agent__applied_checksum) == applied
             and max(succeeded, seen or succeeded) >= fresh_after):
         return "acknowledged"

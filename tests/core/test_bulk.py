@@ -1,12 +1,15 @@
-"""Many ids or texts as one parameter (`__among`, apps.core.bulk.Among), on SQLite
-and PostgreSQL."""
+"""Many ids or texts as one parameter (`__among`, apps.core.bulk.Among), and
+timestamps read as seconds (`Epoch`), on SQLite and PostgreSQL."""
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Max, Value, When
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from apps.core.bulk import Epoch
 from apps.fleet.models import Agent
 from apps.fleet.selectors import desired_states_of
 
@@ -120,3 +123,26 @@ def test_values_are_tested_once_a_row_whatever_join_the_planner_picks(agents):
                 + sum(joined_away(child) for child in node.get("Plans", ())))
 
     assert joined_away(plan[0]["Plan"]) < len(agents)
+
+
+def test_timestamps_read_as_seconds_keep_the_microsecond_and_the_order(agents):
+    """What the evidence compares: a microsecond apart stays apart and in order,
+    a whole second has no fraction, none is None, an aggregate can be read so."""
+    base = datetime(2026, 12, 5, 10, 0, 0, tzinfo=UTC)
+    times = [base, base + timedelta(microseconds=1), base + timedelta(microseconds=2),
+             base + timedelta(seconds=1, microseconds=999_999), None]
+    for pk, at in zip(agents, times, strict=False):
+        Agent.objects.filter(pk=pk).update(last_seen_at=at)
+
+    read = dict(Agent.objects.filter(pk__among=agents[:5])
+                .annotate(seen_s=Epoch("last_seen_at")).values_list("pk", "seen_s"))
+    seconds = [read[pk] for pk in agents[:5]]
+
+    assert seconds[4] is None
+    assert seconds[:4] == sorted(seconds[:4]) and len(set(seconds[:4])) == 4
+    for at, second in zip(times[:4], seconds[:4], strict=True):
+        assert abs(second - at.timestamp()) < 5e-7
+    assert seconds[0] == base.timestamp()
+    latest = Agent.objects.filter(pk__among=agents[:5]).aggregate(
+        latest=Epoch(Max("last_seen_at")))["latest"]
+    assert latest == seconds[3]
