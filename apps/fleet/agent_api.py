@@ -35,10 +35,11 @@ from apps.snapshots.models import Snapshot
 logger = logging.getLogger(__name__)
 
 
-def _heartbeat(agent_id: int, token_key: str) -> None:
-    """Record the poll; heartbeats the cache refused go to the database (rarely:
-    only while the cache is failing), so agents do not turn offline meanwhile."""
-    refused = cache.record_heartbeat(agent_id, token_key)
+def _heartbeat(agent_id: int, renew: str | None = None) -> None:
+    """Record the poll (renewing the poll state of token key `renew`); heartbeats
+    the cache refused go to the database (rarely: only while the cache is failing),
+    so agents do not turn offline meanwhile."""
+    refused = cache.record_heartbeat(agent_id, renew)
     if refused:
         try:
             heartbeats.heartbeats_save(refused)
@@ -62,7 +63,7 @@ def desired_etag(request) -> str | None:
         if failure is not None:  # the database just failed: 503 now, not after a wait
             raise failure
         return None
-    _heartbeat(state["agent_id"], key)
+    _heartbeat(state["agent_id"], key if cache.renewable(key, state) else None)
     return state["etag"]
 
 
@@ -138,7 +139,7 @@ class DesiredApi(AgentAPIView):
         # stored it: read again, and drop what we stored if it is already stale.
         if not selectors.poll_state_current(agent.pk, token_key=agent.token_key, etag=etag):
             cache.forget_poll_states([agent.token_key])
-        _heartbeat(agent.pk, agent.token_key)
+        _heartbeat(agent.pk)  # its state was just written
         # Reached on a cache miss (or outage): the same conditional answer, from the DB.
         not_modified = get_conditional_response(request, etag=etag)
         if not_modified is not None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 import time
+import zlib
 
 import redis.asyncio
 from django.core.cache import caches
@@ -33,13 +34,18 @@ def _settings_changed(*, setting, **kwargs):
     if setting == "CACHES":
         _shared = None
 
-# A poll state's lifetime since its agent last polled (each heartbeat flush
-# prolongs the states of the tokens it saw poll): it reclaims the states of agents
-# that stopped polling. It does not bound a stale answer: a change's
-# PollInvalidation row does (apps.fleet.polldebt). A lifetime from the write alone
-# would send every polling agent to the database once per lifetime, and all the
-# agents of one refill together.
-POLL_STATE_TTL = 3600
+# A poll state's lifetime since it was written or last renewed: each heartbeat
+# flush renews the states of the tokens it saw poll (`renewable`) while they are
+# younger than POLL_STATE_RENEWED_S to twice that, the span fixed per token. A
+# lifetime from the write alone sent every polling agent to the database once per
+# lifetime, and all the agents of one refill together. Twice the longest hold of a
+# long-poll (BELLWETHER_LONG_POLL_MAX_S, at most 300 s).
+POLL_STATE_TTL = 600
+# What a stale answer is trusted is bounded by a change's PollInvalidation row
+# (apps.fleet.polldebt) until its sweep; an answer written wrongly after that (a
+# write-back stalled past the sweep whose check failed) lives at most this span
+# plus POLL_STATE_TTL, however its agent polls.
+POLL_STATE_RENEWED_S = 1800
 HEARTBEAT_TTL = 24 * 3600
 
 
@@ -206,13 +212,23 @@ def poll_state_of(*, token_hash: str, agent_id: int, environment_id: int, etag: 
     trusts an answer computed at the generation its change reached, or later; one
     of unknown generation, never)."""
     return {"agent_id": agent_id, "environment_id": environment_id, "token_hash": token_hash,
-            "etag": etag, "generation": generation, "body": body}
+            "etag": etag, "generation": generation, "body": body, "written_at": time.time()}
+
+
+def renewable(token_key: str, state: dict) -> bool:
+    """Whether polls may still renew this cached poll state: written less than
+    POLL_STATE_RENEWED_S to twice that ago, the span fixed by the token key, so the
+    agents of one refill go back to the database over half an hour, not at once. A
+    state written before states carried their time is not renewed."""
+    span = POLL_STATE_RENEWED_S * (1 + zlib.crc32(token_key.encode()) % 1024 / 1024)
+    return time.time() - state.get("written_at", 0) < span
 
 
 def store_poll_state(*, token_key: str, **answer) -> None:
     """Write one agent's poll state (poll_state_of's arguments)."""
+    state = poll_state_of(**answer)
     try:
-        _cache().set(_poll_key(token_key), poll_state_of(**answer), timeout=POLL_STATE_TTL)
+        _cache().set(_poll_key(token_key), state, timeout=POLL_STATE_TTL)
     except Exception:
         logger.warning("cache unavailable; poll state not stored", exc_info=True)
 
@@ -268,7 +284,7 @@ def forget_poll_states_before(required: dict[str, int | None]) -> bool:
 
 class _HeartbeatBuffer:
     """Heartbeats of this process, written to the cache in one batch at most every
-    FLUSH_S seconds, with the poll states of the tokens that polled prolonged
+    FLUSH_S seconds, with the poll states of the tokens that polled renewed
     (POLL_STATE_TTL): a poll then costs one cache read, not a read and a write."""
 
     FLUSH_S = 5.0
@@ -279,15 +295,16 @@ class _HeartbeatBuffer:
         self._polled: set[str] = set()
         self._flushed_at = 0.0
 
-    def record(self, agent_id: int, token_key: str) -> dict[int, float]:
-        """Buffer the heartbeat of the agent polling with `token_key`; returns the
-        batch the cache refused (empty when written or not yet due), for the caller
-        to save elsewhere. A refused batch stays buffered, so it reaches the cache
-        once it answers again."""
+    def record(self, agent_id: int, renew: str | None = None) -> dict[int, float]:
+        """Buffer the heartbeat (and the token key whose poll state to renew, if
+        any); returns the batch the cache refused (empty when written or not yet
+        due), for the caller to save elsewhere. A refused batch stays buffered, so
+        it reaches the cache once it answers again."""
         now = time.time()
         with self._lock:
             self._pending[agent_id] = now
-            self._polled.add(token_key)
+            if renew is not None:
+                self._polled.add(renew)
             if now - self._flushed_at < self.FLUSH_S:
                 return {}
             batch, self._pending, self._flushed_at = self._pending, {}, now
@@ -301,10 +318,10 @@ class _HeartbeatBuffer:
                 for i, t in batch.items():
                     self._pending[i] = max(t, self._pending.get(i, t))
             return batch
-        _prolong_poll_states(polled)
+        _renew_poll_states(polled)
         return {}
 
-    def note(self, agent_id: int, token_key: str) -> bool:
+    def note(self, agent_id: int, renew: str | None = None) -> bool:
         """Buffer the heartbeat when no flush is due (no I/O); False, and nothing
         buffered, when one is: the caller then records it through record()."""
         now = time.time()
@@ -312,7 +329,8 @@ class _HeartbeatBuffer:
             if now - self._flushed_at >= self.FLUSH_S:
                 return False
             self._pending[agent_id] = now
-            self._polled.add(token_key)
+            if renew is not None:
+                self._polled.add(renew)
             return True
 
     def pending(self) -> dict[int, float]:
@@ -323,20 +341,21 @@ class _HeartbeatBuffer:
 _heartbeats = _HeartbeatBuffer()
 
 
-def record_heartbeat(agent_id: int, token_key: str) -> dict[int, float]:
-    """Record a poll (of the agent, with its token's key); returns the heartbeats
-    (agent id -> unix time) the cache refused just now, which the caller saves to
-    the database instead."""
-    return _heartbeats.record(agent_id, token_key)
+def record_heartbeat(agent_id: int, renew: str | None = None) -> dict[int, float]:
+    """Record a poll, and renew the poll state of token key `renew` at the flush
+    (a poll that found it `renewable`); returns the heartbeats (agent id -> unix
+    time) the cache refused just now, which the caller saves to the database
+    instead."""
+    return _heartbeats.record(agent_id, renew)
 
 
-def heartbeat_noted(agent_id: int, token_key: str) -> bool:
+def heartbeat_noted(agent_id: int, renew: str | None = None) -> bool:
     """Record a poll without any I/O; False (nothing recorded) when the buffer is
     due for its flush, which record_heartbeat() then does."""
-    return _heartbeats.note(agent_id, token_key)
+    return _heartbeats.note(agent_id, renew)
 
 
-def _prolong_poll_states(token_keys) -> None:
+def _renew_poll_states(token_keys) -> None:
     """Give these tokens' poll states, where the cache has them, POLL_STATE_TTL
     again from now, in one round trip. Only the lifetime: a state dropped or
     replaced meanwhile stays dropped or replaced (a state is never written back)."""
@@ -354,7 +373,7 @@ def _prolong_poll_states(token_keys) -> None:
             for token_key in token_keys:
                 backend.touch(_poll_key(token_key), POLL_STATE_TTL)
     except Exception:  # they live their lifetime out, then the database answers once
-        logger.warning("cache unavailable; %d poll state(s) not prolonged", len(token_keys),
+        logger.warning("cache unavailable; %d poll state(s) not renewed", len(token_keys),
                        exc_info=True)
 
 

@@ -188,7 +188,7 @@ async def current_answer(scope) -> Current | Refilling | ToDjango:
         body = state.get("body")
         if not (body and pollanswer.may_send(_json_get(scope, headers), key, state["etag"])):
             return ToDjango("changed")
-    _record_heartbeat(state["agent_id"], key)
+    _record_heartbeat(state["agent_id"], key if cache.renewable(key, state) else None)
     return Current(key, state["agent_id"], state["etag"], body)
 
 
@@ -253,18 +253,19 @@ async def _owes(key: str, generation: int | None) -> bool | None:
 _flushes: set[asyncio.Future] = set()
 
 
-def _record_heartbeat(agent_id: int, key: str) -> None:
-    """Buffer the heartbeat; when the buffer is due for its flush (every few
-    seconds per process), flush it on a thread, as the view does."""
-    if not cache.heartbeat_noted(agent_id, key):
+def _record_heartbeat(agent_id: int, renew: str | None) -> None:
+    """Buffer the heartbeat (renewing the poll state of token key `renew`); when the
+    buffer is due for its flush (every few seconds per process), flush it on a
+    thread, as the view does."""
+    if not cache.heartbeat_noted(agent_id, renew):
         flush = asyncio.get_running_loop().run_in_executor(None, _heartbeat_flushed,
-                                                           agent_id, key)
+                                                           agent_id, renew)
         _flushes.add(flush)
         flush.add_done_callback(_flushes.discard)
 
 
-def _heartbeat_flushed(agent_id: int, key: str) -> None:
-    refused = cache.record_heartbeat(agent_id, key)
+def _heartbeat_flushed(agent_id: int, renew: str | None) -> None:
+    refused = cache.record_heartbeat(agent_id, renew)
     if refused:
         try:
             heartbeats.heartbeats_save(refused)

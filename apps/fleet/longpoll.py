@@ -163,10 +163,9 @@ class _Waiters:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.wake, list(token_keys))
 
-    def waiting_agents(self) -> dict[int, str]:
-        """The agents held now: agent id -> the key of the token it polls with."""
+    def waiting_agents(self) -> set[int]:
         with self._lock:
-            return {a: key for key, waiting in self._by_key.items() for a in waiting.values()}
+            return {a for waiting in self._by_key.values() for a in waiting.values()}
 
     async def _background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -230,9 +229,11 @@ class _Wake:
         self.read = asyncio.Event()
 
 
-def _record_heartbeats(agents: dict[int, str]) -> None:
-    for agent_id, token_key in agents.items():
-        cache.record_heartbeat(agent_id, token_key)
+def _record_heartbeats(agent_ids) -> None:
+    """A held poll's agent is seen; its poll state is not renewed (only a poll that
+    read it renews it, while it is `renewable`)."""
+    for agent_id in agent_ids:
+        cache.record_heartbeat(agent_id)
 
 
 _waiters = _Waiters()

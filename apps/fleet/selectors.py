@@ -203,8 +203,8 @@ def last_seen_of(flushed: dict[int, datetime | None]) -> dict[int, datetime | No
 def last_seen_seconds_of(flushed: dict[int, float | None]) -> dict[int, float | None]:
     """When agents were last seen, in seconds since the epoch, given as {id: their
     flushed last_seen_at column, in seconds}: the later of it and the heartbeat
-    the cache holds."""
-    beats = cache.heartbeats(flushed)
+    the cache holds (to the microsecond, as the column)."""
+    beats = {pk: round(beat, 6) for pk, beat in cache.heartbeats(flushed).items()}
     return {pk: max((t for t in (beats.get(pk), column) if t), default=None)
             for pk, column in flushed.items()}
 

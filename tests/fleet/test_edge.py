@@ -253,15 +253,44 @@ def test_polls_prolong_their_cached_answer_at_the_heartbeat_flush(warm, either_c
     assert fleet_cache.poll_state(key) is None  # prolonged, never brought back
 
 
-def test_held_polls_prolong_their_cached_answers_with_their_heartbeats(warm):
-    key = _key(warm)
+def test_a_cached_answer_is_renewed_only_for_its_tokens_span_after_its_write(warm):
+    """A state written wrongly after its change's debt was settled (a write-back
+    stalled past the sweep) must not live on because its agent keeps polling:
+    polls renew it for 30-60 minutes after its write, then it expires and Django
+    writes it anew. Held polls' heartbeats never renew."""
+    key, polled = _key(warm), [*warm.headers, ("If-None-Match", warm.etag)]
+    state = fleet_cache.poll_state(key)
+    span = fleet_cache.POLL_STATE_RENEWED_S
+    assert fleet_cache.renewable(key, state)
+    assert not fleet_cache.renewable(key, {**state, "written_at": time.time() - 2 * span})
+    assert not fleet_cache.renewable(key, {k: v for k, v in state.items() if k != "written_at"})
+
+    old = {**state, "written_at": time.time() - 2 * span}
+    fleet_cache.store_poll_states({key: old})
     django_cache.touch(f"fleet:poll:{key}", 60)
     fleet_cache._heartbeats._flushed_at = 0.0
+    assert call_edge(headers=polled)[0] == 304  # still its answer, until it expires
+    longpoll._record_heartbeats({warm.agent.pk})  # what a held poll's process does
+    fleet_cache._heartbeats._flushed_at = 0.0
+    longpoll._record_heartbeats({warm.agent.pk})
 
-    longpoll._record_heartbeats({warm.agent.pk: key})  # what a held poll's process does
-
-    assert _lifetime(key) > fleet_cache.POLL_STATE_TTL - 60
+    assert _lifetime(key) <= 60
     assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
+
+
+def test_the_renewal_span_is_spread_over_the_tokens():
+    """The agents of one refill (written at once) stop being renewed over half an
+    hour, not together."""
+    now = time.time()
+    spans = []
+    for n in range(2_000):
+        key = f"{n:016x}"
+        written = [now - s for s in range(1_800, 3_601, 30)]
+        spans.append(sum(fleet_cache.renewable(key, {"written_at": at}) for at in written))
+
+    assert min(spans) <= 1 and max(spans) >= 59  # from 30 to 60 minutes after the write
+    assert max(spans) <= 60  # never past 60
+    assert len(set(spans)) > 40  # spread, not a few steps
 
 
 def test_an_address_refused_for_failed_authentications_goes_to_django(warm, to_django):
@@ -426,7 +455,7 @@ def test_a_held_poll_has_no_timer_its_wait_ends_with_its_second_bucket():
         assert not ended.done()
         waiters.end_due(loop.time() + longpoll.TICK_S + 0.6)
         assert ended.result() is False and not woken.done()
-        assert waiters.waiting_agents() == {2: "k2"}
+        assert waiters.waiting_agents() == {2}
         waiters.wake(["k2"])
         assert woken.result() is True and waiters.count() == 0
         for task in asyncio.all_tasks() - {asyncio.current_task()}:

@@ -422,7 +422,7 @@ def test_a_stale_write_back_after_the_refill_is_not_trusted_and_the_sweep_drops_
     with django_capture_on_commit_callbacks(execute=True):
         publish_variant(environment, superuser, workers=8)
     refilled = fleet_cache.poll_state(other.agent.token_key)
-    fleet_cache.store_poll_state(token_key=racer.agent.token_key, **before)  # stale
+    fleet_cache.store_poll_states({racer.agent.token_key: before})  # stale
     _debts_read(clock)
 
     assert _edge(racer, etags["web-1"])[0] == DJANGO
