@@ -34,17 +34,11 @@ def _settings_changed(*, setting, **kwargs):
     if setting == "CACHES":
         _shared = None
 
-# A poll state's lifetime since it was written or last renewed: each heartbeat
-# flush renews the states of the tokens it saw poll (`renewable`) while they are
-# younger than POLL_STATE_RENEWED_S to twice that, the span fixed per token. A
-# lifetime from the write alone sent every polling agent to the database once per
-# lifetime, and all the agents of one refill together. Twice the longest hold of a
-# long-poll (BELLWETHER_LONG_POLL_MAX_S, at most 300 s).
+# A poll state's lifetime since written or renewed (twice the longest long-poll
+# hold): heartbeat flushes renew it while `renewable` (docs/design.md). A stale
+# answer is bounded by its change's PollInvalidation row (apps.fleet.polldebt);
+# one written wrongly after the sweep lives at most 2 * RENEWED_S + TTL.
 POLL_STATE_TTL = 600
-# What a stale answer is trusted is bounded by a change's PollInvalidation row
-# (apps.fleet.polldebt) until its sweep; an answer written wrongly after that (a
-# write-back stalled past the sweep whose check failed) lives at most this span
-# plus POLL_STATE_TTL, however its agent polls.
 POLL_STATE_RENEWED_S = 1800
 HEARTBEAT_TTL = 24 * 3600
 
@@ -58,9 +52,8 @@ def _seen_key(agent_id: int) -> str:
 
 
 def _get_many(keys: list[str]) -> dict:
-    """The cache's get_many of keys made here (a prefix and an id or a token key),
-    without Django's per-key memcached checks, which cost more than the read: a
-    rollout's evidence reads 10,000 heartbeats (40 ms of checks)."""
+    """get_many of keys made here, without Django's per-key memcached checks (40 ms
+    for a rollout's 10,000 heartbeats)."""
     backend = _cache()
     if not isinstance(backend, RedisCache):
         return backend.get_many(keys)
@@ -216,10 +209,9 @@ def poll_state_of(*, token_hash: str, agent_id: int, environment_id: int, etag: 
 
 
 def renewable(token_key: str, state: dict) -> bool:
-    """Whether polls may still renew this cached poll state: written less than
-    POLL_STATE_RENEWED_S to twice that ago, the span fixed by the token key, so the
-    agents of one refill go back to the database over half an hour, not at once. A
-    state written before states carried their time is not renewed."""
+    """Whether polls may still renew this poll state: written less than
+    POLL_STATE_RENEWED_S to twice that ago, the span fixed by the token key (one
+    refill's agents go back to the database over half an hour, not at once)."""
     span = POLL_STATE_RENEWED_S * (1 + zlib.crc32(token_key.encode()) % 1024 / 1024)
     return time.time() - state.get("written_at", 0) < span
 
@@ -342,10 +334,9 @@ _heartbeats = _HeartbeatBuffer()
 
 
 def record_heartbeat(agent_id: int, renew: str | None = None) -> dict[int, float]:
-    """Record a poll, and renew the poll state of token key `renew` at the flush
-    (a poll that found it `renewable`); returns the heartbeats (agent id -> unix
-    time) the cache refused just now, which the caller saves to the database
-    instead."""
+    """Record a poll (renewing token key `renew`'s poll state at the flush); returns
+    the heartbeats (agent id -> unix time) the cache refused just now, which the
+    caller saves to the database instead."""
     return _heartbeats.record(agent_id, renew)
 
 
@@ -356,9 +347,8 @@ def heartbeat_noted(agent_id: int, renew: str | None = None) -> bool:
 
 
 def _renew_poll_states(token_keys) -> None:
-    """Give these tokens' poll states, where the cache has them, POLL_STATE_TTL
-    again from now, in one round trip. Only the lifetime: a state dropped or
-    replaced meanwhile stays dropped or replaced (a state is never written back)."""
+    """POLL_STATE_TTL again from now for these tokens' poll states, in one round
+    trip; never a write: a state dropped meanwhile stays dropped."""
     if not token_keys:
         return
     backend = _cache()
