@@ -63,7 +63,7 @@ def desired_etag(request) -> str | None:
         if failure is not None:  # the database just failed: 503 now, not after a wait
             raise failure
         return None
-    _heartbeat(state["agent_id"], key if cache.renewable(key, state) else None)
+    _heartbeat(state["agent_id"], cache.renewal_key(key, state))
     return state["etag"]
 
 

@@ -35,7 +35,7 @@ def _settings_changed(*, setting, **kwargs):
         _shared = None
 
 # A poll state's lifetime since written or renewed (twice the longest long-poll
-# hold): heartbeat flushes renew it while `renewable` (docs/design.md). A stale
+# hold): heartbeat flushes renew it while `renewal_key` (docs/design.md). A stale
 # answer is bounded by its change's PollInvalidation row (apps.fleet.polldebt);
 # one written wrongly after the sweep lives at most 2 * RENEWED_S + TTL.
 POLL_STATE_TTL = 600
@@ -208,12 +208,12 @@ def poll_state_of(*, token_hash: str, agent_id: int, environment_id: int, etag: 
             "etag": etag, "generation": generation, "body": body, "written_at": time.time()}
 
 
-def renewable(token_key: str, state: dict) -> bool:
-    """Whether polls may still renew this poll state: written less than
-    POLL_STATE_RENEWED_S to twice that ago, the span fixed by the token key (one
-    refill's agents go back to the database over half an hour, not at once)."""
+def renewal_key(token_key: str, state: dict) -> str | None:
+    """The key a poll of this state renews, None once polls may no longer renew it:
+    written less than POLL_STATE_RENEWED_S to twice that ago, the span fixed by the
+    token key (one refill's agents go back to the database over half an hour)."""
     span = POLL_STATE_RENEWED_S * (1 + zlib.crc32(token_key.encode()) % 1024 / 1024)
-    return time.time() - state.get("written_at", 0) < span
+    return token_key if time.time() - state.get("written_at", 0) < span else None
 
 
 def store_poll_state(*, token_key: str, **answer) -> None:

@@ -188,7 +188,7 @@ async def current_answer(scope) -> Current | Refilling | ToDjango:
         body = state.get("body")
         if not (body and pollanswer.may_send(_json_get(scope, headers), key, state["etag"])):
             return ToDjango("changed")
-    _record_heartbeat(state["agent_id"], key if cache.renewable(key, state) else None)
+    _record_heartbeat(state["agent_id"], cache.renewal_key(key, state))
     return Current(key, state["agent_id"], state["etag"], body)
 
 

@@ -231,7 +231,7 @@ class _Wake:
 
 def _record_heartbeats(agent_ids) -> None:
     """A held poll's agent is seen; its poll state is not renewed (only a poll that
-    read it renews it, while it is `renewable`)."""
+    read it renews it, while `renewal_key` gives its key)."""
     for agent_id in agent_ids:
         cache.record_heartbeat(agent_id)
 

@@ -261,9 +261,10 @@ def test_a_cached_answer_is_renewed_only_for_its_tokens_span_after_its_write(war
     key, polled = _key(warm), [*warm.headers, ("If-None-Match", warm.etag)]
     state = fleet_cache.poll_state(key)
     span = fleet_cache.POLL_STATE_RENEWED_S
-    assert fleet_cache.renewable(key, state)
-    assert not fleet_cache.renewable(key, {**state, "written_at": time.time() - 2 * span})
-    assert not fleet_cache.renewable(key, {k: v for k, v in state.items() if k != "written_at"})
+    assert fleet_cache.renewal_key(key, state) == key
+    assert fleet_cache.renewal_key(key, {**state, "written_at": time.time() - 2 * span}) is None
+    unwritten = {k: v for k, v in state.items() if k != "written_at"}
+    assert fleet_cache.renewal_key(key, unwritten) is None
 
     old = {**state, "written_at": time.time() - 2 * span}
     fleet_cache.store_poll_states({key: old})
@@ -286,7 +287,8 @@ def test_the_renewal_span_is_spread_over_the_tokens():
     for n in range(2_000):
         key = f"{n:016x}"
         written = [now - s for s in range(1_800, 3_601, 30)]
-        spans.append(sum(fleet_cache.renewable(key, {"written_at": at}) for at in written))
+        renewed = [fleet_cache.renewal_key(key, {"written_at": at}) for at in written]
+        spans.append(sum(r is not None for r in renewed))
 
     assert min(spans) <= 1 and max(spans) >= 59  # from 30 to 60 minutes after the write
     assert max(spans) <= 60  # never past 60
