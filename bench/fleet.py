@@ -1,6 +1,6 @@
 """Benchmark: a simulated fleet, from one publish to every agent notified and reported.
 
-N simulated agents (asyncio, one keep-alive HTTP/1.1 connection each) speak the
+N simulated agents (asyncio, one keep-alive HTTP/1.1 connection each: bench/simhttp.py) speak the
 agent protocol of docs/design.md as agent/client.py does: enroll with an
 enrollment token, GET /api/v1/agent/desired with If-None-Match, fetch the bundle
 (Accept-Encoding: gzip) when the desired snapshot changes, POST a report. When a
@@ -55,16 +55,15 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchserver import APPLICATION, ENVIRONMENT, BenchServers, rss_kib  # noqa: E402
+from simhttp import Connection  # noqa: E402
 
 MAX_AGENTS = 20_000
 ENROLL_ATTEMPTS = 5
-USER_AGENT = "bellwether-fleet-sim/1"
 TEMPLATE = "generation = {{ generation }}\n"
 
 
@@ -79,77 +78,6 @@ class HttpError(Exception):
             code = ""
         self.kind = f"{call} HTTP {status}{code}"
         super().__init__(self.kind)
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection, opened on first use and again after the
-    server closed it."""
-
-    def __init__(self, url: str):
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname, parts.port or 80
-        self.reader = self.writer = None
-
-    async def request(self, method: str, path: str, *, headers: dict | None = None,
-                      body: bytes | None = None, timeout: float = 30.0):
-        """(status, headers with lower-case names, body). A kept-alive connection the
-        server closed meanwhile is opened again once."""
-        for attempt in (0, 1):
-            reused = self.writer is not None
-            try:
-                async with asyncio.timeout(timeout):  # no task of its own, as wait_for's
-                    return await self._exchange(method, path, headers, body)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                self.close()
-                if attempt or not reused:
-                    raise
-            except BaseException:
-                self.close()
-                raise
-        raise AssertionError("unreachable")
-
-    async def _exchange(self, method, path, headers, body):
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}",
-                 f"User-Agent: {USER_AGENT}", "Accept: application/json"]
-        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-        if body is not None:
-            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status_line, *header_lines = head.decode("latin-1").split("\r\n")
-        status = int(status_line.split()[1])
-        answer = {}
-        for line in header_lines:
-            if line:
-                name, _, value = line.partition(":")
-                answer[name.strip().lower()] = value.strip()
-        content = await self._body(method, status, answer)
-        if answer.get("connection", "").lower() == "close":
-            self.close()
-        return status, answer, content
-
-    async def _body(self, method, status, headers) -> bytes:
-        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            return b""
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            chunks = []
-            while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
-                chunks.append((await self.reader.readexactly(size + 2))[:-2])
-            while await self.reader.readuntil(b"\r\n") != b"\r\n":
-                pass  # trailers
-            return b"".join(chunks)
-        if "content-length" in headers:
-            return await self.reader.readexactly(int(headers["content-length"]))
-        content = await self.reader.read()
-        self.close()
-        return content
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
 
 
 class Fleet:
