@@ -1,21 +1,21 @@
 """Benchmark: a simulated fleet, from one publish to every agent notified and reported.
 
-N simulated agents (asyncio, one keep-alive HTTP/1.1 connection each: bench/simhttp.py) speak the
-agent protocol of docs/design.md as agent/client.py does: enroll with an
-enrollment token, GET /api/v1/agent/desired with If-None-Match, fetch the bundle
-(Accept-Encoding: gzip) when the desired snapshot changes, POST a report. When a
-desired answer carries `Bellwether-Long-Poll: <max s>`, an agent long-polls
-(`?wait=N`, N = min(--wait, max)); otherwise it polls every --interval seconds
-(a range A-B: each wait drawn uniformly from it). Once every agent has reported
-the first snapshot, one publish (the API, an owner's API token) changes the
+N simulated agents (asyncio, one keep-alive HTTP/1.1 connection each, through
+bench/simhttp.py) speak the agent protocol of docs/design.md as agent/client.py
+does: enroll with an enrollment token, GET /api/v1/agent/desired with If-None-Match,
+fetch the bundle (Accept-Encoding: gzip) when the desired snapshot changes, POST a
+report. When a desired answer carries `Bellwether-Long-Poll: <max s>`, an agent
+long-polls (`?wait=N`, N = min(--wait, max)); otherwise it polls every --interval
+seconds (a range A-B: each wait drawn uniformly from it). Once every agent has
+reported the first snapshot, one publish (the API, an owner's API token) changes the
 environment; the script measures publish -> every agent notified (saw the new
 desired state) and publish -> every agent reported: min/p50/p90/p99/max, errors by
 kind, and the web nodes' resident memory (before the agents, once a tenth of them
 are held, with all of them held, after): its growth per held agent from before the
-agents (the servers' own warm-up included) and between a tenth and all of them
-held (what each more waiting agent costs), and the polls the servers' poll edges
-handed to Django, by why (their /metrics: bellwether_agent_polls_to_django), before
-and after the publish.
+agents (the servers' own warm-up included) and between a tenth and all of them held
+(what each more waiting agent costs), and the polls the servers' poll edges handed
+to Django, by why (their /metrics: bellwether_agent_polls_to_django), before and
+after the publish.
 
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
         [--nodes 2 --database-url postgres://... --redis-url redis://...]
