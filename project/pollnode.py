@@ -24,10 +24,12 @@ answer is under way) and the connection closed; trailer fields are dropped
 (never request headers). A request not complete HEAD_TIMEOUT_S after its first
 byte, a connection idle KEEP_ALIVE_S between requests (empty lines are idle), or
 one not reading its answer for SEND_TIMEOUT_S is dropped. An upgrade is answered
-as plain HTTP, then the connection closed. A client that leaves mid-request has
-its request's task cancelled (a held poll stops waiting at once), or, when the
-application listens for it (Django), is told with `http.disconnect`. Pipelined
-requests are answered in order, one at a time.
+as plain HTTP, then the connection closed; nothing sent after a request that
+ends its connection (`Connection: close`) is read. A client that leaves
+mid-request has its request's task cancelled (a held poll stops waiting at once),
+or, when the application listens for it (Django), is told with `http.disconnect`;
+what it sent of its request is freed at once. Pipelined requests are answered in
+order, one at a time.
 """
 
 import argparse
@@ -134,7 +136,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.server.connections.discard(self)
-        self.queue = None
+        # The parser and the connection hold each other: a request cut off mid-body
+        # would keep its bytes (up to the body limit) until a collection ran.
+        self.queue = self.parser = self.url = self.headers = self.body = None
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
         if self.request is None or self.task is None or self.task.done():
@@ -157,9 +161,7 @@ class Connection(asyncio.Protocol):
                 last.keep_alive = False
                 self.transport.pause_reading()
         except httptools.HttpParserError as error:  # a callback's raise is its context
-            refused = error.__context__
-            self._refuse(*(refused.args if isinstance(refused, _Refused)
-                           else (400, "invalid", "Malformed HTTP request.")))
+            self._parse_failed(error.__context__)  # (not kept here: its frames hold self)
         else:
             if self.url is None:  # between requests: the parser has no state to keep
                 self.parser = None
@@ -225,17 +227,26 @@ class Connection(asyncio.Protocol):
         self.url = self.headers = self.body = None
         if self.task is None:
             self._start(request)
-            return
-        # Pipelined: answered when the one before is; a few, their bodies bounded.
-        if self.queue is None:
-            self.queue = collections.deque()
-        self.queued_bytes += len(request.body)
-        if len(self.queue) >= PIPELINED_MAX or self.queued_bytes > PIPELINED_BODY_BYTES:
-            raise _Refused(400, "invalid", "Too many pipelined requests.")
-        self.queue.append(request)
-        self.transport.pause_reading()  # no more until the queue is answered
+        else:  # pipelined: answered when the one before is; a few, their bodies bounded
+            if self.queue is None:
+                self.queue = collections.deque()
+            self.queued_bytes += len(request.body)
+            if len(self.queue) >= PIPELINED_MAX or self.queued_bytes > PIPELINED_BODY_BYTES:
+                raise _Refused(400, "invalid", "Too many pipelined requests.")
+            self.queue.append(request)
+            self.transport.pause_reading()  # no more until the queue is answered
+        if not request.keep_alive:  # its answer ends the connection
+            self.transport.pause_reading()
+            raise _Ended
 
     # internals
+    def _parse_failed(self, raised: BaseException | None) -> None:
+        if isinstance(raised, _Ended):  # nothing after it is read (RFC 9112 9.6)
+            self.parser = None
+        else:
+            self._refuse(*(raised.args if isinstance(raised, _Refused)
+                           else (400, "invalid", "Malformed HTTP request.")))
+
     def _count(self, size: int) -> None:
         self.head_bytes += size
         if self.head_bytes > HEAD_MAX_BYTES:
@@ -383,6 +394,11 @@ class _Refused(Exception):
     """A request refused while parsing: (status, error code, message)."""
 
 
+class _Ended(Exception):
+    """Raised by the request that ends its connection (`Connection: close`, HTTP/1.0
+    without keep-alive) to stop the parser: what follows it is never a request."""
+
+
 def _head(status: int, headers) -> bytes:
     lines = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b""))]
     lines += [name.lower() + b": " + value for name, value in headers]  # as granian sends them
@@ -410,9 +426,12 @@ class PollNode:
         answer not read): aborted, since what is unsent would wait for that client."""
         while True:
             await asyncio.sleep(SWEEP_S)
-            self.now = now = self.loop.time()
-            for connection in [c for c in self.connections if c.deadline <= now]:
-                connection.transport.abort()
+            self.now = self.loop.time()
+            self._drop_overdue()
+
+    def _drop_overdue(self) -> None:  # (a loop in sweep() would keep the last one dropped)
+        for connection in [c for c in self.connections if c.deadline <= self.now]:
+            connection.transport.abort()
 
 
 async def serve(sock: socket.socket, app, stop: asyncio.Future | None = None,
