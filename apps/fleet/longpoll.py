@@ -47,8 +47,8 @@ def wait_seconds(raw: str | None) -> int | None:
     None when `raw` is not a whole number in ASCII digits."""
     if raw is None or not raw or not raw.isascii() or not raw.isdigit():
         return None
-    cap = settings.BELLWETHER_LONG_POLL_MAX_S
-    return cap if len(raw) > 6 else min(int(raw), cap)
+    cap, digits = settings.BELLWETHER_LONG_POLL_MAX_S, raw.lstrip("0")
+    return cap if len(digits) > 6 else min(int(digits or 0), cap)
 
 
 def _channel() -> str:

@@ -419,6 +419,14 @@ def test_an_announcement_for_other_agents_does_not_end_the_wait(warm):
     assert (status, took >= 0.9) == (304, True)
 
 
+@override_settings(BELLWETHER_LONG_POLL_MAX_S=60)
+@pytest.mark.parametrize("query", [b"wait=0000000001", b"wait=" + b"0" * 40 + b"1"])
+def test_leading_zeros_do_not_lengthen_a_wait(warm, query):
+    status, _, took = _long_poll(warm, query)
+
+    assert status == 304 and 0.9 <= took < 5  # its 1 s, not the 60 s maximum
+
+
 @override_settings(BELLWETHER_LONG_POLL_MAX_S=1)
 def test_a_wait_above_the_maximum_is_served_as_the_maximum(warm):
     status, headers, took = _long_poll(warm, b"wait=" + b"9" * 40)
