@@ -298,8 +298,9 @@ class Connection(asyncio.Protocol):
             if not self.queue:
                 self.queue = None  # a held poll keeps no empty deque (~700 bytes)
             self._start(queued)
-        else:
-            self.deadline = self.server.now + self.server.keep_alive
+        else:  # idle, or a head begun behind the answer: it has its head's time left
+            self.deadline = self.server.now + (
+                self.server.keep_alive if self.url is None else self.server.head_timeout)
             self.transport.resume_reading()
 
 

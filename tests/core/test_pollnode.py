@@ -518,6 +518,27 @@ def test_a_slow_head_and_an_idle_connection_are_closed(node):
     assert time.monotonic() - started >= 1.5
 
 
+def test_a_head_begun_behind_an_answer_has_the_head_timeout_not_the_keep_alive(node):
+    """A request head started while a poll was held and never finished: once the
+    poll is answered the connection is closed after the head timeout, not kept for
+    the idle connections' keep-alive."""
+    release = threading.Event()
+
+    async def held(scope, receive, send):
+        while not release.is_set():
+            await asyncio.sleep(0.05)
+        await echo(scope, receive, send)
+
+    client = node(held, head_timeout=1, keep_alive=30).connect()
+    client.sendall(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost")
+    time.sleep(0.3)
+    release.set()
+    assert client.response()[0] == 200
+    started = time.monotonic()
+    assert client.closed(timeout=5)
+    assert time.monotonic() - started < 3
+
+
 def test_a_held_request_is_not_timed_out_and_is_cancelled_when_its_client_leaves(node):
     cancelled, release = threading.Event(), asyncio.Event()
 
