@@ -15,21 +15,21 @@ lifespan.
 
     python -m project.pollnode --host 0.0.0.0 --port 8001 --workers <cores>
 
-Bounds, for whatever a client sends: a request head of at most HEAD_MAX_BYTES
-and HEADERS_MAX headers (else 431), a body within the application's limit
+Bounds, for whatever a client sends: a request head of at most HEAD_MAX_BYTES and
+HEADERS_MAX headers (else 431), a body within the application's limit
 (project/bodylimits.py, BELLWETHER_MAX_REQUEST_BYTES: else 413), malformed HTTP
-400, more than PIPELINED_MAX requests (or PIPELINED_BODY_BYTES of bodies) sent
-ahead of an answer 400 — each answered with the API's error envelope (unless an
-answer is under way) and the connection closed; trailer fields are dropped
-(never request headers). A request not complete HEAD_TIMEOUT_S after its first
-byte, a connection idle KEEP_ALIVE_S between requests (empty lines are idle), or
-one not reading its answer for SEND_TIMEOUT_S is dropped. An upgrade is answered
-as plain HTTP, then the connection closed; nothing sent after a request that
-ends its connection (`Connection: close`) is read. A client that leaves
-mid-request has its request's task cancelled (a held poll stops waiting at once),
-or, when the application listens for it (Django), is told with `http.disconnect`;
-what it sent of its request is freed at once. Pipelined requests are answered in
-order, one at a time.
+(an HTTP/1.1 request without Host too) 400, an HTTP version but 1.1 and 1.0 505,
+more than PIPELINED_MAX requests (or PIPELINED_BODY_BYTES of bodies) sent ahead of
+an answer 400 — each answered with the API's error envelope (unless an answer is
+under way) and the connection closed; trailer fields are dropped (never request
+headers). A request not complete HEAD_TIMEOUT_S after its first byte, a connection
+idle KEEP_ALIVE_S between requests (empty lines are idle), or one not reading its
+answer for SEND_TIMEOUT_S is dropped. An upgrade is answered as plain HTTP, then
+the connection closed; nothing sent after a request that ends its connection
+(`Connection: close`) is read. A client that leaves mid-request has its request's
+task cancelled (a held poll stops waiting at once), or, when the application
+listens for it (Django), is told with `http.disconnect`; what it sent of its
+request is freed at once. Pipelined requests are answered in order, one at a time.
 """
 
 import argparse
@@ -43,6 +43,7 @@ import socket
 import sys
 import time
 from email.utils import formatdate
+from http import HTTPStatus
 from urllib.parse import unquote
 
 import httptools
@@ -62,11 +63,8 @@ PIPELINED_MAX = 8  # requests read ahead of the one being answered (more: refuse
 PIPELINED_BODY_BYTES = 64 * 1024  # their bodies, all together
 RESPAWN_S = 1.0  # a worker that died is started again, at most once a second
 
-_REASONS = {200: b"OK", 304: b"Not Modified", 400: b"Bad Request", 401: b"Unauthorized",
-            403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
-            413: b"Content Too Large", 429: b"Too Many Requests",
-            431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
-            503: b"Service Unavailable"}
+_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus} | {
+    413: b"Content Too Large"}  # (RFC 9110's name; Python 3.11 has the old one)
 # A response without a body by its status or method (RFC 9112 6.3).
 _NO_BODY = frozenset({204, 304})
 
@@ -216,8 +214,14 @@ class Connection(asyncio.Protocol):
         parser, url = self.parser, httptools.parse_url(self.url)
         if not url.path:
             raise _Refused(400, "invalid", "The request target has no path.")
+        version = parser.get_http_version()
+        if version not in ("1.0", "1.1"):
+            raise _Refused(505, "http_version_not_supported",
+                           f"HTTP/{version} is not spoken here: HTTP/1.1 or 1.0.")
+        if version == "1.1" and not any(name == b"host" for name, _ in self.headers):
+            raise _Refused(400, "invalid", "An HTTP/1.1 request needs a Host header.")
         self.deadline = float("inf")  # the application answers in its own time
-        scope = {"type": "http", "asgi": _ASGI, "http_version": parser.get_http_version(),
+        scope = {"type": "http", "asgi": _ASGI, "http_version": version,
                  "method": parser.get_method().decode(), "scheme": "http",
                  "path": unquote(url.path.decode("latin-1")), "raw_path": url.path,
                  "query_string": url.query or b"", "root_path": "", "headers": self.headers,

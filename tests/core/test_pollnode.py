@@ -327,6 +327,9 @@ def test_a_304_has_no_body_whatever_the_application_sends(node):
     (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
     (b"GET / HTTP/1.1\r\nBad Header Name: x\r\n\r\n", 400),
     (b"GET http://example.com HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nX-Test: no host\r\n\r\n", 400),
+    (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+    (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", 400),  # (llhttp refuses it as malformed)
     (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (pollnode.HEAD_MAX_BYTES + 1) + b"\r\n\r\n", 431),
     (b"GET /" + b"a" * (pollnode.HEAD_MAX_BYTES + 1) + b" HTTP/1.1\r\n\r\n", 431),
     (b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * (pollnode.HEADERS_MAX + 1) + b"\r\n", 431),
