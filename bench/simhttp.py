@@ -103,8 +103,8 @@ class _Wire(asyncio.Protocol):
             return
         try:
             parsed = response_of(self.buffer, self.head_only, eof)
-        except (ValueError, IndexError) as exc:  # not HTTP: the request fails
-            response.set_exception(ConnectionError(f"unreadable response: {exc}"))
+        except (ValueError, IndexError) as exc:  # not HTTP: the request fails, not retried
+            response.set_exception(ValueError(f"unreadable response: {exc}"))
             return
         if parsed is not None:
             response.set_result(parsed)
@@ -156,7 +156,7 @@ class Connection:
         `timeout` seconds. A kept-alive connection the server closed meanwhile is
         opened again once."""
         for attempt in (0, 1):
-            reused = self.wire is not None
+            reused = self.wire is not None and not self.wire.transport.is_closing()
             try:
                 return await self._exchange(method, path, headers, body, timeout)
             except (ConnectionError, asyncio.IncompleteReadError):

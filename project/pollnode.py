@@ -113,13 +113,14 @@ class Connection(asyncio.Protocol):
     for each in turn."""
 
     __slots__ = ("server", "transport", "parser", "url", "headers", "head_bytes", "body",
-                 "in_body", "queue", "queued_bytes", "task", "request", "deadline", "writable")
+                 "in_body", "queue", "queued_bytes", "task", "request", "deadline", "writable",
+                 "ended")
 
     def __init__(self, server: "PollNode"):
         self.server = server
         self.transport = self.parser = self.url = self.headers = self.body = None
         self.head_bytes = self.queued_bytes = 0
-        self.in_body = False
+        self.in_body = self.ended = False
         self.queue: collections.deque | None = None
         self.task: asyncio.Task | None = None
         self.request: _Request | None = None
@@ -147,6 +148,8 @@ class Connection(asyncio.Protocol):
             self.task.cancel()
 
     def data_received(self, data):
+        if self.ended:  # after a request that ends the connection: read, never parsed,
+            return  # so that the client leaving is still seen
         if self.parser is None:
             self.parser = httptools.HttpRequestParser(self)
         try:
@@ -240,13 +243,12 @@ class Connection(asyncio.Protocol):
             self.queue.append(request)
             self.transport.pause_reading()  # no more until the queue is answered
         if not request.keep_alive:  # its answer ends the connection
-            self.transport.pause_reading()
             raise _Ended
 
     # internals
     def _parse_failed(self, raised: BaseException | None) -> None:
-        if isinstance(raised, _Ended):  # nothing after it is read (RFC 9112 9.6)
-            self.parser = None
+        if isinstance(raised, _Ended):  # nothing after it is a request (RFC 9112 9.6)
+            self.parser, self.ended = None, True
         else:
             self._refuse(*(raised.args if isinstance(raised, _Refused)
                            else (400, "invalid", "Malformed HTTP request.")))

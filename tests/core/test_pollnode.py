@@ -542,7 +542,9 @@ def test_a_head_begun_behind_an_answer_has_the_head_timeout_not_the_keep_alive(n
     assert time.monotonic() - started < 3
 
 
-def test_a_held_request_is_not_timed_out_and_is_cancelled_when_its_client_leaves(node):
+@pytest.mark.parametrize("closing", [b"", b"Connection: close\r\n"])
+def test_a_held_request_is_not_timed_out_and_is_cancelled_when_its_client_leaves(node, closing):
+    """Also with `Connection: close`, as the agent's urllib sends every request."""
     cancelled, release = threading.Event(), asyncio.Event()
 
     async def held(scope, receive, send):
@@ -555,7 +557,7 @@ def test_a_held_request_is_not_timed_out_and_is_cancelled_when_its_client_leaves
 
     server = node(held, head_timeout=0.5, keep_alive=0.5)
     client = server.connect()
-    client.sendall(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+    client.sendall(b"GET /held HTTP/1.1\r\nHost: x\r\n" + closing + b"\r\n")
     assert not client.closed(timeout=2.5)  # held longer than both timeouts
     client.close()
     assert cancelled.wait(5)

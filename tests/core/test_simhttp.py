@@ -119,10 +119,26 @@ async def test_an_answer_broken_off_fails_the_request():
             await simhttp.Connection(server.url).request("GET", "/")
 
 
-async def test_an_answer_that_is_not_http_fails_the_request():
-    async with RawServer([b"SSH-2.0-nope\r\nwhat\r\n\r\n"]) as server:
-        with pytest.raises(ConnectionError, match="unreadable response"):
-            await simhttp.Connection(server.url).request("GET", "/")
+async def test_an_answer_that_is_not_http_fails_the_request_once():
+    async with RawServer([OK, b"SSH-2.0-nope\r\nwhat\r\n\r\n", OK]) as server:
+        connection = simhttp.Connection(server.url)
+        await connection.request("GET", "/")
+        with pytest.raises(ValueError, match="unreadable response"):
+            await connection.request("POST", "/reports", body=b"{}")  # kept: not sent again
+
+    assert len(server.requests) == 2 and server.connections == 1
+
+
+async def test_a_kept_connection_closed_while_idle_is_replaced_without_a_retry():
+    async with RawServer([OK]) as server:
+        connection = simhttp.Connection(server.url)
+        await connection.request("GET", "/")
+        await asyncio.sleep(0.2)  # the server closed it after its last answer
+        assert connection.wire.transport.is_closing()
+        with pytest.raises(asyncio.IncompleteReadError):  # a new one, which it closes too
+            await connection.request("GET", "/")
+
+    assert server.connections == 2
 
 
 async def test_an_unanswered_request_times_out_and_its_connection_is_dropped(monkeypatch):
@@ -134,7 +150,6 @@ async def test_an_unanswered_request_times_out_and_its_connection_is_dropped(mon
             await connection.request("GET", "/", timeout=0.3)
         waited = time.monotonic() - started
         assert connection.wire is None
-        assert not simhttp._deadlines.waiting
         status, _, body = await connection.request("GET", "/")  # a new connection
 
     assert 0.3 <= waited < 2.0
