@@ -1,10 +1,13 @@
-# Two commands do all the set-up: `make run` and `make test`.
+# Two commands do all the set-up: `make run` and `make test`; `make check` is the fast
+# tier while working (docs/testing.md).
 PYTHON ?= python3
 PORT ?= 8000
+# pytest-xdist workers: one per core (`make test TEST_WORKERS=1` runs in one process).
+TEST_WORKERS ?= auto
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint worker beat clean
+.PHONY: run test check lint worker beat clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python >= 3.11 is required")'
@@ -27,7 +30,14 @@ run: $(VENV)/.installed
 
 ## test: install the dev requirements and run the whole suite (set DATABASE_URL/REDIS_URL for PostgreSQL/Redis)
 test: lint
-	SECRET_KEY=$${SECRET_KEY:-test-only-secret} $(BIN)/pytest $(PYTEST_ARGS)
+	SECRET_KEY=$${SECRET_KEY:-test-only-secret} $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup \
+		$(PYTEST_ARGS)
+
+## check: the fast tier: ruff, then every test that starts no process, on SQLite
+check: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	DATABASE_URL= REDIS_URL= BELLWETHER_REQUIRE_SERVICES= SECRET_KEY=test-only-secret \
+		$(BIN)/pytest -n $(TEST_WORKERS) -m "not processes" $(PYTEST_ARGS)
 
 ## lint: ruff, and the architecture's import contracts (.importlinter)
 lint: $(VENV)/.installed-dev

@@ -11,6 +11,8 @@ import os
 import pytest
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
+from django.test import override_settings
 
 from apps.environments.models import Environment
 from apps.tenancy.models import Role
@@ -31,6 +33,23 @@ def _redis_available() -> bool:
         return False
 
 
+# Whole directories of tests that start real processes; modules elsewhere that do are
+# marked `processes` themselves.
+PROCESS_DIRECTORIES = {"e2e", "browser", "faults", "packaging"}
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that start real processes are marked `processes` (`make check` leaves them
+    to `make test`) and run one at a time on one xdist worker (`--dist loadgroup`):
+    each starts servers, workers or agents that need the machine's cores, and two at
+    once make their timeouts the machine's, not the product's."""
+    for item in items:
+        if item.path.parent.name in PROCESS_DIRECTORIES:
+            item.add_marker(pytest.mark.processes)
+        if item.get_closest_marker("processes"):
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
 def pytest_runtest_setup(item):
     missing = []
     if item.get_closest_marker("postgres") and settings.DATABASES["default"][
@@ -46,20 +65,32 @@ def pytest_runtest_setup(item):
         pytest.skip(message)
 
 
-@pytest.fixture(autouse=True)
-def _test_settings(settings):
-    """A fast password hasher (fixtures make many users), and static files served
-    unhashed: settings pick WhiteNoise's manifest storage, whose {% static %} needs
-    the manifest `collectstatic` writes (a deploy step) once DEBUG is off, as it is
-    in tests. No API throttling unless a test sets rates (tests/api/test_throttling.py):
-    on SQLite, ids are reused from test to test, so one user's counts would carry
-    over within the minute."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    settings.BELLWETHER_THROTTLE_RATES = dict.fromkeys(settings.BELLWETHER_THROTTLE_RATES)
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
+@pytest.fixture(autouse=True, scope="session")
+def _test_settings():
+    """Settings for the whole run, set once:
+    - a fast password hasher (fixtures make many users);
+    - static files served unhashed: settings pick WhiteNoise's manifest storage, whose
+      {% static %} needs the manifest `collectstatic` writes (a deploy step) once DEBUG
+      is off, as it is in tests; and WhiteNoise not scanning the static directories
+      each time a test client starts (no test fetches a static file through Django);
+    - renders in this process: a fresh interpreter per render costs 0.1-0.4 s, and the
+      child is tested in tests/configlang/test_isolated.py, by the web render's own
+      test (tests/api/test_render_budget.py) and by every server an end-to-end test
+      starts (their settings keep the default);
+    - no API throttling unless a test sets rates (tests/api/test_throttling.py): on
+      SQLite, ids are reused from test to test, so one user's counts would carry over
+      within the minute."""
+    override = override_settings(
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+        STORAGES={**settings.STORAGES, "staticfiles": {
+            "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}},
+        WHITENOISE_USE_FINDERS=False,
+        BELLWETHER_RENDER_ISOLATED=False,
+        BELLWETHER_THROTTLE_RATES=dict.fromkeys(settings.BELLWETHER_THROTTLE_RATES),
+    )
+    override.enable()
+    yield
+    override.disable()
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +136,23 @@ def _tasks_inline():
     celery_app.conf.task_always_eager = True
     yield
     celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture(scope="module")
+def module_transaction(request, django_db_setup, django_db_blocker):
+    """An open transaction around the rest of a module's tests, for a module-scoped
+    fixture that builds a world they only read or change within themselves: each test
+    runs inside it in pytest-django's savepoint, rolled back after the test, and the
+    world is rolled back after the module. The database stays open to the module's
+    tests meanwhile. Model instances built here are shared: a test takes fresh ones
+    from the database (or only ids and secrets). Not for modules with transactional
+    tests (their flush would empty the world)."""
+    with django_db_blocker.unblock():
+        world = transaction.atomic()
+        world.__enter__()
+        yield
+        transaction.set_rollback(True)
+        world.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
 """Ports for the servers tests start. With BELLWETHER_TEST_PORTS set ("18100-18199"),
-only that range is used, so test runs sharing a machine keep apart; otherwise any
-free port the kernel gives."""
+only that range is used, so test runs sharing a machine keep apart (each pytest-xdist
+worker takes its own share of it); otherwise any free port the kernel gives."""
 
 from __future__ import annotations
 
 import os
 import socket
+
+from tests.workers import worker_share
 
 RANGE_VARIABLE = "BELLWETHER_TEST_PORTS"
 
@@ -20,7 +22,7 @@ def _range() -> range | None:
     except ValueError:
         raise RuntimeError(f"{RANGE_VARIABLE}={spec!r}: give FIRST-LAST, e.g. "
                            "18100-18199") from None
-    return range(first, last + 1)
+    return worker_share(range(first, last + 1))
 
 
 def _bindable(port: int) -> bool:

@@ -8,15 +8,13 @@ so a new route is attacked without being listed here."""
 
 import hashlib
 import json
-from datetime import timedelta
 
 import pytest
 from django.apps import apps
-from django.utils import timezone
+from django.db import transaction
 from drf_spectacular.generators import SchemaGenerator
 
 from apps.environments.models import Environment
-from apps.snapshots.models import Publication
 from tests import factories
 from tests.api_helpers import assert_error
 
@@ -78,47 +76,6 @@ def fingerprint() -> str:
         for row in model.objects.order_by("pk").values_list(*fields):
             digest.update(repr(row).encode())
     return digest.hexdigest()
-
-
-@pytest.fixture
-def hostile_world(snapshots, superuser, environment, empty_cache):
-    """shop/prod with snapshots, an agent, a running rollout; the URL of every path
-    parameter; a superuser's client and an agent's client."""
-    first, second = snapshots
-    agents = factories.enrolled_agents(environment, 2, actor=superuser)
-    for agent in agents:
-        factories.ack(agent, first)
-    rollout = factories.start_rollout(environment, second, [agents[0].agent], actor=superuser)
-    publication = Publication.objects.filter(snapshot=second).first()
-    values = {"application": "shop", "environment": "prod", "number": "2",
-              "agent_id": str(agents[1].agent.pk), "rollout_id": str(rollout.pk),
-              "publication_id": str(publication.pk), **_governed(environment, second,
-                                                               superuser)}
-    return {"values": values, "user": factories.api_client_for(superuser),
-            "agent": factories.bearer_client(agents[1].token)}
-
-
-def _governed(environment, snapshot, superuser) -> dict:
-    """Path values of governance and webhook objects: a release, a freeze window far
-    ahead, a webhook endpoint, a built-in strategy; a schedule id no row has."""
-    from apps.governance import rules as governance_rules
-    from apps.governance import services as governance
-    from apps.governance import windows
-    from apps.rollouts.models import RolloutStrategy
-    from apps.webhooks.services import endpoint_create
-
-    release = governance.release_submit(environment=environment, snapshot=snapshot,
-                                        plan=governance_rules.activation_plan(),
-                                        actor=superuser)
-    later = timezone.now() + timedelta(days=300)
-    window = windows.window_create(environment=environment, actor=superuser, kind="freeze",
-                                   name="later", starts_at=later,
-                                   ends_at=later + timedelta(hours=1))
-    endpoint, _ = endpoint_create(environment=environment, url="https://hooks.example.com/x",
-                                  events=["snapshot.published"], actor=superuser)
-    return {"release_id": str(release.pk), "window_id": str(window.pk),
-            "endpoint_id": str(endpoint.pk), "schedule_id": "999999",
-            "strategy_id": str(RolloutStrategy.objects.order_by("pk").first().pk)}
 
 
 def url_for(path: str, values: dict) -> str:
@@ -193,13 +150,16 @@ def test_huge_and_negative_numbers_in_any_body_field_are_never_a_5xx(op, hostile
     for field in body_properties(operation):
         for number in (HUGE, -HUGE, 2**63, 2**31, -1, 1e308, "1e400"):
             raw = f'{{"{field}": {number}}}'
-            response = send(client, method, url, raw)
-            assert response.status_code < 500, (raw, response.status_code, response.content)
-            now = fingerprint()
-            if response.status_code >= 400:
-                assert_error(response, response.status_code)
-                assert now == before, f"{method} {path} {raw} stored something"
-            before = now
+            with transaction.atomic():
+                response = send(client, method, url, raw)
+                assert response.status_code < 500, (raw, response.status_code,
+                                                     response.content)
+                if response.status_code >= 400:
+                    assert_error(response, response.status_code)
+                else:  # what an accepted number stores is not this test's question
+                    transaction.set_rollback(True)
+        # What the refused numbers above left stays: there must be none.
+        assert fingerprint() == before, f"{method} {path} {field}: a refused number stored"
 
 
 @pytest.mark.parametrize("op", QUERY_OPERATIONS, ids=_op_id)
@@ -253,8 +213,9 @@ def test_agent_labels_refuse_bidi_and_control_characters_naming_the_field(hostil
 
 
 def test_enroll_refuses_names_with_control_characters_and_stores_nothing(
-        environment, superuser):
-    _, secret = factories.enrollment_token(environment, actor=superuser, uses=5)
+        shared_world, hostile_world):
+    environment = Environment.objects.get(pk=shared_world["environment"])
+    _, secret = factories.enrollment_token(environment, uses=5)
     client = factories.api_client_for(None)
     before = fingerprint()
     for body in ({"enrollment_token": secret, "name": "web\u202e1"},
@@ -320,7 +281,7 @@ def test_nul_in_a_json_body_for_a_text_field_names_the_nested_field(hostile_worl
                                     "Bearer bwu_é.ü", "Bearer " + "9" * 5000,
                                     "Bearer bwa_1.\x85\x1b"])
 @pytest.mark.parametrize("url", ["/api/v1/environments", "/api/v1/agent/desired"])
-def test_hostile_authorization_headers_are_401_never_5xx(db, header, url):
+def test_hostile_authorization_headers_are_401_never_5xx(hostile_world, header, url):
     client = factories.bearer_client("x")
     client.credentials(HTTP_AUTHORIZATION=header)
     assert_error(client.get(url), 401)

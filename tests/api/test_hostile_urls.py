@@ -11,11 +11,10 @@ from django.test import RequestFactory
 
 from apps.core.handlers import UnstorableTextMiddleware
 from apps.environments.models import Template
-from tests.api.test_hostile_input import client_for, fingerprint, hostile_world, operations
+from tests.api.test_hostile_input import client_for, fingerprint, operations
 from tests.api_helpers import assert_error
 
 pytestmark = pytest.mark.django_db
-__all__ = ["hostile_world"]
 
 BAD_SEGMENTS = ["a%FFb", "a%C0%AEb", "a%ED%A0%80b", "a%EF%BF%BDb", "%80", "a%E2%82b"]
 

@@ -207,6 +207,7 @@ def test_a_nested_template_within_the_limits_is_stored(environment, client_for):
 
 def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
         environment, superuser, client_for, settings, monkeypatch):
+    settings.BELLWETHER_RENDER_ISOLATED = True
     settings.BELLWETHER_WEB_RENDER_SECONDS = 1
     monkeypatch.setattr(selectors, "render_isolated",
                         functools.partial(selectors.render_isolated, render=c_level_hang))

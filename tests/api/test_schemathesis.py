@@ -21,7 +21,7 @@ from django.core.management import call_command
 from apps.environments.models import Environment
 from tests import factories
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis,
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis,
               pytest.mark.django_db(transaction=True)]
 
 ST = Path(sys.executable).with_name("st")

@@ -7,11 +7,10 @@ before any view runs."""
 import pytest
 from django.test import Client
 
-from tests.api.test_hostile_input import client_for, fingerprint, hostile_world
+from tests.api.test_hostile_input import client_for, fingerprint
 from tests.api_helpers import assert_error
 
 pytestmark = pytest.mark.django_db
-__all__ = ["hostile_world"]
 
 MANY = "&".join(f"p{i}=1" for i in range(1500))
 DASHBOARD = "/e/shop/prod/"
@@ -49,10 +48,10 @@ def test_anonymous_is_refused_the_same_way(hostile_world):
 @pytest.mark.parametrize("debug", [False, True])
 @pytest.mark.parametrize("path", ["/", DASHBOARD, "/login/", "/admin/", "/nope/"])
 def test_too_many_query_parameters_on_a_page_is_a_plain_400(
-        hostile_world, superuser, settings, path, debug):
+        hostile_world, settings, path, debug):
     settings.DEBUG = debug
     client = Client()
-    client.force_login(superuser)
+    client.force_login(hostile_world["superuser"])
     response = client.get(f"{path}?{MANY}")
     assert response.status_code == 400
     assert b"query: more than 1000 parameters" in response.content
@@ -60,11 +59,10 @@ def test_too_many_query_parameters_on_a_page_is_a_plain_400(
 
 @pytest.mark.parametrize("debug", [False, True])
 @pytest.mark.parametrize("path", ["/login/", f"{DASHBOARD}deploy/", "/api/v1/descriptors"])
-def test_too_many_form_fields_is_400_naming_the_body(hostile_world, superuser, settings,
-                                                       path, debug):
+def test_too_many_form_fields_is_400_naming_the_body(hostile_world, settings, path, debug):
     settings.DEBUG = debug
     client = Client(enforce_csrf_checks=True)
-    client.force_login(superuser)
+    client.force_login(hostile_world["superuser"])
     before = fingerprint()
     response = client.post(path, data=MANY, content_type="application/x-www-form-urlencoded")
     assert response.status_code == 400
@@ -72,7 +70,7 @@ def test_too_many_form_fields_is_400_naming_the_body(hostile_world, superuser, s
     assert fingerprint() == before
 
 
-def test_too_many_files_is_400_naming_the_body(hostile_world, superuser, settings):
+def test_too_many_files_is_400_naming_the_body(hostile_world, settings):
     settings.DEBUG = True
     files = {f"f{i}": __import__("io").BytesIO(b"x") for i in range(101)}
     response = Client().post("/api/v1/descriptors", data=files)

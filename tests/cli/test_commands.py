@@ -13,6 +13,8 @@ import pytest
 from cli.errors import REFUSED, UNREACHABLE, USAGE
 from tests.e2e.harness import free_port
 
+pytestmark = pytest.mark.processes
+
 GOOD_DESCRIPTOR = """\
 apiVersion: bellwether/v1
 application: shop

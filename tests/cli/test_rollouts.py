@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cli.errors import REFUSED, ROLLED_BACK, TIMED_OUT
+
+pytestmark = pytest.mark.processes
 
 # The demo's #2 raises workers from 4 to 8 in shop/config.json: this canary's
 # validate command refuses it (#1's content passes).

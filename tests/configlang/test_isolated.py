@@ -15,6 +15,8 @@ from tests.configlang.test_render_budget import PRODUCTION
 from tests.configlang.test_rendering import make_source
 from tests.render_children import hang, hog, nothing
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(autouse=True)
 def no_spare():

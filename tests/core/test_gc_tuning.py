@@ -13,6 +13,8 @@ import pytest
 
 from project import gc_tuning
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 TUNED = (gc_tuning.YOUNG_THRESHOLD, gc_tuning.MIDDLE_AFTER, gc_tuning.FULL_AFTER)
 
