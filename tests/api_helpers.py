@@ -1,6 +1,8 @@
 """Helpers for API tests in any directory: the error-envelope check, and calling one
 route of a route table."""
 
+from django.db import transaction
+
 
 def assert_error(response, status: int, code: str | None = None) -> dict:
     """The body is exactly the error envelope (docs/design.md) {"error": {"code", "message", ...}}
@@ -29,3 +31,12 @@ def call(client, method: str, url: str, body=None):
     if body is None:
         return getattr(client, method)(url)
     return getattr(client, method)(url, body, format="json")
+
+
+def call_undone(client, method: str, url: str, body=None):
+    """`call`, with what the request stored rolled back after it: each route of a
+    table a test walks sees the same world."""
+    with transaction.atomic():
+        response = call(client, method, url, body)
+        transaction.set_rollback(True)
+    return response

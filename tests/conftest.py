@@ -8,6 +8,7 @@ and fail instead when BELLWETHER_REQUIRE_SERVICES=1 (as .ci/run sets).
 
 import os
 
+import hypothesis
 import pytest
 from django.conf import settings
 from django.core.cache import cache
@@ -20,6 +21,12 @@ from project.celery import app as celery_app
 from tests import factories
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
+
+# Property tests draw as many examples as the profile says: "suite" (make test, make
+# check) a few dozen each, "thorough" (HYPOTHESIS_PROFILE=thorough) a thousand.
+hypothesis.settings.register_profile("suite", max_examples=50, deadline=None)
+hypothesis.settings.register_profile("thorough", max_examples=1000, deadline=None)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
 def _redis_available() -> bool:

@@ -7,69 +7,75 @@ import pytest
 from apps.tenancy.models import ROLE_RANK, Role
 from tests import factories
 from tests.api.support import ENV_ROUTES, ROUTES
-from tests.api_helpers import assert_error, call, route_id
+from tests.api_helpers import assert_error, call_undone, route_id
 
 ROLES = ["viewer", "deployer", "owner"]
 
 
-@pytest.mark.parametrize("route", ROUTES, ids=route_id)
 @pytest.mark.parametrize("role", ROLES)
 def test_role_below_the_one_a_route_needs_gets_403_and_at_or_above_succeeds(
-    route, role, route_url, client_for
+    role, route_url, client_for, subtests
 ):
-    method, path, required, body, status = route
+    client = client_for(role)
+    for route in ROUTES:
+        method, path, required, body, status = route
+        with subtests.test(route_id(route)):
+            response = call_undone(client, method, route_url(path), body)
 
-    response = call(client_for(role), method, route_url(path), body)
+            if ROLE_RANK[Role(role)] < ROLE_RANK[Role(required)]:
+                error = assert_error(response, 403, "permission_denied")
+                assert required in error["message"]
+            else:
+                assert response.status_code == status, (response.status_code,
+                                                         response.content[:300])
 
-    if ROLE_RANK[Role(role)] < ROLE_RANK[Role(required)]:
-        error = assert_error(response, 403, "permission_denied")
-        assert required in error["message"]
-    else:
-        assert response.status_code == status, (response.status_code, response.content[:300])
 
-
-@pytest.mark.parametrize("route", ROUTES, ids=route_id)
 @pytest.mark.parametrize("who", ["superuser", "environment-owner"])
 def test_superusers_and_environment_owners_may_use_every_route(
-    route, who, route_url, api_client, superuser, make_user, environment
+    who, route_url, api_client, superuser, make_user, environment, subtests
 ):
-    method, path, _, body, status = route
     if who == "superuser":
         user = superuser
     else:  # owns shop/prod while a viewer of its tenant
         user = make_user("env-owner")
         factories.membership(environment.application.tenant, user, "viewer", actor=superuser)
         environment.owners.add(user)
+    client = api_client(user)
 
-    response = call(api_client(user), method, route_url(path), body)
+    for route in ROUTES:
+        method, path, _, body, status = route
+        with subtests.test(route_id(route)):
+            response = call_undone(client, method, route_url(path), body)
 
-    assert response.status_code == status, (response.status_code, response.content[:300])
+            assert response.status_code == status, (response.status_code,
+                                                     response.content[:300])
 
 
-@pytest.mark.parametrize("route", ENV_ROUTES, ids=route_id)
 def test_outsider_gets_the_same_404_for_a_foreign_environment_as_for_a_missing_one(
-    route, route_url, api_client, outsider
+    route_url, api_client, outsider, subtests
 ):
-    method, path, _, body, _ = route
     client = api_client(outsider)
+    for route in ENV_ROUTES:
+        method, path, _, body, _ = route
+        with subtests.test(route_id(route)):
+            foreign = call_undone(client, method, route_url(path, env="shop/prod"), body)
+            missing = call_undone(client, method, route_url(path, env="nosuch/prod"), body)
 
-    foreign = call(client, method, route_url(path, env="shop/prod"), body)
-    missing = call(client, method, route_url(path, env="nosuch/prod"), body)
-
-    foreign_error = assert_error(foreign, 404, "not_found")
-    missing_error = assert_error(missing, 404, "not_found")
-    assert foreign_error["message"] == missing_error["message"].replace("nosuch", "shop")
+            foreign_error = assert_error(foreign, 404, "not_found")
+            missing_error = assert_error(missing, 404, "not_found")
+            assert foreign_error["message"] == missing_error["message"].replace("nosuch",
+                                                                                "shop")
 
 
-@pytest.mark.parametrize("route", ENV_ROUTES, ids=route_id)
-def test_member_of_one_tenant_gets_404_for_another_tenants_environment(
-    route, route_url, client_for
-):
-    method, path, _, body, _ = route
+def test_member_of_one_tenant_gets_404_for_another_tenants_environment(route_url, client_for,
+                                                                       subtests):
+    client = client_for("owner")
+    for route in ENV_ROUTES:
+        method, path, _, body, _ = route
+        with subtests.test(route_id(route)):
+            response = call_undone(client, method, route_url(path, env="blog/prod"), body)
 
-    response = call(client_for("owner"), method, route_url(path, env="blog/prod"), body)
-
-    assert_error(response, 404, "not_found")
+            assert_error(response, 404, "not_found")
 
 
 def test_outsider_gets_404_for_a_publication_of_a_foreign_environment(route_url, api_client,

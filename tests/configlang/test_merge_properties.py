@@ -17,8 +17,7 @@ from configlang.merge import API_VERSION, merge, secret_placeholder
 
 APP, ENV_NAME = "shop", "prod"
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow])
 
 KEYS = ["a", "b", "db", "feature", "dest_dir", "port"]
 # Values that compare equal across types (0, 0.0, False) must still never override.

@@ -4,7 +4,7 @@ anything it does not take goes to the composer, which reports the problem."""
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from configlang import yamlconfig
@@ -101,7 +101,6 @@ json_values = st.recursive(
     max_leaves=30)
 
 
-@settings(max_examples=300, deadline=None)
 @given(value=json_values, flow=st.sampled_from([None, True, False]))
 def test_any_value_yaml_dumps_loads_back_the_same_on_the_plain_path(value, flow):
     text = yaml.safe_dump(value, default_flow_style=flow, allow_unicode=True)
@@ -117,7 +116,6 @@ TOKENS = ["a", "b", "1", "0x1", "1.5", ".inf", "true", "~", "null", "<<", "=", "
           "'q'", '"\\0"', '"\\t"', "#c", "|\n  t\n", "---\n", "...\n", "%YAML 1.1\n", "\t"]
 
 
-@settings(max_examples=800, deadline=None)
 @given(parts=st.lists(st.sampled_from(TOKENS), max_size=24))
 def test_any_text_the_plain_path_takes_the_composer_takes_alike(parts):
     text = "".join(parts)

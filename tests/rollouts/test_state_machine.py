@@ -554,5 +554,4 @@ def test_rollout_state_machine_keeps_its_invariants(environment, superuser):
     _staged_with_first(environment, superuser)
 
     run_state_machine_as_test(make_machine(environment, superuser), settings=settings(
-        max_examples=60, stateful_step_count=12, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow]))
+        stateful_step_count=12, suppress_health_check=[HealthCheck.too_slow]))
