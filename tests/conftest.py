@@ -148,7 +148,7 @@ def _tasks_inline():
 
 
 @pytest.fixture(scope="module")
-def module_transaction(request, django_db_setup, django_db_blocker):
+def module_transaction(django_db_setup, django_db_blocker):
     """An open transaction around the rest of a module's tests, for a module-scoped
     fixture that builds a world they only read or change within themselves: each test
     runs inside it in pytest-django's savepoint, rolled back after the test, and the
