@@ -5,7 +5,7 @@ Outside xdist (one process) everything is the configured one."""
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 REDIS_DATABASES = 16  # Redis's default `databases`
 
@@ -21,15 +21,21 @@ def worker_count() -> int:
 
 
 def worker_redis_url(url: str) -> str:
-    """`url` with the database this worker uses: the configured one + index + 1."""
+    """`url` with the database this worker uses: the configured one + index + 1 (in
+    the path of a redis:// URL, in `?db=` of a unix:// one)."""
     index = worker_index()
-    if index is None or url.startswith("unix:"):
+    if index is None:
         return url
     parts = urlsplit(url)
-    database = int(parts.path.strip("/") or 0) + index + 1
+    query = parse_qs(parts.query)
+    unix = parts.scheme == "unix"
+    configured = query.get("db", ["0"])[0] if unix else parts.path.strip("/") or "0"
+    database = int(configured) + index + 1
     if database >= REDIS_DATABASES:
         raise RuntimeError(f"REDIS_URL={url}: worker gw{index} would need Redis database "
                            f"{database}; start fewer workers or configure a lower database")
+    if unix:  # urlunsplit would drop the empty host's "//"
+        return f"unix://{parts.path}?{urlencode({**query, 'db': database}, doseq=True)}"
     return urlunsplit(parts._replace(path=f"/{database}"))
 
 
