@@ -1589,22 +1589,22 @@ NUMBER_FIELDS = {
 }
 
 
-@pytest.mark.parametrize("junk", JUNK_NUMBERS, ids=range(len(JUNK_NUMBERS)))
 @pytest.mark.parametrize("field", list(NUMBER_FIELDS))
 def test_a_junk_number_in_any_field_is_400_naming_the_field_never_a_server_error(
-        field, junk, rollout, as_deployer):
-    method, path, data, name = NUMBER_FIELDS[field](rollout, junk)
-    if field == "rollout waves" and junk == " 2":
-        data["waves"] = "50, 2 2"  # spaces around a percentage are fine, inside it not
+        field, rollout, as_deployer, subtests):
     before, state = stored(), rollout_state(rollout)
+    for index, junk in enumerate(JUNK_NUMBERS):
+        method, path, data, name = NUMBER_FIELDS[field](rollout, junk)
+        if field == "rollout waves" and junk == " 2":
+            data["waves"] = "50, 2 2"  # spaces around a percentage are fine, inside it not
+        with subtests.test(f"junk {index}: {junk!r}"):
+            response = getattr(as_deployer, method)(path, data, headers=HTMX)
 
-    response = getattr(as_deployer, method)(path, data, headers=HTMX)
-
-    assert response.status_code == 400
-    html = text(response)
-    assert field_errors(html, name) or re.search(
-        rf'<p class="msg error">{name}: [^<]+</p>', flash(html)), html[:2000]
-    assert (stored(), rollout_state(rollout)) == (before, state)
+            assert response.status_code == 400
+            html = text(response)
+            assert field_errors(html, name) or re.search(
+                rf'<p class="msg error">{name}: [^<]+</p>', flash(html)), html[:2000]
+            assert (stored(), rollout_state(rollout)) == (before, state)
 
 
 def test_deploy_to_an_agent_id_beyond_64_bits_is_refused_not_a_server_error(second, nodes,
