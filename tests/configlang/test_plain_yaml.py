@@ -63,7 +63,8 @@ def test_the_plain_path_builds_what_the_composer_builds_or_leaves_it(text):
 @pytest.mark.parametrize("text", [
     "a: &x 1\nb: *x\n", "<<: {a: 1}\nb: 2\n", "a: !!str 1\n", "a: ! x\n", "a: 1\na: 2\n",
     "a: 1\n'a': 2\n", "1: a\n", "? [a]\n: b\n", "a: .nan\n", "a: \"x\\0y\"\n", "--- 1\n--- 2\n",
-    "a: [\n", "[[[[[[[[[1]]]]]]]]]\n", "a: =\n", "a: 1" + "0" * 5000 + "\n",
+    "a: [\n", "[[[[[[[[[1]]]]]]]]]\n", "a: =\n", "a: 1" + "0" * 5000 + "\n", "a: *x\n",
+    "[*x]\n",
 ])
 def test_anchors_tags_merge_keys_and_broken_bounds_are_left_to_the_composer(text):
     assert plain(text) is _NOT_PLAIN

@@ -140,6 +140,14 @@ def test_skip_is_for_platform_admins_where_allowed(activation, superuser, alice,
     assert response.status_code == 200 and response.json()["missing"] is None
 
 
+def test_a_closed_release_is_not_skipped(activation, superuser, deployer, environment):
+    services.approval_rule_set(environment=environment, actor=superuser, required_approvals=2,
+                               admins_may_skip=True, strict=True)
+    assert _client(deployer).post(f"/api/v1/releases/{activation.pk}/withdraw").status_code == 200
+    _error(_client(superuser).post(f"/api/v1/releases/{activation.pk}/skip",
+                                   {"reason": "hotfix"}, format="json"), 409, "release_closed")
+
+
 def test_withdraw_a_release_once(activation, deployer, member):
     url = f"/api/v1/releases/{activation.pk}/withdraw"
     _error(_client(member("viewer", username="vic")).post(url), 403)
