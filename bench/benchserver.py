@@ -90,17 +90,12 @@ def rss_kib(pid: int) -> int:
 # README "Production shape": granian serving the ASGI application, HTTP/1.1 only
 # (agents and the load balancer speak it; `--http auto` holds per connection twice
 # the memory, docs/benchmarks.md "Memory per held long-poll").
-def granian_command(port: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "granian", "--interface", "asginl", "--http", "1",
+def granian_command(port: int, workers: int, *, interface: str = "asginl",
+                    target: str = "project.asgi:application") -> list[str]:
+    return [sys.executable, "-m", "granian", "--interface", interface, "--http", "1",
             "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-            "--backlog", "4096", "--backpressure", "16384", "--log-level", "warning",
-            "project.asgi:application"]
-
-
-# docs/operations.md "A pool for the agents": the agents' pool's own server.
-def pollnode_command(port: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "project.pollnode", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+            "--backlog", "4096", "--backpressure", "16384", "--http1-buffer-size", "16384",
+            "--http1-header-read-timeout", "10000", "--log-level", "warning", target]
 
 
 def daphne_command(port: int) -> list[str]:
@@ -113,8 +108,8 @@ class BenchServers:
     over one fresh database: embedded SQLite (tasks inline, local-memory cache; one
     node of one process only) or PostgreSQL + Redis (the database is flushed; a
     Celery worker and beat on a queue of this run's own). With `poll_workers`, each
-    node has a poll node beside it (project/pollnode.py with that many processes;
-    `poll_urls`), where the agents' pool's load balancer would send agents."""
+    node has an agent node beside it (granian with that many processes; `poll_urls`),
+    where docs/operations.md's "pool for the agents" would send agents."""
 
     def __init__(self, *, nodes: int = 1, database_url: str = "", redis_url: str = "",
                  ports: list[int] | None = None, extra_env: dict | None = None,
@@ -125,7 +120,7 @@ class BenchServers:
         if server not in ("daphne", "granian"):
             raise SystemExit("server: daphne or granian")
         if poll_workers and not (database_url and redis_url):
-            raise SystemExit("a poll node needs --database-url and --redis-url (it shares "
+            raise SystemExit("an agent node needs --database-url and --redis-url (it shares "
                              "the database and the cache with the web nodes)")
         self.nodes, self.ports, self.server, self.workers = nodes, ports, server, workers
         self.poll_workers = poll_workers
@@ -172,7 +167,7 @@ class BenchServers:
             self.urls.append(self._start_web(f"web-{index}", self.web_command))
             if self.poll_workers:
                 self.poll_urls.append(self._start_web(
-                    f"poll-{index}", lambda port: pollnode_command(port, self.poll_workers)))
+                    f"poll-{index}", lambda port: granian_command(port, self.poll_workers)))
         if self.env["DATABASE_URL"]:
             queue = self.env["CELERY_TASK_DEFAULT_QUEUE"]
             for role, extra in (("worker", ["--pool", "solo", "-Q", queue]),
@@ -211,8 +206,8 @@ class BenchServers:
                 time.sleep(0.1)
 
     def rss_kib(self) -> list[int]:
-        """Each web node's resident set (with its workers), KiB; with poll nodes,
-        web and poll node in turn."""
+        """Each web node's resident set (with its workers), KiB; with agent nodes,
+        web and agent node in turn."""
         return [rss_kib(p.pid) for p in self.web]
 
     def log_tail(self, chars: int = 2000) -> str:

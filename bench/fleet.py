@@ -30,7 +30,7 @@ SQLite with tasks inline, or with --database-url/--redis-url (the database is
 flushed) --nodes web nodes of --workers processes sharing them plus a Celery worker
 and beat; agents are spread over the nodes round-robin, and enroll evenly over
 --ramp seconds (a fleet is rolled out over time), retrying as the agent does.
-With --poll-workers N each node has a poll node beside it (project/pollnode.py, N
+With --poll-workers N each node has an agent node beside it (granian, N
 processes) and the agents talk to it, as a load balancer routes the agents' API
 to the agents' pool (docs/operations.md); the API's publish goes to the web node,
 and the memory printed is both servers'.
@@ -406,7 +406,7 @@ def cpu_by_name() -> Counter:
         with contextlib.suppress(OSError, ValueError):
             text = (process / "stat").read_text()
             command = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            name = next((known for known in ("granian", "pollnode", "celery", "daphne",
+            name = next((known for known in ("granian", "celery", "daphne",
                                              "fleet.py")
                          if known in command), text[text.index("(") + 1:text.rindex(")")])
             fields = text[text.rindex(")") + 2:].split()
@@ -419,7 +419,7 @@ def print_result(args, result: dict, nodes: int) -> int:
     low, high = args.interval
     mode = (f"long-poll (wait {args.wait} s) for {result['long_polling']} of {agents}"
             if result["long_polling"] else f"plain polling every {low:g}-{high:g} s")
-    pool = (f" and {nodes} poll node(s) of {args.poll_workers} process(es) serving the "
+    pool = (f" and {nodes} agent node(s) of {args.poll_workers} process(es) serving the "
             f"agents" if args.poll_workers else "")
     print(f"agents: {agents} on {nodes} web node(s){pool}; {mode}")
     print(f"enrolled in {result['enrolled_s']:.1f} s, all synced at "
@@ -503,10 +503,9 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=1,
                         help="granian: worker processes per web node (1-4)")
     parser.add_argument("--poll-workers", type=int, default=0,
-                        help="a poll node (project/pollnode.py) of this many processes "
-                             "beside each web node, serving the agents' API as the agents' "
-                             "pool does (docs/operations.md); 0: none, agents talk to the "
-                             "web nodes")
+                        help="an agent node (granian) of this many processes beside each "
+                             "web node, serving the agents' API as the agents' pool does "
+                             "(docs/operations.md); 0: none, agents talk to the web nodes")
     parser.add_argument("--server", choices=("granian", "daphne"), default="granian",
                         help="the web server it starts (default granian, as in production)")
     parser.add_argument("--database-url", default="",
@@ -542,7 +541,7 @@ def parse_args(argv=None):
     args.server_env = {"BELLWETHER_THROTTLE_AGENT": args.agent_rate,
                        **dict(item.split("=", 1) for item in args.server_env)}
     if args.url and args.poll_workers:
-        parser.error("--poll-workers starts poll nodes: not with --url")
+        parser.error("--poll-workers starts agent nodes: not with --url")
     if args.url and not (args.api_token and args.enrollment_token and args.environment):
         parser.error("--url needs --api-token, --enrollment-token and --environment")
     return args

@@ -22,7 +22,6 @@ import tempfile
 import urllib.request
 
 import poll_304
-from benchserver import pollnode_command
 
 
 def worker_rss_kb(server: subprocess.Popen) -> int:
@@ -63,8 +62,6 @@ def main() -> int:
     parser.add_argument("--polls", type=int, default=5000)
     parser.add_argument("--port", type=int, default=18805)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/9")
-    parser.add_argument("--servers", default="granian,pollnode",
-                        help="the servers measured one after the other, comma-separated")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="bellwether-bench-")
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", DEBUG="0",
@@ -75,35 +72,23 @@ def main() -> int:
     env.pop("DATABASE_URL", None)
     token = poll_304.setup_data(env)
     try:
-        for name in args.servers.split(","):
-            server = start(name, args.port, env)
-            base = f"http://127.0.0.1:{args.port}"
-            try:
-                poll_304.wait_answering(f"{base}/healthz")
-                request = urllib.request.Request(f"{base}/api/v1/agent/desired",
-                                                 headers={"Authorization": f"Bearer {token}"})
-                with urllib.request.urlopen(request) as response:
-                    etag = response.headers["ETag"]
-                before, after = asyncio.run(measure(server, args.port, token, etag, args.polls))
-                per_poll = (after - before) * 1024 / args.polls
-                print(f"{args.polls} held long-polls, one {name} worker: RSS {before} kB -> "
-                      f"{after} kB, {per_poll:,.0f} bytes per held poll")
-            finally:
-                poll_304.stop(server)
+        server = poll_304.granian("asginl", "project.asgi:application", args.port, env)
+        base = f"http://127.0.0.1:{args.port}"
+        try:
+            poll_304.wait_answering(f"{base}/healthz")
+            request = urllib.request.Request(f"{base}/api/v1/agent/desired",
+                                             headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request) as response:
+                etag = response.headers["ETag"]
+            before, after = asyncio.run(measure(server, args.port, token, etag, args.polls))
+            per_poll = (after - before) * 1024 / args.polls
+            print(f"{args.polls} held long-polls, one granian worker: RSS {before} kB -> "
+                  f"{after} kB, {per_poll:,.0f} bytes per held poll")
+        finally:
+            poll_304.stop(server)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
-
-
-def start(name: str, port: int, env: dict) -> subprocess.Popen:
-    """One worker process of `name` serving project.asgi: granian (the web node) or
-    project.pollnode (the poll pool's node)."""
-    if name == "granian":
-        return poll_304.granian("asginl", "project.asgi:application", port, env)
-    if name == "pollnode":
-        return subprocess.Popen(pollnode_command(port, 1), env=env, cwd=poll_304.ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    raise SystemExit(f"--servers: granian or pollnode, not {name}")
 
 
 if __name__ == "__main__":

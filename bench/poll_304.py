@@ -3,13 +3,11 @@
 Starts, one worker process each,
   baseline  granian --interface wsgi bench.bare_django:application
             a bare Django view answering 304 (no middleware, no apps): Django's floor
-  poll      granian --interface asgi project.asgi:application
+  poll      granian --interface asginl project.asgi:application
             the production shape (README "Production shape"), default middleware
-  agents    python -m project.pollnode (the agents' pool, docs/operations.md)
-            the same application on the poll node's own server
 creates an agent with a snapshot, warms its cache entry, then alternates wrk runs
 against GET /poll (matching If-None-Match) and GET /api/v1/agent/desired
-(Authorization + matching If-None-Match) on both, and prints requests/second of
+(Authorization + matching If-None-Match), and prints requests/second of
 each and the ratios to the baseline (target >= 1.0, stretch 2.0).
 
     .venv/bin/python bench/poll_304.py [--duration 10] [--rounds 3] [--connections 32]
@@ -32,7 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from benchserver import pollnode_command
+from benchserver import granian_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,13 +85,9 @@ def wrk(url: str, headers: dict, duration: int, connections: int) -> float:
 
 def granian(interface: str, target: str, port: int, env: dict) -> subprocess.Popen:
     """One granian worker process serving `target`, as production runs it."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "granian", "--interface", interface, "--http", "1",
-         "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1", "--backlog", "4096",
-         *(["--backpressure", "16384"] if interface.startswith("asgi") else []),
-         *os.environ.get("BENCH_GRANIAN_EXTRA", "").split(), target],
-        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(granian_command(port, 1, interface=interface, target=target),
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def wait_answering(url: str) -> None:
@@ -139,40 +133,31 @@ def main() -> int:
     token = setup_data(env)
     port = args.port or free_port()
     base_port = port + 1 if args.port else free_port()
-    node_port = port + 2 if args.port else free_port()
     servers = [granian("asginl", "project.asgi:application", port, env),
                granian("wsgi", "bench.bare_django:application", base_port,
-                       {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}),
-               subprocess.Popen(pollnode_command(node_port, 1), env=env, cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+                       {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"})]
     prod, bare = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{base_port}"
-    node = f"http://127.0.0.1:{node_port}"
     try:
         wait_answering(f"{prod}/healthz")
         wait_answering(f"{bare}/poll")
-        wait_answering(f"{node}/healthz")
         request = urllib.request.Request(f"{prod}/api/v1/agent/desired",
                                          headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request) as response:  # warms the cache entry
             etag = response.headers["ETag"]
         poll_headers = {"Authorization": f"Bearer {token}", "If-None-Match": etag}
-        baseline, poll, agents = [], [], []
+        baseline, poll = [], []
         for _ in range(args.rounds):
             baseline.append(wrk(f"{bare}/poll", {"If-None-Match": '"bench"'}, args.duration,
                                 args.connections))
             poll.append(wrk(f"{prod}/api/v1/agent/desired", poll_headers, args.duration,
                             args.connections))
-            agents.append(wrk(f"{node}/api/v1/agent/desired", poll_headers, args.duration,
-                              args.connections))
         best_base = max(baseline)
         print(f"cache: {'redis' if args.redis else 'local memory'}; "
               f"{args.rounds} x {args.duration}s, {args.connections} connections, "
               "one worker process each")
         print(f"baseline bare Django WSGI 304 req/s: {', '.join(f'{r:.0f}' for r in baseline)}")
         print(f"poll 304 production ASGI  req/s: {', '.join(f'{r:.0f}' for r in poll)}")
-        print(f"poll 304 poll node        req/s: {', '.join(f'{r:.0f}' for r in agents)}")
-        print(f"ratio (best poll / best baseline): {max(poll) / best_base:.2f}; "
-              f"poll node: {max(agents) / best_base:.2f}")
+        print(f"ratio (best poll / best baseline): {max(poll) / best_base:.2f}")
     finally:
         for server in servers:
             stop(server)

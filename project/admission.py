@@ -23,30 +23,20 @@ megabytes in an agent node serving thousands of agents (docs/benchmarks.md). The
 lent threads keep one wrapper each, so the threads and their wrappers are bounded
 whatever the load, also while the database stalls.
 
-A request's body is received whole *before* it joins the queue (kept in memory up
-to SPOOL_BYTES, then in a temporary file; its size is bounded by the layer outside,
+A request's body is received whole before it joins the queue (the layer outside,
 project/bodylimits.py): a client sending its body slowly holds no place in Django.
-A body not received within BELLWETHER_BODY_RECEIVE_S is answered 408.
 """
 
 import asyncio
 import json
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 
 UNQUEUED_PREFIXES = ("/healthz", "/readyz", "/static/")
-SPOOL_BYTES = 256 * 1024
-CHUNK_BYTES = 64 * 1024
 BUSY = json.dumps({"error": {"code": "unavailable",
                              "message": "The server is busy; try again shortly."}}).encode()
-
-
-SLOW_BODY = json.dumps({"error": {"code": "request_timeout",
-                                  "message": "The request body did not arrive in time."}}
-                       ).encode()
 
 
 async def _answer(send, status: int, body: bytes, *headers) -> None:
@@ -54,35 +44,6 @@ async def _answer(send, status: int, body: bytes, *headers) -> None:
         (b"content-type", b"application/json"), *headers,
         (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
-
-
-async def _received(receive, spool) -> bool:
-    """Receive the whole body into `spool`; False when the client left first."""
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return False
-        spool.write(message.get("body", b""))
-        if not message.get("more_body", False):
-            return True
-
-
-def _replay(spool, receive):
-    """An ASGI receive giving the spooled body in chunks, then the client's own
-    (a disconnect, for whoever listens for one)."""
-    remaining = spool.tell()
-    spool.seek(0)
-    given = False
-
-    async def replayed():
-        nonlocal remaining, given
-        if given:
-            return await receive()
-        chunk = spool.read(min(CHUNK_BYTES, remaining))
-        remaining -= len(chunk)
-        given = remaining == 0
-        return {"type": "http.request", "body": chunk, "more_body": not given}
-    return replayed
 
 
 class DjangoAdmission:
@@ -111,21 +72,13 @@ class DjangoAdmission:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"].startswith(UNQUEUED_PREFIXES):
             return await self.app(scope, receive, send)
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-            try:
-                whole = await asyncio.wait_for(_received(receive, spool),
-                                               settings.BELLWETHER_BODY_RECEIVE_S)
-            except TimeoutError:
-                return await _answer(send, 408, SLOW_BODY, (b"connection", b"close"))
-            if not whole:
-                return None  # the client left before its body arrived
-            threads = self._idle_threads()
-            try:
-                thread = await asyncio.wait_for(threads.get(), settings.BELLWETHER_DJANGO_QUEUE_S)
-            except TimeoutError:
-                return await _answer(send, 503, BUSY, (b"retry-after", b"5"))
-            try:
-                async with ThreadSensitiveContext(executor=thread):
-                    return await self.app(scope, _replay(spool, receive), send)
-            finally:
-                threads.put_nowait(thread)
+        threads = self._idle_threads()
+        try:
+            thread = await asyncio.wait_for(threads.get(), settings.BELLWETHER_DJANGO_QUEUE_S)
+        except TimeoutError:
+            return await _answer(send, 503, BUSY, (b"retry-after", b"5"))
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                return await self.app(scope, receive, send)
+        finally:
+            threads.put_nowait(thread)

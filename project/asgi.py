@@ -21,16 +21,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from apps.fleet.bundle_edge import BundleEdge  # noqa: E402
 from apps.fleet.edge import PollEdge  # noqa: E402
 from apps.releases.report_edge import ReportEdge  # noqa: E402
-from project import daphne_limits, gc_tuning  # noqa: E402
+from project import gc_tuning  # noqa: E402
 from project.admission import DjangoAdmission  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.origins import SameOriginWebsockets  # noqa: E402
 from project.refusals import WebsocketRefusals  # noqa: E402
 from project.routing import websocket_urlpatterns  # noqa: E402
 
-daphne_limits.install()
-
-# HTTP alone, as the poll pool's server (project/pollnode.py) serves it.
 http_application = PollEdge(BundleEdge(BoundedBodyASGI(ReportEdge(DjangoAdmission(
     django_asgi_app)))))
 

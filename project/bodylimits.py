@@ -1,29 +1,32 @@
-"""Request bodies bounded while they are read, in every server we ship.
+"""A request's body received whole, bounded, before the application runs.
 
-Three layers, each refusing with `413` and the error envelope as soon as a body
-passes `DATA_UPLOAD_MAX_MEMORY_SIZE` (`BELLWETHER_MAX_REQUEST_BYTES`), before more
-is buffered:
+Refused with the error envelope: `413` as soon as a body passes
+`DATA_UPLOAD_MAX_MEMORY_SIZE` (`BELLWETHER_MAX_REQUEST_BYTES`), before more is
+buffered; `408` when it has not arrived within `BELLWETHER_BODY_RECEIVE_S`; `400`
+when it breaks off (a malformed chunk, a body shorter than its `Content-Length`:
+the server reports either as a disconnect, and Django would stop without an
+answer, leaving the server to send its own `500`).
 
-- `BoundedWebRequest`: Daphne (`runserver`, and `daphne` if a deployment runs
-  it). Twisted receives the whole body before Daphne starts the application, so
-  only the Twisted request can count bytes as they arrive; it answers 413 and
-  closes the connection.
-- `BoundedBodyASGI`: any ASGI server (granian in production, which hands the body
-  on as it arrives). Counts `http.request` bytes, and gives a body sent without
-  `Content-Length` (chunked) its length, so Django and DRF read it instead of
-  taking it for empty.
-- `BoundedBodyWSGI`: the same for WSGI servers (`project/wsgi.py`); a chunked body
-  the server cannot delimit (`wsgi.input_terminated` unset) is refused with `411`.
+- `BoundedBodyASGI`: the ASGI application (granian in production, which hands the
+  body on as it arrives). The body is kept in memory up to SPOOL_BYTES, then in a
+  temporary file, and handed on in chunks; one sent without `Content-Length`
+  (chunked) gets its length, so Django and DRF read it instead of taking it for
+  empty. Received before the request waits for its turn in Django
+  (project/admission.py), a client sending slowly holds no place there.
+- `BoundedBodyWSGI`: the same bounds for WSGI servers (`project/wsgi.py`); a
+  chunked body the server cannot delimit (`wsgi.input_terminated` unset) is
+  refused with `411`.
+
+`manage.py runserver` (embedded mode) is Daphne, a development server: Twisted
+receives a whole body before the application sees any of it.
 """
 
+import asyncio
 import io
 import json
+import tempfile
 
 from django.conf import settings
-
-# How long a refused connection keeps discarding what the client still sends, so
-# the client reads the 413 instead of a connection reset.
-LINGER_S = 2.0
 
 
 def body_limit() -> int:
@@ -52,8 +55,15 @@ def declared_length(value: bytes | str | None) -> int | None:
 
 # --- ASGI ----------------------------------------------------------------------
 
-class BodyTooLarge(Exception):
-    """The body passed the limit while the application was receiving it."""
+SPOOL_BYTES = 256 * 1024
+CHUNK_BYTES = 64 * 1024
+
+
+class RefusedBody(Exception):
+    """The body passed the limit, or broke off, while it was received."""
+
+    def __init__(self, status: int, body: bytes):
+        self.status, self.body = status, body
 
 
 async def _answer(send, status: int, body: bytes) -> None:
@@ -64,10 +74,41 @@ async def _answer(send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _received(receive, spool, limit: int) -> None:
+    """Receive the whole body into `spool`."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise RefusedBody(400, envelope(
+                "parse_error", "The request body is malformed or incomplete."))
+        spool.write(message.get("body", b""))
+        if spool.tell() > limit:
+            raise RefusedBody(413, too_large_body())
+        if not message.get("more_body", False):
+            return
+
+
+def _replay(spool, receive):
+    """An ASGI receive giving the spooled body in chunks, then the client's own
+    (a disconnect, for whoever listens for one)."""
+    remaining = spool.tell()
+    spool.seek(0)
+    given = False
+
+    async def replayed():
+        nonlocal remaining, given
+        if given:
+            return await receive()
+        chunk = spool.read(min(CHUNK_BYTES, remaining))
+        remaining -= len(chunk)
+        given = remaining == 0
+        return {"type": "http.request", "body": chunk, "more_body": not given}
+    return replayed
+
+
 class BoundedBodyASGI:
-    """Wraps the HTTP application: bodies over the limit get 413 while being
-    received; a body without Content-Length is received (bounded) and handed on
-    with its length."""
+    """Wraps the HTTP application: receives each request's body whole (bounded in
+    size and time, refused when it breaks off) and hands it on with its length."""
 
     def __init__(self, app):
         self.app = app
@@ -76,58 +117,25 @@ class BoundedBodyASGI:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         limit = body_limit()
-        headers = dict(scope.get("headers") or [])
-        length = declared_length(headers.get(b"content-length"))
+        length = declared_length(dict(scope.get("headers") or []).get(b"content-length"))
         if length == -1:
             return await _answer(send, 400, envelope("parse_error", "Bad Content-Length."))
         if length is not None and length > limit:
             return await _answer(send, 413, too_large_body())
-        if length is None:
-            return await self._without_length(scope, receive, send, limit)
-        received = 0
-
-        async def counted():
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise BodyTooLarge
-            return message
-
-        try:
-            return await self.app(scope, counted, send)
-        except BodyTooLarge:
-            return await _answer(send, 413, too_large_body())
-
-    async def _without_length(self, scope, receive, send, limit):
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return await self.app(scope, _replay([message]), send)
-            body += message.get("body", b"")
-            if len(body) > limit:
-                return await _answer(send, 413, too_large_body())
-            if not message.get("more_body", False):
-                break
-        if body:
-            scope = {**scope, "headers": [
-                *[(n, v) for n, v in scope["headers"] if n != b"transfer-encoding"],
-                (b"content-length", str(len(body)).encode())]}
-        return await self.app(scope, _replay([
-            {"type": "http.request", "body": bytes(body), "more_body": False}], receive), send)
-
-
-def _replay(messages, then=None):
-    pending = list(messages)
-
-    async def receive():
-        if pending:
-            return pending.pop(0)
-        if then is not None:
-            return await then()
-        return {"type": "http.disconnect"}
-    return receive
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+            try:
+                await asyncio.wait_for(_received(receive, spool, limit),
+                                       settings.BELLWETHER_BODY_RECEIVE_S)
+            except TimeoutError:
+                return await _answer(send, 408, envelope(
+                    "request_timeout", "The request body did not arrive in time."))
+            except RefusedBody as refused:
+                return await _answer(send, refused.status, refused.body)
+            if length is None and spool.tell():
+                scope = {**scope, "headers": [
+                    *[(n, v) for n, v in scope["headers"] if n != b"transfer-encoding"],
+                    (b"content-length", str(spool.tell()).encode())]}
+            return await self.app(scope, _replay(spool, receive), send)
 
 
 # --- WSGI ----------------------------------------------------------------------

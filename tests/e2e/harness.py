@@ -158,22 +158,15 @@ class Server(Process):
         self.url = f"http://127.0.0.1:{port}"
 
     @classmethod
-    def production(cls, *, port: int, env: dict, log_path: Path) -> Server:
-        """The web node as README "Production shape" runs it (one worker here)."""
+    def production(cls, *, port: int, env: dict, log_path: Path, workers: int = 1) -> Server:
+        """A node as README "Production shape" runs it (one worker unless told)."""
         server = cls(port=port, env=env, log_path=log_path)
         server.command = [sys.executable, "-m", "granian", "--interface", "asginl",
-                          "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                          "--backlog", "4096", "--backpressure", "16384",
+                          "--http", "1", "--host", "127.0.0.1", "--port", str(port),
+                          "--workers", str(workers), "--backlog", "4096",
+                          "--backpressure", "16384", "--http1-buffer-size", "16384",
+                          "--http1-header-read-timeout", "10000",
                           "project.asgi:application"]
-        return server
-
-    @classmethod
-    def poll_node(cls, *, port: int, env: dict, log_path: Path, workers: int = 1) -> Server:
-        """A poll pool's node as docs/operations.md runs it (project/pollnode.py)."""
-        server = cls(port=port, env=env, log_path=log_path)
-        server.command = [sys.executable, "-m", "project.pollnode", "--host", "127.0.0.1",
-                          "--port", str(port), "--workers", str(workers)]
-        server.label = f"pollnode :{port}"
         return server
 
     def wait_ready(self, timeout: float = SERVER_READY_S) -> Server:

@@ -1,10 +1,9 @@
 """The agents in a pool of their own (docs/operations.md, "A pool for the agents"),
 end to end: a real nginx routes the agents' API (`/api/v1/agent/`) to an agent
-node (its own server, project/pollnode.py, two workers) and every other request
-to a granian node, as the documented configuration does; real agents talk to
-nginx only. The agents converge on each published snapshot, every agent request
-reached the agent node and nothing else did, and the live websocket opens
-through the proxy.
+node (two granian workers) and every other request to an app node (one), as the
+documented configuration does; real agents talk to nginx only. The agents
+converge on each published snapshot, every agent request reached the agent node
+and nothing else did, and the live websocket opens through the proxy.
 """
 
 from __future__ import annotations
@@ -53,13 +52,13 @@ server {{
 
 @pytest.fixture
 def server(processes, server_environ, make_nginx, tmp_path, empty_cache):
-    """nginx in front of an agent node (project/pollnode.py) and an app node
-    (granian, as README runs it); what make_fleet's agents and API client talk to."""
+    """nginx in front of an agent node (two workers) and an app node (one), both
+    granian as README runs it; what make_fleet's agents and API client talk to."""
     environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
                "SECRET_KEY": SERVER_SECRET_KEY, "SECURE_COOKIES": "0",
                "BELLWETHER_PROXY_COUNT": "1"}
     nodes = {}
-    for role, start in (("agents", partial(Server.poll_node, workers=2)),
+    for role, start in (("agents", partial(Server.production, workers=2)),
                         ("app", Server.production)):
         node = start(port=free_port(), env=environ, log_path=tmp_path / f"{role}.log")
         processes.append(node)

@@ -1,9 +1,7 @@
 """End to end against the production shape (README "Production shape"): granian serving
-project.asgi with Redis as the cache and DEBUG off — and the poll pool's server
-(project/pollnode.py) serving the same application, every test but the websocket's
-run against both. The agent poll's 304 is answered by the edge in front of Django
-(apps/fleet/edge.py); everything it must not answer reaches Django and is answered
-as before."""
+project.asgi with Redis as the cache and DEBUG off. The agent poll's 304 is answered
+by the edge in front of Django (apps/fleet/edge.py); everything it must not answer
+reaches Django and is answered as before."""
 
 from __future__ import annotations
 
@@ -33,15 +31,14 @@ FAILED_AUTH_LIMIT = 5
 SERVER_SECRET_KEY = "e2e-production-" + "s" * 50
 
 
-@pytest.fixture(params=["granian", "pollnode"])
-def production(request, processes, server_environ, tmp_path, empty_cache) -> Server:
-    """The server (granian, or the poll pool's), with the failed-authentication counts
-    of earlier runs gone (its readiness probe is one failed authentication itself)."""
+@pytest.fixture
+def production(processes, server_environ, tmp_path, empty_cache) -> Server:
+    """The server, with the failed-authentication counts of earlier runs gone (its
+    readiness probe is one failed authentication itself)."""
     environ = {**server_environ, "REDIS_URL": os.environ["REDIS_URL"], "DEBUG": "0",
                "SECRET_KEY": SERVER_SECRET_KEY, "SECURE_COOKIES": "0",
                "BELLWETHER_THROTTLE_FAILED_AUTH": f"{FAILED_AUTH_LIMIT}/minute"}
-    start = Server.production if request.param == "granian" else Server.poll_node
-    server = start(port=free_port(), env=environ, log_path=tmp_path / "server.log")
+    server = Server.production(port=free_port(), env=environ, log_path=tmp_path / "server.log")
     processes.append(server)
     return server.start().wait_ready()
 
@@ -255,7 +252,6 @@ def websocket_handshake(server: Server, *, cookie: str | None, origin: str) -> b
     return answer.split(b"\r\n", 1)[0]
 
 
-@pytest.mark.parametrize("production", ["granian"], indirect=True)  # no websockets on a poll node
 def test_the_live_websocket_opens_for_a_session_and_is_refused_without(production, superuser):
     with override_settings(SECRET_KEY=SERVER_SECRET_KEY):  # the session as the server signs it
         client = factories.session_client(superuser)

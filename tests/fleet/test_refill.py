@@ -296,7 +296,7 @@ def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
 
     started = time.monotonic()
     assert _edge(agent, old, query=b"wait=20")[0] == DJANGO
-    assert 0.4 < time.monotonic() - started < 5
+    assert 0.4 < time.monotonic() - started < 10  # not the 20 s asked for
     started = time.monotonic()
     assert _edge(agent, old)[0] == DJANGO
     assert time.monotonic() - started < 0.4
