@@ -1,12 +1,14 @@
 """A snapshot's bundle, answered in front of Django on the event loop once Django has
 answered a bundle in this process.
 
-A snapshot is immutable and never deleted, and an agent never changes environment:
-Django's answer to GET /api/v1/agent/snapshots/<n>/bundle (the stored gzip bytes,
-with every header the view and the middleware set) is its answer to every agent of
-the same environment. `BundleEdge` keeps Django's 200 and 304 per (environment,
-number, HTTPS) — at most ANSWERS_MAX_BYTES of bodies per process, the least recently
-used dropped first — and replays them, with no SQL and no thread, to a request that
+A snapshot's content never changes: Django's answer to GET
+/api/v1/agent/snapshots/<n>/bundle (the stored gzip bytes, with every header the
+view and the middleware set) is its answer to every agent of the environment that
+desires that snapshot. `BundleEdge` keeps Django's 200 and 304 by what they hold —
+(environment, number, checksum, HTTPS): a rollback's snapshot has an older one's
+checksum under a number of its own — at most ANSWERS_MAX_BYTES of bodies per process,
+the least recently used dropped first, and replays them, with no SQL and no thread,
+to a request that
 
 - is a GET with no query string of a number up to MAX_NUMBER, accepting gzip, with
   no `Accept` or one DRF answers with JSON, and no precondition Django evaluates;
@@ -14,8 +16,11 @@ used dropped first — and replays them, with no SQL and no thread, to a request
   address not refused, HTTPS when required, an agent token matching its cached poll
   state with no unsettled poll debt (apps.fleet.polldebt) — so a revoked, rotated or
   decommissioned token goes to Django (401) from its next request, as on the poll;
-- comes from an agent of that environment (its cached poll state names it; a state
-  that does not, written before it did, leaves the bundle to Django);
+- asks for the snapshot that poll state desires (its number, and its checksum, which
+  keys the answer with the number): a snapshot an agent desires cannot be removed
+  (apps.releases.retention), and a change of what it desires distrusts the cached
+  state until it is written anew, so a removed or retained-away snapshot's number
+  never reaches a kept answer — any other number is Django's (404 once removed);
 - is within the agent's API rate (AgentRateThrottle's count, in its cache key).
 
 304 when If-None-Match names the representation's ETag (as Django decides it:
@@ -30,6 +35,7 @@ which answers as before (401, 404, 406, 429 with the error envelope).
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -63,7 +69,7 @@ _ALSO_READ = frozenset({b"accept", b"accept-encoding"})
 
 class BundleAsk(NamedTuple):
     agent_id: int
-    key: tuple[int, int, bool]  # (environment id, snapshot number, HTTPS)
+    key: tuple[int, int, str, bool]  # (environment id, number, checksum, HTTPS)
     if_none_match: str | None
 
 
@@ -108,10 +114,20 @@ async def bundle_ask(scope) -> BundleAsk | None:
         return None
     state = vouched[1]
     environment_id = state.get("environment_id")
-    if environment_id is None:
+    desired = desired_snapshot(state)
+    if environment_id is None or desired is None or desired[0] != number:
         return None
-    return BundleAsk(state["agent_id"], (environment_id, number, edge._is_secure(scope, headers)),
-                     headers.get(b"if-none-match"))
+    key = (environment_id, number, desired[1], edge._is_secure(scope, headers))
+    return BundleAsk(state["agent_id"], key, headers.get(b"if-none-match"))
+
+
+def desired_snapshot(state: dict) -> tuple[int, str] | None:
+    """(number, checksum) of the snapshot a cached poll state desires, or None."""
+    try:
+        snapshot = json.loads(state["body"])["snapshot"]
+        return (snapshot["number"], snapshot["checksum"]) if snapshot else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class _Answers:
@@ -240,13 +256,13 @@ async def _read_here(ask: BundleAsk) -> None:
     thread shares the interpreter with a loop answering thousands of agents. The
     requests arriving meanwhile wait for it, as for Django's; a snapshot not found
     (404) or a database failing is Django's."""
-    learned = bundle_headers.of(ask.key[2])
+    learned = bundle_headers.of(ask.key[3])
     if learned is None or GZIPPED not in learned:
         return
     reading = _answering[ask.key] = asyncio.get_running_loop().create_future()
     try:
         stored = await asyncio.to_thread(_stored_bundle, *ask.key[:2])
-        if stored is not None:
+        if stored is not None and stored[0] == ask.key[2]:
             checksum, body = stored
             _answers.keep(ask.key, Answer(200, [
                 *learned, (b"etag", f'"{checksum}+gzip"'.encode()),
@@ -292,7 +308,7 @@ async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     if answering is None or answering.get_loop() is not loop:  # resolved on its own loop
         answering = _answering[ask.key] = loop.create_future()
 
-    send = bundle_headers.learning(send, ask.key[2])
+    send = bundle_headers.learning(send, ask.key[3])
 
     async def keeping(message):
         nonlocal start

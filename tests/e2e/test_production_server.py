@@ -20,8 +20,10 @@ from django.conf import settings
 from django.test.utils import override_settings
 
 from apps.fleet import enrollment
+from apps.fleet import services as fleet_services
 from apps.fleet.models import Agent, Deployment
-from apps.releases.services import environment_update
+from apps.releases import retention
+from apps.releases.services import agent_decommission, environment_update
 from tests import factories
 from tests.e2e.harness import Server, free_port, wait_for
 
@@ -105,6 +107,103 @@ def test_a_bundle_is_replayed_as_django_sent_it_and_refused_once_revoked(
     enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
     status, _, body = get(production, url, auth)
     assert status == 401 and b'"authentication_failed"' in body
+
+
+@pytest.fixture
+def another_node(production, processes, tmp_path) -> Server:
+    """A second node of the same deployment (the same database, cache and settings)."""
+    node = Server.production(port=free_port(), env=production.env,
+                             log_path=tmp_path / "another.log")
+    processes.append(node)
+    return node.start().wait_ready()
+
+
+def test_a_removed_snapshot_is_404_on_every_node_from_the_next_request(
+        production, another_node, agent, environment, first, superuser):
+    """Each node served #1 while the agent desired it; once the environment moved on
+    and an owner removed #1, its bundle is 404 on both, also with gzip."""
+    auth = {"Authorization": f"Bearer {agent.token}", "Accept-Encoding": "gzip"}
+    url = f"/api/v1/agent/snapshots/{first.number}/bundle"
+    nodes = (production, another_node)
+    for node in nodes:
+        assert get(node, "/api/v1/agent/desired", auth)[0] == 200
+        assert [get(node, url, auth)[0] for _ in range(2)] == [200, 200]
+    factories.publish_variant(environment, superuser, workers=8)
+    factories.publish_variant(environment, superuser, workers=9)
+
+    retention.snapshot_remove(snapshot=first, actor=superuser, reason="leaked a hostname")
+
+    for node in nodes:
+        status, _, body = get(node, url, auth)
+        assert status == 404 and b'"not_found"' in body, (node.label, status, body)
+
+
+def _revoke(agent, environment, superuser):
+    enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
+
+
+def _rotate(agent, environment, superuser):
+    agent.new_token = enrollment.agent_token_rotate(agent=agent.agent, actor=superuser)
+
+
+def _decommission(agent, environment, superuser):
+    agent.agent.refresh_from_db()
+    agent_decommission(
+        agent=agent.agent, expected_generation=agent.agent.generation, actor=superuser)
+
+
+def _mode(agent, environment, superuser):
+    fleet_services.agent_update(agent=agent.agent, actor=superuser, mode="manual")
+
+
+def _poll_interval(agent, environment, superuser):
+    environment_update(environment=environment, actor=superuser, poll_interval_s=45)
+
+
+def _drift_policy(agent, environment, superuser):
+    environment_update(environment=environment, actor=superuser, drift_policy="restore")
+
+
+def _release(agent, environment, superuser):
+    factories.publish_variant(environment, superuser, workers=8)
+
+
+def _unauthorized(answer, desired):
+    return answer[0] == 401
+
+
+CHANGES = {  # what changes, and what the next poll on every node must then say
+    "token revoked": (_revoke, _unauthorized),
+    "token rotated": (_rotate, _unauthorized),
+    "agent decommissioned": (_decommission, _unauthorized),
+    "mode": (_mode, lambda answer, desired: desired["mode"] == "manual"),
+    "poll interval": (_poll_interval, lambda answer, desired: desired["poll_interval_s"] == 45),
+    "drift policy": (_drift_policy, lambda answer, desired: desired["drift_policy"] == "restore"),
+    "release": (_release, lambda answer, desired: desired["snapshot"]["number"] == 2),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_the_next_poll_on_every_node_answers_as_a_change_says(
+        production, another_node, agent, environment, first, superuser, change):
+    """Each node holds the agent's poll answer (its 304 from the cache); the first
+    poll on each after the change commits answers as the change says."""
+    make, says = CHANGES[change]
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    nodes = (production, another_node)
+    etag = get(production, "/api/v1/agent/desired", auth)[1]["ETag"]
+    for node in nodes:
+        assert get(node, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})[0] == 304
+
+    make(agent, environment, superuser)
+
+    for node in nodes:
+        answer = get(node, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})
+        desired = json.loads(answer[2]) if answer[0] == 200 else None
+        assert says(answer, desired), (node.label, answer[0], answer[2])
+    if change == "token rotated":
+        new = {"Authorization": f"Bearer {agent.new_token}", "If-None-Match": etag}
+        assert [get(node, "/api/v1/agent/desired", new)[0] for node in nodes] == [304, 304]
 
 
 def post_report(server: Server, token: str, report: dict):

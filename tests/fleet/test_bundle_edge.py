@@ -23,11 +23,12 @@ from apps.fleet import bundle_edge, enrollment, longpoll, polldebt
 from apps.fleet import cache as fleet_cache
 from apps.fleet.bundle_edge import Answer, BundleEdge
 from apps.fleet.cache import forget_poll_states
+from apps.releases import retention
 from apps.releases import services as releases
 from apps.releases.publishing import publication_abandon
 from apps.releases.services import snapshot_publish
 from apps.snapshots.models import Snapshot
-from tests.factories import enrolled_agent, poll, publish_variant
+from tests.factories import enrolled_agent, poll, publish_variant, rollback_publication
 from tests.fleet.support import bundle_url
 
 
@@ -226,27 +227,80 @@ def test_a_new_agent_of_the_environment_costs_no_query(
     assert django_app.calls == 1
 
 
-def test_any_ready_snapshot_of_the_environment_is_served_desired_or_not(
-        agent, first, environment, superuser, django_app):
-    """As the view: every ready snapshot of the agent's environment, not only the one
-    it desires (an agent rolls back to, or restores, an older one)."""
-    second = publish_variant(environment, superuser, workers=8)
-    answers = {n: [sent(django_app, headers=agent.headers, number=n) for _ in range(2)]
-               for n in (first.number, second.number)}
+def published_and_polled(agents, environment, superuser, capture, *, workers):
+    """A new snapshot, active, its agents' poll states written anew (on commit, as
+    a publish does)."""
+    with capture(execute=True):
+        snapshot = publish_variant(environment, superuser, workers=workers)
+    for agent in agents:
+        polled(agent)
+    return snapshot
 
-    assert django_app.calls == 1  # the second snapshot read by the edge (below)
-    for number, (first_answer, replay) in answers.items():
-        assert first_answer[0] == replay[0] == 200
-        assert json.loads(gzip.decompress(replay[2]))["number"] == number
+
+def test_a_snapshot_the_agent_does_not_desire_is_djangos_every_time(
+        agent, first, environment, superuser, django_app,
+        django_capture_on_commit_callbacks):
+    """The view serves every ready snapshot of the agent's environment; the edge only
+    the one the agent's cached poll state desires."""
+    _learned(agent, django_app)
+    published_and_polled([agent], environment, superuser,
+                         django_capture_on_commit_callbacks, workers=8)
+    answers = [sent(django_app, headers=agent.headers, number=first.number)
+               for _ in range(2)]
+
+    assert django_app.calls == 3
+    assert [a[0] for a in answers] == [200, 200]
+    assert json.loads(gzip.decompress(answers[1][2]))["number"] == first.number
+
+
+def test_a_removed_snapshot_is_never_served_again(agent, first, environment, superuser,
+                                                  django_app, enroll,
+                                                  django_capture_on_commit_callbacks):
+    """Served by the edge while desired; once the environment moved on and an owner
+    removed it, the bundle is Django's 404 — to the agent that fetched it and to one
+    that never did."""
+    _learned(agent, django_app)
+    for workers in (8, 9):  # #1 no longer the rollback target
+        published_and_polled([agent], environment, superuser,
+                             django_capture_on_commit_callbacks, workers=workers)
+    newcomer = polled(enroll("web-new"))
+    with django_capture_on_commit_callbacks(execute=True):
+        retention.snapshot_remove(snapshot=first, actor=superuser, reason="leaked a hostname")
+
+    answers = [sent(django_app, headers=a.headers, number=first.number)
+               for a in (agent, newcomer)]
+
+    assert [(a[0], error_code(a)) for a in answers] == [(404, "not_found")] * 2
+
+
+def test_a_rollback_to_the_same_content_is_served_under_its_own_number(
+        agent, first, environment, superuser, django_app,
+        django_capture_on_commit_callbacks):
+    """A rollback renders an older snapshot's content as a new number: the same
+    checksum, another bundle (its number and label)."""
+    _learned(agent, django_app)
+    published_and_polled([agent], environment, superuser,
+                         django_capture_on_commit_callbacks, workers=8)
+    with django_capture_on_commit_callbacks(execute=True):
+        third = rollback_publication(first, superuser).snapshot
+    polled(agent)
+    assert third.checksum == first.checksum
+
+    answers = [sent(django_app, headers=agent.headers, number=third.number)
+               for _ in range(2)]
+
+    assert [json.loads(gzip.decompress(a[2]))["number"] for a in answers] == [third.number] * 2
 
 
 def test_a_snapshot_django_has_not_answered_is_read_by_the_edge_as_django_answers_it(
-        agent, first, environment, superuser, django_app, django_assert_num_queries):
+        agent, first, environment, superuser, django_app, django_assert_num_queries,
+        django_capture_on_commit_callbacks):
     """After a publish, the new bundle's first request is not Django's (its thread
     shares the interpreter with a loop answering the whole fleet): one query for the
     stored bytes, sent with the headers Django sent with the first bundle."""
     _learned(agent, django_app)
-    second = publish_variant(environment, superuser, workers=8)
+    second = published_and_polled([agent], environment, superuser,
+                                  django_capture_on_commit_callbacks, workers=8)
 
     with django_assert_num_queries(1):
         from_edge = sent(django_app, headers=agent.headers, number=second.number)
@@ -262,9 +316,11 @@ def test_a_snapshot_django_has_not_answered_is_read_by_the_edge_as_django_answer
 
 
 def test_the_edges_read_failing_or_a_304_leaves_the_new_bundle_to_django(
-        agent, first, environment, superuser, django_app, monkeypatch):
+        agent, first, environment, superuser, django_app, monkeypatch,
+        django_capture_on_commit_callbacks):
     _learned(agent, django_app)
-    second = publish_variant(environment, superuser, workers=8)
+    second = published_and_polled([agent], environment, superuser,
+                                  django_capture_on_commit_callbacks, workers=8)
 
     def failing(*args):
         raise DatabaseError("down")
