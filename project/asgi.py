@@ -1,7 +1,7 @@
 """ASGI entry point: HTTP through Django, websockets through Channels. The agent
-poll's 304 is answered in front of Django, on the event loop (apps/fleet/edge.py), and
-so is a bundle Django has answered before (apps/fleet/bundle_edge.py); agents'
-reports are recorded there in batches (apps/releases/report_edge.py). Request bodies
+poll's 304 is answered in front of Django, on the event loop (agentapi/edge.py), and
+so is a bundle Django has answered before (agentapi/bundle_edge.py); agents'
+reports are recorded there in batches (agentapi/report_edge.py). Request bodies
 are bounded while they are received (project/bodylimits.py), and requests enter
 Django a few at a time per process (project/admission.py); a refused websocket
 handshake is answered 403 (project/refusals.py). The garbage collector is tuned
@@ -18,9 +18,9 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from apps.fleet.bundle_edge import BundleEdge  # noqa: E402
-from apps.fleet.edge import PollEdge  # noqa: E402
-from apps.releases.report_edge import ReportEdge  # noqa: E402
+from agentapi.bundle_edge import BundleEdge  # noqa: E402
+from agentapi.edge import PollEdge  # noqa: E402
+from agentapi.report_edge import ReportEdge  # noqa: E402
 from project import gc_tuning  # noqa: E402
 from project.admission import DjangoAdmission  # noqa: E402
 from project.bodylimits import BoundedBodyASGI  # noqa: E402

@@ -294,7 +294,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # The longest an agent's poll with ?wait=N is held until its desired state changes
-# (apps/fleet/longpoll.py): a larger N is served as this; 0 turns long-polling off.
+# (agentapi/longpoll.py): a larger N is served as this; 0 turns long-polling off.
 # Advertised on every desired answer as `Bellwether-Long-Poll: <seconds>`.
 BELLWETHER_LONG_POLL_MAX_S = env_int("BELLWETHER_LONG_POLL_MAX_S", 60, minimum=0, maximum=300)
 

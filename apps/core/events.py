@@ -51,7 +51,7 @@ def user_group(user_id: int) -> str:
 
 
 # The event loop serving this process's websockets (and agents' reports at the edge,
-# apps.releases.report_edge), once one connected. Sends go through it: the in-memory
+# agentapi.report_edge), once one connected. Sends go through it: the in-memory
 # layer of embedded mode only wakes consumers from their own loop, and a thread of
 # its own (the embedded periodic loop) has no other way there; for any other thread
 # it saves a loop of its own per send. Celery workers and processes without sockets

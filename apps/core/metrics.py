@@ -16,7 +16,7 @@ POLLS = Counter("bellwether_agent_polls", "Agent polls of their desired state, b
                 ["outcome"])
 POLLS_TO_DJANGO = Counter(
     "bellwether_agent_polls_to_django",
-    "Agent polls the poll edge handed to Django, by why (apps.fleet.edge.ToDjango)",
+    "Agent polls the poll edge handed to Django, by why (agentapi.edge.ToDjango)",
     ["reason"])
 REPORTS = Counter("bellwether_agent_reports", "Agent reports accepted, by the status reported",
                   ["status"])

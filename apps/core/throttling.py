@@ -99,7 +99,7 @@ class UserRateThrottle(_ScopedRateThrottle):
 
 
 # Set in the ASGI scope by an edge that counted a request against its agent's rate
-# and then hands it on to Django (apps.releases.report_edge): counted once. Only the
+# and then hands it on to Django (agentapi.report_edge): counted once. Only the
 # server writes the scope; no header a client sends can set it.
 AGENT_RATE_COUNTED = "bellwether.agent_rate_counted"
 

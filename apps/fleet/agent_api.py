@@ -26,7 +26,7 @@ from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
 from apps.environments.models import Environment
-from apps.fleet import cache, drift, enrollment, heartbeats, longpoll, polldebt, rules, selectors
+from apps.fleet import cache, drift, enrollment, heartbeats, polldebt, rules, selectors
 from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
 from apps.fleet.models import Agent
 from apps.releases import services as releases
@@ -154,7 +154,7 @@ def _wait_problem(request) -> str | None:
     values = request.GET.getlist("wait")
     if len(values) > 1:
         return "give it once"
-    if values and longpoll.wait_seconds(values[0]) is None:
+    if values and rules.poll_wait_seconds(values[0]) is None:
         return "must be a whole number of seconds in digits 0-9"
     return None
 
@@ -162,7 +162,7 @@ def _wait_problem(request) -> str | None:
 def _long_poll_aware(view):
     """`?wait=N` checked before anything else (400 naming `wait`), and every desired
     answer saying how long a poll may be held. The wait itself is the edge's
-    (apps.fleet.edge): a poll Django answers is answered at once."""
+    (agentapi.edge): a poll Django answers is answered at once."""
 
     @functools.wraps(view)  # keeps csrf_exempt and the view class
     def advertised(request, *args, **kwargs):
@@ -182,7 +182,7 @@ def _long_poll_aware(view):
 
 # The 304 is decided by Django's own conditional-request handling (RFC 9110:
 # lists, "*", weak comparison for If-None-Match, HEAD) before DRF runs; on the
-# production server most are answered before Django (apps.fleet.edge).
+# production server most are answered before Django (agentapi.edge).
 desired_view = _long_poll_aware(condition(etag_func=desired_etag)(DesiredApi.as_view()))
 
 

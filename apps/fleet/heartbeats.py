@@ -29,7 +29,7 @@ def heartbeats_flush() -> int:
     many agents it moved forward. A heartbeat already copied costs nothing (an
     agent offline for hours is skipped), and the new ones fall in the seconds
     since the last flush — held polls' in a few, written a process at a time
-    (apps.fleet.longpoll): ten thousand agents are a few dozen UPDATEs, with no
+    (agentapi.longpoll): ten thousand agents are a few dozen UPDATEs, with no
     model built."""
     updated = 0
     ids = list(Agent.objects.order_by("pk").values_list("pk", flat=True))

@@ -21,7 +21,7 @@ import time
 from django.db import DatabaseError, connections
 
 from apps.core.dispatch import tasks_inline
-from apps.fleet import cache, longpoll, selectors
+from apps.fleet import announcements, cache, selectors
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def refill_and_announce(keys) -> None:
             states = {}
         gone = [k for k in chunk if k not in states]
         if cache.store_poll_states(states) and cache.forget_poll_states(gone):
-            longpoll.announce(chunk)
+            announcements.announce(chunk)
             first = time.monotonic() - started if first is None else first
     logger.log(logging.INFO if len(keys) >= REFILL_CHUNK else logging.DEBUG,
                "refilled %d poll answers in %.2f s (%s)", len(keys),

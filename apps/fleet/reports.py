@@ -1,6 +1,6 @@
 """Agents' reports, recorded a batch at a time.
 
-The API view records one report; the report edge (apps.releases.report_edge) records
+The API view records one report; the report edge (agentapi.report_edge) records
 the reports a process received meanwhile as one batch. Either way a batch costs the
 same few queries however many reports it holds: its agents locked (in primary-key
 order, as every writer locks them: apps.core.locks), the pushes it names locked, the

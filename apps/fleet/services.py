@@ -23,7 +23,7 @@ from apps.core import locks
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.events import emit
 from apps.environments.models import Environment
-from apps.fleet import cache, longpoll, refill, rules
+from apps.fleet import announcements, cache, refill, rules
 from apps.fleet.models import Agent, Deployment, PollInvalidation
 from apps.snapshots.guard import content_activated
 from apps.snapshots.models import Snapshot
@@ -44,7 +44,7 @@ def _forget_and_announce(keys) -> None:
     # A cache that failed the drop would make the announcement wait its timeout
     # too: the sweep announces once the cache answers again.
     if cache.forget_poll_states(keys):
-        longpoll.announce(keys)
+        announcements.announce(keys)
 
 
 def refresh_polls_on_commit(agents) -> None:
@@ -77,7 +77,7 @@ def poll_invalidations_sweep() -> int:
     required = rules.debt_generations((keys, generations) for _, keys, generations in due)
     if not cache.forget_poll_states_before(required):
         return 0
-    longpoll.announce(sorted(required))  # a long-poll the commit's announcement missed
+    announcements.announce(sorted(required))  # a long-poll the commit's announcement missed
     PollInvalidation.objects.filter(pk__in=[pk for pk, _, _ in due]).delete()
     return len(due)
 

@@ -198,7 +198,7 @@ def _agent_request(agent_pk: int, **scope):
 
 
 def test_a_request_the_edge_counted_is_not_counted_again():
-    """apps.releases.report_edge counts a report, then hands the ones it cannot record
+    """agentapi.report_edge counts a report, then hands the ones it cannot record
     to Django with the scope marked: Django lets it through uncounted. A header of
     that name (a client's) marks nothing."""
     counted = {throttling.AGENT_RATE_COUNTED: True}

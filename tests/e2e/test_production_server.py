@@ -1,6 +1,6 @@
 """End to end against the production shape (README "Production shape"): granian serving
 project.asgi with Redis as the cache and DEBUG off. The agent poll's 304 is answered
-by the edge in front of Django (apps/fleet/edge.py); everything it must not answer
+by the edge in front of Django (agentapi/edge.py); everything it must not answer
 reaches Django and is answered as before."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_the_poll_is_200_then_304_and_a_revoked_token_is_refused_at_once(
 def test_a_bundle_is_replayed_as_django_sent_it_and_refused_once_revoked(
         production, agent, first, superuser):
     """Django answers the first request, the bundle edge the next ones
-    (apps/fleet/bundle_edge.py): the same bytes and headers, and a revoked token is
+    (agentapi/bundle_edge.py): the same bytes and headers, and a revoked token is
     refused from its next request."""
     auth = {"Authorization": f"Bearer {agent.token}", "Accept-Encoding": "gzip"}
     assert get(production, "/api/v1/agent/desired", auth)[0] == 200  # its poll state

@@ -1,4 +1,4 @@
-"""The bundle edge (apps/fleet/bundle_edge.py): Django's answer to a bundle request,
+"""The bundle edge (agentapi/bundle_edge.py): Django's answer to a bundle request,
 kept and replayed in front of Django to the agents that may have it, byte for byte
 and header for header; everything else handed to Django unchanged.
 
@@ -18,10 +18,11 @@ from django.db import DatabaseError
 from django.test import Client
 from django.test.utils import override_settings
 
+from agentapi import bundle_edge, longpoll
+from agentapi.bundle_edge import Answer, BundleEdge
 from apps.core import throttling
-from apps.fleet import bundle_edge, enrollment, longpoll, polldebt
 from apps.fleet import cache as fleet_cache
-from apps.fleet.bundle_edge import Answer, BundleEdge
+from apps.fleet import enrollment, polldebt
 from apps.fleet.cache import forget_poll_states
 from apps.releases import retention
 from apps.releases import services as releases
@@ -139,7 +140,7 @@ def test_a_bundle_django_answered_is_replayed_byte_for_byte_with_no_sql(
 
 def test_a_bundle_waits_for_the_polls_its_process_woke_before_it(agent, django_app):
     """After a publish the polls woken first are answered before the bundles their
-    agents then ask for (apps.fleet.longpoll.woken_polls_first)."""
+    agents then ask for (agentapi.longpoll.woken_polls_first)."""
     sent(django_app, headers=agent.headers)  # Django's answer, kept by the edge
     scope = {"type": "http", "method": "GET", "path": bundle_url(1), "query_string": b"",
              "scheme": "http", "client": ("10.0.0.7", 50000),

@@ -1,4 +1,4 @@
-"""The poll edge (apps/fleet/edge.py): the agent poll's 304 answered on the event loop
+"""The poll edge (agentapi/edge.py): the agent poll's 304 answered on the event loop
 in front of Django, and every request it must not answer handed to Django unchanged.
 
 Django here is a stub that answers 599, so each test sees who answered; what Django
@@ -15,11 +15,12 @@ from django.core.cache.backends.redis import RedisCache
 from django.db import DatabaseError
 from django.test.utils import override_settings
 
+from agentapi import edge, longpoll
+from agentapi.edge import DESIRED_PATH, PollEdge
 from apps.core import throttling
+from apps.fleet import announcements, enrollment, polldebt
 from apps.fleet import cache as fleet_cache
-from apps.fleet import edge, enrollment, longpoll, polldebt
 from apps.fleet import selectors as fleet_selectors
-from apps.fleet.edge import DESIRED_PATH, PollEdge
 from tests.factories import poll
 
 DJANGO = 599
@@ -385,7 +386,7 @@ def test_a_long_poll_is_304_at_the_end_of_its_wait_with_no_sql(warm, django_asse
 def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
     def change():
         fleet_cache.forget_poll_states([_key(warm)])
-        longpoll.announce([_key(warm)])
+        announcements.announce([_key(warm)])
 
     status, _, took = _long_poll(warm, b"wait=20", during=change)
 
@@ -406,7 +407,7 @@ def test_a_held_poll_owing_a_change_that_refills_nothing_goes_to_django_at_once(
 
 def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
     status, _, took = _long_poll(warm, b"wait=1",
-                                 during=lambda: longpoll.announce([_key(warm)]))
+                                 during=lambda: announcements.announce([_key(warm)]))
 
     assert status == 304
     assert took >= 0.9
@@ -414,7 +415,7 @@ def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
 
 def test_an_announcement_for_other_agents_does_not_end_the_wait(warm):
     status, _, took = _long_poll(warm, b"wait=1",
-                                 during=lambda: longpoll.announce(["someoneelse"]))
+                                 during=lambda: announcements.announce(["someoneelse"]))
 
     assert (status, took >= 0.9) == (304, True)
 
@@ -517,7 +518,7 @@ def test_a_woken_long_poll_says_it_has_read_its_answer(warm):
     reports to wait for — answered or gone to Django."""
     def change():
         fleet_cache.forget_poll_states([_key(warm)])
-        longpoll.announce([_key(warm)])
+        announcements.announce([_key(warm)])
 
     woken = []
     wake = longpoll._Waiters.wake

@@ -11,9 +11,9 @@ import pytest
 from django.core.cache import cache as django_cache
 from django.core.cache.backends.redis import RedisCache
 
+from agentapi import bundle_edge
 from apps.core.breaker import best_effort_redis
 from apps.core.throttling import AgentRateThrottle
-from apps.fleet import bundle_edge
 from apps.fleet import cache as fleet_cache
 
 pytestmark = pytest.mark.redis

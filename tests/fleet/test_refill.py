@@ -14,19 +14,10 @@ from django.db import OperationalError
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from agentapi import edge, longpoll, pollanswer
+from agentapi.edge import DESIRED_PATH, PollEdge
+from apps.fleet import announcements, enrollment, polldebt, refill, rules, selectors, services
 from apps.fleet import cache as fleet_cache
-from apps.fleet import (
-    edge,
-    enrollment,
-    longpoll,
-    pollanswer,
-    polldebt,
-    refill,
-    rules,
-    selectors,
-    services,
-)
-from apps.fleet.edge import DESIRED_PATH, PollEdge
 from apps.fleet.models import Agent, PollInvalidation
 from apps.releases.services import environment_update
 from apps.snapshots.models import Snapshot
@@ -216,7 +207,7 @@ def test_a_refill_is_written_and_announced_a_chunk_at_a_time(
     keys = sorted(a.agent.token_key for a in agents)
     monkeypatch.setattr(refill, "REFILL_CHUNK", 5)
     announced = []
-    monkeypatch.setattr(refill.longpoll, "announce",
+    monkeypatch.setattr(refill.announcements, "announce",
                         lambda chunk: announced.append((list(chunk), all(
                             fleet_cache.poll_state(k) is not None for k in chunk))))
 
@@ -258,7 +249,7 @@ def test_a_held_poll_meeting_a_refill_under_way_waits_for_it_not_the_database(
         while keys[0] not in longpoll._waiters._by_key and time.monotonic() < held_by:
             time.sleep(0.01)
         fleet_cache.store_poll_states(refilled)
-        longpoll.announce(keys)
+        announcements.announce(keys)
 
     with django_assert_num_queries(0):
         status, headers, body, took = _held_during(agent, old, refill_done)
@@ -320,9 +311,9 @@ def test_a_held_poll_waits_for_a_slow_refill_while_the_refill_is_heard_from(
     def slow_refill():
         for chunk in range(8):  # 1.6 s of other agents' chunks, one every 0.2 s
             time.sleep(0.2)
-            longpoll.announce([f"other{chunk:08d}"])
+            announcements.announce([f"other{chunk:08d}"])
         fleet_cache.store_poll_states(refilled)
-        longpoll.announce(keys)
+        announcements.announce(keys)
 
     with django_assert_num_queries(0):
         status, headers, body, took = _held_during(agent, old, slow_refill)

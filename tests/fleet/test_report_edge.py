@@ -1,4 +1,4 @@
-"""The report edge (apps/releases/report_edge.py): agents' reports recorded in front of
+"""The report edge (agentapi/report_edge.py): agents' reports recorded in front of
 Django a batch at a time, answered as Django answers them; everything the edge may
 not take, and every report it would refuse, handed to Django with its body.
 
@@ -13,13 +13,13 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import OperationalError, transaction
 from django.test import Client
 
+from agentapi import report_edge
+from agentapi.report_edge import ReportEdge
 from apps.core import events
 from apps.core.throttling import AGENT_RATE_COUNTED
 from apps.fleet import enrollment, reports
 from apps.fleet.models import Agent, Deployment
-from apps.releases import report_edge
 from apps.releases import services as releases
-from apps.releases.report_edge import ReportEdge
 from project.celery import app as celery_app
 from tests.factories import enrolled_agent
 from tests.fleet.support import REPORTS

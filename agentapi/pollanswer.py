@@ -1,4 +1,4 @@
-"""The poll's 200 answered by the poll edge (apps.fleet.edge) from the cache.
+"""The poll's 200 answered by the poll edge (agentapi.edge) from the cache.
 
 After a change, an agent's If-None-Match names its old answer while the cache may
 already hold the new one (written through by the change on commit, or by a poll
@@ -10,7 +10,7 @@ Django has answered one such 200 here, the edge sends none. Only for a GET whose
 Accept makes the API render JSON; a second 200 of the same answer to the same
 token from this process goes to Django again (an agent that ignores ETags meets
 the API's per-agent throttle there, as before). The report edge
-(apps.releases.report_edge) learns the headers of Django's report answers the same way
+(agentapi.report_edge) learns the headers of Django's report answers the same way
 (`LearnedHeaders`).
 """
 

@@ -11,14 +11,14 @@ here with one cache read, no SQL and no thread (but for the periodic work of a
 process: the poll that finds the poll debts due reads them on a thread, once a
 second, and a heartbeat flush due runs on a thread, every few seconds). When the
 If-None-Match names another ETag, the cached answer is sent as the 200 Django
-would send (apps.fleet.pollanswer), so the polls after a change that refilled the
+would send (agentapi.pollanswer), so the polls after a change that refilled the
 cache do not all go to the database. Every other request, and every doubt (a
 header sent twice, a precondition Django would evaluate, the database failing),
 goes to Django unchanged, which answers as before: 401 with the envelope (counted
 by FailedAuthenticationMiddleware), 200 with the body, 429, 400, a redirect to
 HTTPS.
 
-A poll with `?wait=N` (apps.fleet.longpoll) that the edge would answer 304 is
+A poll with `?wait=N` (agentapi.longpoll) that the edge would answer 304 is
 held instead until the agent's token key is announced or N seconds (capped) pass:
 on an announcement the edge decides again (still current: it waits on; a newer
 cached answer: the edge sends it; otherwise Django answers, from the database), at
@@ -37,8 +37,9 @@ from django.db import DatabaseError
 from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
 
+from agentapi import longpoll, pollanswer
 from apps.core import metrics, throttling, tokens
-from apps.fleet import cache, heartbeats, longpoll, pollanswer, polldebt, rules
+from apps.fleet import cache, heartbeats, polldebt, rules
 from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def requested_wait(scope) -> int | None:
     if not query:
         return 0
     name, _, value = query.decode("latin-1").partition("=")
-    return longpoll.wait_seconds(value) if name == "wait" else None
+    return rules.poll_wait_seconds(value) if name == "wait" else None
 
 
 def _json_get(scope, headers) -> bool | None:
@@ -165,7 +166,7 @@ class Refilling(NamedTuple):
 
 async def current_answer(scope) -> Current | Refilling | ToDjango:
     """The poll's cached answer when it is 304, or 200 with the cached body when the
-    edge may send it (apps.fleet.pollanswer), the heartbeat recorded; Refilling
+    edge may send it (agentapi.pollanswer), the heartbeat recorded; Refilling
     when the cache's answer is stale and being replaced; else why Django must
     answer."""
     if scope["method"] not in ("GET", "HEAD"):
@@ -208,7 +209,7 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     """(token key, its cached poll state) when the cache vouches for the presented
     agent token — an allowed Host, an address not refused, HTTPS when required, the
     secret matching, no unsettled poll debt — or None. Every edge answer passes it
-    (the poll's, apps.fleet.bundle_edge, apps.releases.report_edge): a token the
+    (the poll's, agentapi.bundle_edge, agentapi.report_edge): a token the
     cache does not vouch for goes to Django, so a revoked, rotated or decommissioned
     token meets Django (401) from its next request."""
     checked = await _checked_state(scope, headers)

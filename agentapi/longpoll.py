@@ -1,12 +1,11 @@
 """Long-polling: a poll held until the agent's desired state changes.
 
 A change's transaction drops the cached poll states of the agents it concerns on
-commit, and announces their token keys (`announce`, apps.fleet.services): published
-on Redis (channel `<KEY_PREFIX>:fleet:wake`) when the cache is Redis, so every web
-node hears it, or handed to this process's event loop in embedded mode. Each
-process holds its waiting polls in `_Waiters` (a future per poll, no timer, no
-thread, no query) and wakes those whose token key was announced; the
-edge (apps.fleet.edge) then decides again from the cache.
+commit and announces their token keys (apps.fleet.announcements): on Redis, so
+every web node hears it, or in this process in embedded mode. Each process holds
+its waiting polls in `_Waiters` (a future per poll, no timer, no thread, no
+query) and wakes those whose token key was announced; the edge (agentapi.edge)
+then decides again from the cache.
 
 One task per process and event loop listens on Redis; when it loses Redis it
 wakes every waiter (a change announced meanwhile would be missed), and each
@@ -26,12 +25,11 @@ import logging
 import math
 import threading
 
-import redis
 import redis.asyncio
 from django.conf import settings
 from django.core.cache.backends.redis import RedisCache
 
-from apps.fleet import cache
+from apps.fleet import announcements, cache
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +38,6 @@ HEARTBEAT_S = 5.0
 TICK_S = 1.0  # the resolution of a wait's end
 # How long a bundle or report waits at most for the polls woken before it.
 WOKEN_FIRST_S = 1.0
-
-
-def wait_seconds(raw: str | None) -> int | None:
-    """The wait a poll asks for (`?wait=N`), capped at BELLWETHER_LONG_POLL_MAX_S;
-    None when `raw` is not a whole number in ASCII digits."""
-    if raw is None or not raw or not raw.isascii() or not raw.isdigit():
-        return None
-    cap, digits = settings.BELLWETHER_LONG_POLL_MAX_S, raw.lstrip("0")
-    return cap if len(digits) > 6 else min(int(digits or 0), cap)
-
-
-def _channel() -> str:
-    prefix = settings.CACHES["default"].get("KEY_PREFIX", "")
-    return f"{prefix}:fleet:wake" if prefix else "fleet:wake"
 
 
 class _Waiters:
@@ -193,7 +177,7 @@ class _Waiters:
                     url, socket_connect_timeout=settings.REDIS_TIMEOUT_S,
                     health_check_interval=30)
                 async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(_channel())
+                    await pubsub.subscribe(announcements.channel())
                     self.wake(None)  # anything announced before now was missed
                     async for message in pubsub.listen():
                         if message.get("type") == "message":
@@ -265,38 +249,5 @@ async def woken_polls_first() -> None:
     await _waiters.woken_first()
 
 
-class _Publisher:
-    """The synchronous Redis client announcements go out through (one per process)."""
-
-    def __init__(self):
-        self._client = None
-        self._url = None
-
-    def publish(self, url: str, message: str) -> None:
-        if self._client is None or self._url != url:
-            self._client = redis.Redis.from_url(
-                url, socket_timeout=settings.REDIS_TIMEOUT_S,
-                socket_connect_timeout=settings.REDIS_TIMEOUT_S)
-            self._url = url
-        self._client.publish(_channel(), message)
-
-
-_publisher = _Publisher()
-
-
-def announce(token_keys) -> None:
-    """Wake the long-polls of these agents on every web node: their desired state
-    changed (called on commit). Best effort: a poll not woken is answered at the
-    end of its wait, and a sweep announces again (apps.fleet.services)."""
-    keys = sorted(set(token_keys))
-    if not keys:
-        return
-    backend = cache._cache()
-    if not isinstance(backend, RedisCache):
-        _waiters.wake_threadsafe(keys)
-        return
-    try:
-        _publisher.publish(backend._servers[0], " ".join(keys))
-    except Exception:
-        logger.warning("Redis unavailable; %d long-poll(s) not woken", len(keys),
-                       exc_info=True)
+# Announcements made in this process (embedded mode) wake its polls.
+announcements.listen(_waiters.wake_threadsafe)

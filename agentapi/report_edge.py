@@ -8,10 +8,10 @@ takes a POST of /api/v1/agent/reports off the event loop instead, when
 
 - it has no query string, a JSON body (`Content-Type: application/json`) of at most
   MAX_BODY bytes, an `Accept` DRF answers with JSON;
-- it passes the checks of the poll's 304 (apps.fleet.edge.vouched_state: an
+- it passes the checks of the poll's 304 (agentapi.edge.vouched_state: an
   allowed Host, an address not refused, HTTPS when required, an agent token its
   cached poll state vouches for, with no unsettled poll debt) and is within the
-  agent's API rate (as apps.fleet.bundle_edge counts it);
+  agent's API rate (as agentapi.bundle_edge counts it);
 - Django has answered a report in this process (the edge sends its headers);
 - tasks are queued, not run inline (embedded mode runs a report's rollout
   reconcile in its request: in a batch it would hold every other report);
@@ -38,15 +38,15 @@ import weakref
 from django.db import DatabaseError, connection
 from rest_framework.renderers import JSONRenderer
 
+from agentapi import edge, longpoll
+from agentapi.bundle_edge import within_rate
+from agentapi.pollanswer import JSON_ACCEPTED, LearnedHeaders, send_json
 from apps.core import metrics
 from apps.core.dispatch import tasks_inline
 from apps.core.events import serving_loop_is
 from apps.core.parsers import BoundedJSONParser
 from apps.core.throttling import AGENT_RATE_COUNTED
-from apps.fleet import edge, longpoll
 from apps.fleet.agent_api import ReportApi
-from apps.fleet.bundle_edge import within_rate
-from apps.fleet.pollanswer import JSON_ACCEPTED, LearnedHeaders, send_json
 from apps.fleet.reports import Recorded, Report
 from apps.releases.services import reports_intake
 

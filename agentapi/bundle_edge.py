@@ -12,7 +12,7 @@ to a request that
 
 - is a GET with no query string of a number up to MAX_NUMBER, accepting gzip, with
   no `Accept` or one DRF answers with JSON, and no precondition Django evaluates;
-- passes the checks of the poll's 304 (apps.fleet.edge): an allowed Host, an
+- passes the checks of the poll's 304 (agentapi.edge): an allowed Host, an
   address not refused, HTTPS when required, an agent token matching its cached poll
   state with no unsettled poll debt (apps.fleet.polldebt) — so a revoked, rotated or
   decommissioned token goes to Django (401) from its next request, as on the poll;
@@ -48,11 +48,12 @@ from django.conf import settings
 from django.core.cache.backends.redis import RedisSerializer
 from django.db import DatabaseError, connection
 
+from agentapi import edge, longpoll
+from agentapi.pollanswer import PER_REQUEST, LearnedHeaders
 from apps.core.breaker import best_effort_redis
 from apps.core.compression import accepts_gzip
 from apps.core.throttling import AgentRateThrottle
-from apps.fleet import cache, edge, longpoll, rules
-from apps.fleet.pollanswer import PER_REQUEST, LearnedHeaders
+from apps.fleet import cache, rules
 from apps.snapshots.models import Snapshot
 
 logger = logging.getLogger(__name__)
