@@ -40,7 +40,7 @@ from django.http.request import split_domain_port, validate_host
 from agentapi import longpoll, pollanswer
 from apps.core import metrics, throttling, tokens
 from apps.fleet import cache, heartbeats, polldebt, rules
-from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
+from apps.fleet.authentication import agent_token_in
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +110,6 @@ def _address_refused(scope, headers) -> bool:
             "HTTP_X_FORWARDED_FOR": headers.get(b"x-forwarded-for", "")}
     address = throttling.client_ip(SimpleNamespace(META=meta))
     return throttling.blocked_addresses.wait(address, time.time()) is not None
-
-
-def _presented_token(headers) -> tuple[str, str] | None:
-    scheme, _, presented = headers.get(b"authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return tokens.parse(presented.strip(), AGENT_TOKEN_PREFIX)
 
 
 def requested_wait(scope) -> int | None:
@@ -228,7 +221,7 @@ async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | ToDj
         return ToDjango("address")
     if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
         return ToDjango("insecure")
-    parsed = _presented_token(headers)
+    parsed = agent_token_in(headers.get(b"authorization", ""))
     if parsed is None:
         return ToDjango("token")
     key, secret = parsed

@@ -29,12 +29,17 @@ class AgentPrincipal:
         return f"agent {self.agent.name}"
 
 
-def presented_agent_token(request) -> tuple[str, str] | None:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, presented = header.partition(" ")
+def agent_token_in(authorization: str) -> tuple[str, str] | None:
+    """(key, secret) of the agent token an `Authorization` header presents, or None:
+    the one reading of it, for Django's views and agentapi's edges alike."""
+    scheme, _, presented = authorization.partition(" ")
     if scheme.lower() != "bearer":
         return None
     return tokens.parse(presented.strip(), AGENT_TOKEN_PREFIX)
+
+
+def presented_agent_token(request) -> tuple[str, str] | None:
+    return agent_token_in(request.META.get("HTTP_AUTHORIZATION", ""))
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
