@@ -190,10 +190,13 @@ def test_the_next_poll_on_every_node_answers_as_a_change_says(
     poll on each after the change commits answers as the change says."""
     make, says = CHANGES[change]
     auth = {"Authorization": f"Bearer {agent.token}"}
+    bundle_url, gzipped = f"/api/v1/agent/snapshots/{first.number}/bundle", {
+        **auth, "Accept-Encoding": "gzip"}
     nodes = (production, another_node)
     etag = get(production, "/api/v1/agent/desired", auth)[1]["ETag"]
-    for node in nodes:
+    for node in nodes:  # each node answers the poll and the bundle from what it keeps
         assert get(node, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})[0] == 304
+        assert [get(node, bundle_url, gzipped)[0] for _ in range(2)] == [200, 200]
 
     make(agent, environment, superuser)
 
@@ -204,6 +207,14 @@ def test_the_next_poll_on_every_node_answers_as_a_change_says(
     if change == "token rotated":
         new = {"Authorization": f"Bearer {agent.new_token}", "If-None-Match": etag}
         assert [get(node, "/api/v1/agent/desired", new)[0] for node in nodes] == [304, 304]
+    if says is _unauthorized:  # the bundle and report edges refuse the old token too
+        for node in nodes:  # (past FAILED_AUTH_LIMIT failures the address is refused: 429)
+            bundle = get(node, bundle_url, gzipped)
+            report = post_report(node, agent.token, {
+                "deployment_id": None, "snapshot": first.number,
+                "checksum": first.checksum, "status": "succeeded", "message": "applied"})
+            assert bundle[0] in (401, 429) and report[0] in (401, 429), (
+                node.label, bundle, report)
 
 
 def post_report(server: Server, token: str, report: dict):
