@@ -26,14 +26,12 @@ the end of the wait it answers 304.
 """
 
 import asyncio
-import logging
 import time
 from types import SimpleNamespace
 from typing import NamedTuple
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import DatabaseError
 from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
 
@@ -41,8 +39,6 @@ from agentapi import longpoll, pollanswer
 from apps.core import metrics, throttling, tokens
 from apps.fleet import cache, heartbeats, polldebt, rules
 from apps.fleet.authentication import agent_token_in
-
-logger = logging.getLogger(__name__)
 
 DESIRED_PATH = "/api/v1/agent/desired"
 # The headers the decision reads; each must come at most once.
@@ -252,20 +248,10 @@ def _record_heartbeat(agent_id: int, renew: str | None) -> None:
     buffer is due for its flush (every few seconds per process), flush it on a
     thread, as the view does."""
     if not cache.heartbeat_noted(agent_id, renew):
-        flush = asyncio.get_running_loop().run_in_executor(None, _heartbeat_flushed,
+        flush = asyncio.get_running_loop().run_in_executor(None, heartbeats.heartbeat_record,
                                                            agent_id, renew)
         _flushes.add(flush)
         flush.add_done_callback(_flushes.discard)
-
-
-def _heartbeat_flushed(agent_id: int, renew: str | None) -> None:
-    refused = cache.record_heartbeat(agent_id, renew)
-    if refused:
-        try:
-            heartbeats.heartbeats_save(refused)
-        except DatabaseError:
-            logger.warning("database unavailable; %d heartbeat(s) kept in this process",
-                           len(refused), exc_info=True)
 
 
 # How long a held poll whose cached answer is being refilled waits for the refill

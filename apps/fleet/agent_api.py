@@ -8,10 +8,8 @@ from the database and caches its ETag.
 """
 
 import functools
-import logging
 
 from django.conf import settings
-from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
 from django.utils.cache import get_conditional_response, patch_vary_headers
 from django.views.decorators.http import condition
@@ -32,21 +30,6 @@ from apps.fleet.models import Agent
 from apps.releases import services as releases
 from apps.snapshots.models import Snapshot
 
-logger = logging.getLogger(__name__)
-
-
-def _heartbeat(agent_id: int, renew: str | None = None) -> None:
-    """Record the poll (renewing the poll state of token key `renew`); heartbeats
-    the cache refused go to the database (rarely: only while the cache is failing),
-    so agents do not turn offline meanwhile."""
-    refused = cache.record_heartbeat(agent_id, renew)
-    if refused:
-        try:
-            heartbeats.heartbeats_save(refused)
-        except DatabaseError:
-            logger.warning("database unavailable; %d heartbeat(s) kept in this process",
-                           len(refused), exc_info=True)
-
 
 def desired_etag(request) -> str | None:
     """The agent's current ETag from the cache (and its heartbeat), or None on a miss
@@ -63,7 +46,7 @@ def desired_etag(request) -> str | None:
         if failure is not None:  # the database just failed: 503 now, not after a wait
             raise failure
         return None
-    _heartbeat(state["agent_id"], cache.renewal_key(key, state))
+    heartbeats.heartbeat_record(state["agent_id"], cache.renewal_key(key, state))
     return state["etag"]
 
 
@@ -139,7 +122,7 @@ class DesiredApi(AgentAPIView):
         # stored it: read again, and drop what we stored if it is already stale.
         if not selectors.poll_state_current(agent.pk, token_key=agent.token_key, etag=etag):
             cache.forget_poll_states([agent.token_key])
-        _heartbeat(agent.pk)  # its state was just written
+        heartbeats.heartbeat_record(agent.pk)  # its state was just written
         # Reached on a cache miss (or outage): the same conditional answer, from the DB.
         not_modified = get_conditional_response(request, etag=etag)
         if not_modified is not None:

@@ -1,15 +1,33 @@
 """Agents' heartbeats: buffered in the cache by the poll path (apps/fleet/cache.py),
 copied to agents' last_seen_at in batches."""
 
+import logging
 from collections import defaultdict
 from datetime import UTC, datetime
 
+from django.db import DatabaseError
 from django.db.models import Q
 
 from apps.fleet import cache
 from apps.fleet.models import Agent
 
+logger = logging.getLogger(__name__)
+
 BATCH = 1000
+
+
+def heartbeat_record(agent_id: int, renew: str | None = None) -> None:
+    """Record an agent's poll (renewing the poll state of token key `renew`): into the
+    cache's buffer; the heartbeats the cache refused (only while it fails) straight
+    to the database, so agents do not turn offline meanwhile. For the view and the
+    poll edge alike."""
+    refused = cache.record_heartbeat(agent_id, renew)
+    if refused:
+        try:
+            heartbeats_save(refused)
+        except DatabaseError:
+            logger.warning("database unavailable; %d heartbeat(s) kept in this process",
+                           len(refused), exc_info=True)
 
 
 def heartbeats_save(beats: dict[int, float]) -> None:
