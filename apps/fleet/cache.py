@@ -35,9 +35,10 @@ def _settings_changed(*, setting, **kwargs):
         _shared = None
 
 # A poll state's lifetime since written or renewed (twice the longest long-poll
-# hold): heartbeat flushes renew it while `renewal_key` (docs/design.md). A stale
-# answer is bounded by its change's PollInvalidation row (apps.fleet.polldebt);
-# one written wrongly after the sweep lives at most 2 * RENEWED_S + TTL.
+# hold): heartbeat flushes renew it while `renewal_key` names it (30 to 60 minutes
+# after it was written, per token). A stale answer is bounded by its change's
+# PollInvalidation row (apps.fleet.polldebt); one written wrongly after the sweep
+# lives at most 2 * RENEWED_S + TTL.
 POLL_STATE_TTL = 600
 POLL_STATE_RENEWED_S = 1800
 HEARTBEAT_TTL = 24 * 3600
