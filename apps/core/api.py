@@ -74,7 +74,7 @@ def exception_handler(exc, context):
         logger.warning("database unavailable: %s", exc)
         return error_response(503, "unavailable", UNAVAILABLE, headers={"Retry-After": "5"})
     if isinstance(exc, RequestDataTooBig):
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        limit = getattr(exc, "limit", settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         return error_response(413, "too_large", f"Request body is over {limit} bytes.")
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

@@ -12,12 +12,39 @@ from rest_framework.parsers import BaseParser, JSONParser
 from apps.core.text import first_text_problem
 from configlang.yamlconfig import load_yaml
 
+# The body a request from nobody known may send (an agent's enrollment: a token, a
+# name and 32 labels, fits many times over). Parsing a body costs several times its
+# size in memory, and anyone may send one: bounded, ten enrollments at once cannot
+# grow a worker by hundreds of megabytes.
+ANONYMOUS_BODY_BYTES = 64 * 1024
+
+
+class BodyOverLimit(RequestDataTooBig):
+    def __init__(self, limit: int):
+        super().__init__(f"Request body is over {limit} bytes.")
+        self.limit = limit
+
+
+def body_limit(user) -> int:
+    """The largest body a request of `user` may send: BELLWETHER_MAX_REQUEST_BYTES
+    once someone is authenticated, ANONYMOUS_BODY_BYTES before."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if user is None or not user.is_authenticated:
+        return min(limit, ANONYMOUS_BODY_BYTES)
+    return limit
+
 
 def _read_limited(stream, parser_context) -> bytes:
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    data = stream.read(limit + 1) if limit is not None else stream.read()
-    if limit is not None and len(data) > limit:
-        raise RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE.")
+    """The body, refused (413) past its sender's limit before more is read. DRF parses
+    after authenticating, so the sender is known here."""
+    request = (parser_context or {}).get("request")
+    limit = body_limit(getattr(request, "user", None))
+    declared = (getattr(request, "META", None) or {}).get("CONTENT_LENGTH") or "0"
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyOverLimit(limit)
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise BodyOverLimit(limit)
     return data
 
 

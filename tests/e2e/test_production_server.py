@@ -138,83 +138,88 @@ def test_a_removed_snapshot_is_404_on_every_node_from_the_next_request(
         assert status == 404 and b'"not_found"' in body, (node.label, status, body)
 
 
-def _revoke(agent, environment, superuser):
+def _revoke(agent, superuser):
     enrollment.agent_token_revoke(agent=agent.agent, actor=superuser)
 
 
-def _rotate(agent, environment, superuser):
+def _rotate(agent, superuser):
     agent.new_token = enrollment.agent_token_rotate(agent=agent.agent, actor=superuser)
 
 
-def _decommission(agent, environment, superuser):
+def _decommission(agent, superuser):
     agent.agent.refresh_from_db()
     agent_decommission(
         agent=agent.agent, expected_generation=agent.agent.generation, actor=superuser)
 
 
-def _mode(agent, environment, superuser):
-    fleet_services.agent_update(agent=agent.agent, actor=superuser, mode="manual")
-
-
-def _poll_interval(agent, environment, superuser):
-    environment_update(environment=environment, actor=superuser, poll_interval_s=45)
-
-
-def _drift_policy(agent, environment, superuser):
-    environment_update(environment=environment, actor=superuser, drift_policy="restore")
-
-
-def _release(agent, environment, superuser):
-    factories.publish_variant(environment, superuser, workers=8)
-
-
-def _unauthorized(answer, desired):
-    return answer[0] == 401
-
-
-CHANGES = {  # what changes, and what the next poll on every node must then say
-    "token revoked": (_revoke, _unauthorized),
-    "token rotated": (_rotate, _unauthorized),
-    "agent decommissioned": (_decommission, _unauthorized),
-    "mode": (_mode, lambda answer, desired: desired["mode"] == "manual"),
-    "poll interval": (_poll_interval, lambda answer, desired: desired["poll_interval_s"] == 45),
-    "drift policy": (_drift_policy, lambda answer, desired: desired["drift_policy"] == "restore"),
-    "release": (_release, lambda answer, desired: desired["snapshot"]["number"] == 2),
-}
-
-
-@pytest.mark.parametrize("change", CHANGES)
-def test_the_next_poll_on_every_node_answers_as_a_change_says(
-        production, another_node, agent, environment, first, superuser, change):
-    """Each node holds the agent's poll answer (its 304 from the cache); the first
-    poll on each after the change commits answers as the change says."""
-    make, says = CHANGES[change]
-    auth = {"Authorization": f"Bearer {agent.token}"}
-    bundle_url, gzipped = f"/api/v1/agent/snapshots/{first.number}/bundle", {
-        **auth, "Accept-Encoding": "gzip"}
-    nodes = (production, another_node)
-    etag = get(production, "/api/v1/agent/desired", auth)[1]["ETag"]
-    for node in nodes:  # each node answers the poll and the bundle from what it keeps
+def _polled_on_both(nodes, auth, bundle_url) -> str:
+    """The agent's poll answered from each node's cache (304) and its bundle from
+    each node's kept answer; its ETag."""
+    etag = get(nodes[0], "/api/v1/agent/desired", auth)[1]["ETag"]
+    gzipped = {**auth, "Accept-Encoding": "gzip"}
+    for node in nodes:
         assert get(node, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})[0] == 304
         assert [get(node, bundle_url, gzipped)[0] for _ in range(2)] == [200, 200]
+    return etag
 
-    make(agent, environment, superuser)
+
+@pytest.mark.parametrize("change", [_revoke, _rotate, _decommission])
+def test_a_token_refused_by_a_change_is_refused_on_every_node_from_its_next_request(
+        production, another_node, agent, first, superuser, change):
+    """The poll, bundle and report edges of both nodes refuse the old token from the
+    first request after the change commits; a rotated token's new one is answered."""
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    bundle_url = f"/api/v1/agent/snapshots/{first.number}/bundle"
+    nodes = (production, another_node)
+    etag = _polled_on_both(nodes, auth, bundle_url)
+
+    change(agent, superuser)
 
     for node in nodes:
-        answer = get(node, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})
-        desired = json.loads(answer[2]) if answer[0] == 200 else None
-        assert says(answer, desired), (node.label, answer[0], answer[2])
-    if change == "token rotated":
+        status = get(node, "/api/v1/agent/desired", {**auth, "If-None-Match": etag})[0]
+        assert status == 401, (node.label, status)
+    if change is _rotate:
         new = {"Authorization": f"Bearer {agent.new_token}", "If-None-Match": etag}
         assert [get(node, "/api/v1/agent/desired", new)[0] for node in nodes] == [304, 304]
-    if says is _unauthorized:  # the bundle and report edges refuse the old token too
-        for node in nodes:  # (past FAILED_AUTH_LIMIT failures the address is refused: 429)
-            bundle = get(node, bundle_url, gzipped)
-            report = post_report(node, agent.token, {
-                "deployment_id": None, "snapshot": first.number,
-                "checksum": first.checksum, "status": "succeeded", "message": "applied"})
-            assert bundle[0] in (401, 429) and report[0] in (401, 429), (
-                node.label, bundle, report)
+    for node in nodes:  # (past FAILED_AUTH_LIMIT failures the address is refused: 429)
+        bundle = get(node, bundle_url, {**auth, "Accept-Encoding": "gzip"})
+        report = post_report(node, agent.token, {
+            "deployment_id": None, "snapshot": first.number, "checksum": first.checksum,
+            "status": "succeeded", "message": "applied"})
+        assert bundle[0] in (401, 429) and report[0] in (401, 429), (node.label, bundle, report)
+
+
+ANSWER_CHANGES = [  # a change, and what the next poll on every node must then say
+    (lambda agent, environment, superuser: factories.publish_variant(
+        environment, superuser, workers=8), "snapshot", 2),
+    (lambda agent, environment, superuser: fleet_services.agent_update(
+        agent=agent.agent, actor=superuser, mode="manual"), "mode", "manual"),
+    (lambda agent, environment, superuser: environment_update(
+        environment=environment, actor=superuser, poll_interval_s=45), "poll_interval_s", 45),
+    (lambda agent, environment, superuser: environment_update(
+        environment=environment, actor=superuser, drift_policy="restore"),
+     "drift_policy", "restore"),
+]
+
+
+def test_the_next_poll_on_every_node_answers_as_each_change_says(
+        production, another_node, agent, environment, first, superuser):
+    """Each node answers the agent's poll from its cache; the first poll on each after
+    a change commits (a release, its mode, the poll interval, the drift policy)
+    answers as the change says."""
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    nodes = (production, another_node)
+    etag = _polled_on_both(nodes, auth, f"/api/v1/agent/snapshots/{first.number}/bundle")
+    for change, field, value in ANSWER_CHANGES:
+        change(agent, environment, superuser)
+        for node in nodes:
+            status, headers, body = get(node, "/api/v1/agent/desired",
+                                        {**auth, "If-None-Match": etag})
+            answer = json.loads(body) if status == 200 else {}
+            said = answer.get(field)
+            said = said["number"] if field == "snapshot" and said else said
+            assert said == value, (node.label, status, body)
+        etag = headers["ETag"]
 
 
 def post_report(server: Server, token: str, report: dict):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -120,14 +122,22 @@ def test_a_200_mb_body_is_refused_with_413_while_it_streams_and_memory_stays_fla
                                     b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n", []))[0] == 200
 
 
-def test_a_body_just_under_the_limit_is_read_and_one_byte_over_is_413(bounded_server):
-    under = json.dumps({"enrollment_token": "x", "name": "n" * (LIMIT - 200)}).encode()
+def test_a_body_just_under_the_limit_is_read_and_one_byte_over_is_413(
+        bounded_server, environment, first, superuser):
+    """An agent's chunked report of nearly the limit reaches the API whole (its
+    message is refused by name: too long); one byte over the limit is 413."""
+    agent = factories.enrolled_agent(environment, actor=superuser)
+    under = json.dumps({"deployment_id": None, "snapshot": first.number,
+                        "checksum": first.checksum, "status": "succeeded",
+                        "message": "m" * (LIMIT - 300)}).encode()
     status, body = status_and_body(exchange(
-        bounded_server, request_head("POST", "/api/v1/agent/enroll"), chunked(under)))
-    assert status == 400 and body["error"]["details"][0]["field"] == "name", body
+        bounded_server, request_head("POST", "/api/v1/agent/reports"), chunked(under),
+        token=agent.token))
+    assert status == 400 and body["error"]["details"][0]["field"] == "message", body
     over = b" " * (LIMIT + 1)
     status, _ = status_and_body(exchange(
-        bounded_server, request_head("POST", "/api/v1/agent/enroll"), chunked(over)))
+        bounded_server, request_head("POST", "/api/v1/agent/reports"), chunked(over),
+        token=agent.token))
     assert status == 413
 
 
@@ -233,3 +243,24 @@ def test_an_oversized_head_is_431_and_never_delays_other_connections(bounded_ser
     finally:
         for sock in attackers:
             sock.close()
+
+
+def test_enrollments_of_nobody_known_are_413_before_they_are_parsed(bounded_server):
+    """Ten clients at once sending enrollments of nearly the body limit, five each:
+    each is 413 before its body is parsed (an anonymous body is bounded at
+    ANONYMOUS_BODY_BYTES). Parsed, these bodies grew the worker by over 100 MB."""
+    worker = int(subprocess.run(["pgrep", "-P", str(bounded_server.process.pid)],
+                                capture_output=True, text=True).stdout.split()[0])
+    body = json.dumps({"enrollment_token": "x", "name": "n" * (LIMIT - 100)}).encode()
+    head = request_head("POST", "/api/v1/agent/enroll", length=len(body))
+    before = rss_kb(worker)
+
+    def five():
+        return [status_and_body(exchange(bounded_server, head, [body]))[0] for _ in range(5)]
+
+    with ThreadPoolExecutor(10) as pool:
+        statuses = [s for answers in pool.map(lambda _: five(), range(10)) for s in answers]
+
+    growth = rss_kb(worker) - before
+    assert set(statuses) <= {413, 429} and 413 in statuses, statuses
+    assert growth < 2 * RSS_GROWTH_MAX_KB, f"RSS grew by {growth} kB"

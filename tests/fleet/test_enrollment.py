@@ -1,12 +1,15 @@
 """POST /api/v1/agent/enroll: an enrollment token is exchanged for the agent's own token."""
 
 import hashlib
+import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.core.parsers import ANONYMOUS_BODY_BYTES
 from apps.fleet import enrollment
 from apps.fleet.models import Agent, EnrollmentToken
 from tests.api_helpers import assert_error
@@ -223,3 +226,23 @@ def test_enrollment_token_cannot_call_other_agent_endpoints(method, url, enrollm
     if method != "head":
         assert_error(response, 401)
     assert not Agent.objects.exists()
+
+
+def test_the_largest_enrollment_fits_and_a_larger_body_is_413_before_it_is_parsed(
+        enrollment_token):
+    """Anyone may enroll: its body is bounded at ANONYMOUS_BODY_BYTES, which the
+    largest valid enrollment (32 labels of the longest keys and values, every
+    character escaped in the JSON) fits."""
+    _, secret = enrollment_token()
+    labels = {f"{n:02d}" + "é" * 61: "é" * 255 for n in range(32)}
+    largest = json.dumps({"enrollment_token": secret, "name": "n" * 64, "labels": labels})
+    assert len(largest) < ANONYMOUS_BODY_BYTES < settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+    fits = APIClient().post(ENROLL, largest, content_type="application/json")
+    too_large = APIClient().post(ENROLL, largest + " " * ANONYMOUS_BODY_BYTES,
+                                 content_type="application/json")
+
+    assert fits.status_code == 201, fits.content
+    assert_error(too_large, 413, "too_large")
+    assert str(ANONYMOUS_BODY_BYTES) in too_large.json()["error"]["message"]
+    assert Agent.objects.count() == 1
