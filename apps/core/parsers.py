@@ -12,10 +12,10 @@ from rest_framework.parsers import BaseParser, JSONParser
 from apps.core.text import first_text_problem
 from configlang.yamlconfig import load_yaml
 
-# The body a request from nobody known may send (an agent's enrollment: a token, a
-# name and 32 labels, fits many times over). Parsing a body costs several times its
-# size in memory, and anyone may send one: bounded, ten enrollments at once cannot
-# grow a worker by hundreds of megabytes.
+# The body a request from nobody known may send: an agent's enrollment (a token, a
+# name and 32 labels; the largest valid one, every character escaped, is under
+# 62 KiB). Parsing a body costs several times its size in memory, and anyone may
+# send one.
 ANONYMOUS_BODY_BYTES = 64 * 1024
 
 
@@ -25,7 +25,7 @@ class BodyOverLimit(RequestDataTooBig):
         self.limit = limit
 
 
-def body_limit(user) -> int:
+def body_limit_for(user) -> int:
     """The largest body a request of `user` may send: BELLWETHER_MAX_REQUEST_BYTES
     once someone is authenticated, ANONYMOUS_BODY_BYTES before."""
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -38,7 +38,7 @@ def _read_limited(stream, parser_context) -> bytes:
     """The body, refused (413) past its sender's limit before more is read. DRF parses
     after authenticating, so the sender is known here."""
     request = (parser_context or {}).get("request")
-    limit = body_limit(getattr(request, "user", None))
+    limit = body_limit_for(getattr(request, "user", None))
     declared = (getattr(request, "META", None) or {}).get("CONTENT_LENGTH") or "0"
     if declared.isdigit() and int(declared) > limit:
         raise BodyOverLimit(limit)

@@ -25,6 +25,15 @@ def scope(headers):
     return {"type": "http", "method": "POST", "path": "/", "headers": headers}
 
 
+async def whole_body(receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 class Recorder:
     """An ASGI app that reads the whole body and remembers what it got."""
 
@@ -34,13 +43,7 @@ class Recorder:
 
     async def __call__(self, scope, receive, send):
         self.headers = dict(scope["headers"])
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.body = body
+        self.body = await whole_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -139,12 +142,7 @@ class Echo:
     async def __call__(self, scope, receive, send):
         self.inside += 1
         self.most = max(self.most, self.inside)
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await whole_body(receive)
         await asyncio.sleep(0.05)
         self.inside -= 1
         await send({"type": "http.response.start", "status": 200, "headers": []})
