@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+from http.server import ThreadingHTTPServer
 
 from tests.workers import worker_share
 
@@ -48,3 +50,14 @@ def free_port() -> int:
         if _bindable(port):
             return port
     raise RuntimeError(f"no free port in {RANGE_VARIABLE}={os.environ[RANGE_VARIABLE]}")
+
+
+def serve_in_thread(handler, port: int | None = None) -> ThreadingHTTPServer:
+    """A ThreadingHTTPServer on 127.0.0.1 (`port`, or a free one) answering with `handler`, in a
+    daemon thread; `server.shutdown()` stops it within a twentieth of a second (the
+    standard library's default poll of half a second cost each test that much)."""
+    server = ThreadingHTTPServer(("127.0.0.1", port or free_port()), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    return server

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import agent
@@ -209,12 +209,8 @@ class ProtocolServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ProtocolServer:
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.port or ports.free_port()),
-                                    _handler_for(self))
-        httpd.daemon_threads = True
+        httpd = ports.serve_in_thread(_handler_for(self), self.port)
         self.port = httpd.server_address[1]
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
         self._httpd = httpd
         return self
 

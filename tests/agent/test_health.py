@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -104,6 +103,7 @@ def test_a_service_healthy_at_a_later_attempt_succeeds(host):
     assert waits == [0.5]
 
 
+@pytest.mark.slow
 def test_a_probe_that_hangs_is_killed_at_its_timeout_with_its_children(host):
     marker = host.tmp_path / "survived"
     command = f"(sleep 3; touch {shlex.quote(str(marker))}) & sleep 30"
@@ -201,11 +201,8 @@ class HealthEndpoint:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", ports.free_port()), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = ports.serve_in_thread(Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/healthz"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
 
     def stop(self):
         self.httpd.shutdown()

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -20,7 +19,7 @@ from cli import client as client_module
 from cli import commands
 from cli.errors import REFUSED, UNREACHABLE, USAGE
 from cli.main import main as cli_main
-from tests.e2e.harness import free_port
+from tests.ports import serve_in_thread
 
 TOKEN = "bwu_abcdef123456.s3cr3t-value"
 DRIP_S = 0.25
@@ -44,10 +43,7 @@ class Recorder(BaseHTTPRequestHandler):
 def hostile(answer):
     """(url, requests seen) of a server answering every GET with answer(handler)."""
     handler = type("Hostile", (Recorder,), {"seen": [], "answer": staticmethod(answer)})
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve_in_thread(handler)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", handler.seen
     finally:
@@ -132,6 +128,7 @@ def drip(where: str):
     return answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["headers", "body"])
 def test_an_answer_dripping_a_byte_at_a_time_ends_within_timeout_s(tmp_path, where):
     with hostile(drip(where)) as (url, _):
@@ -171,6 +168,7 @@ def test_an_answer_larger_than_the_limit_is_not_read(tmp_path, monkeypatch):
     assert code == UNREACHABLE and "is larger than 1 MiB" in err
 
 
+@pytest.mark.slow
 def test_a_list_that_never_ends_is_stopped(tmp_path, monkeypatch):
     page = {"results": [{"full_name": "a/b"}], "next": "http://x/?offset=500"}
     with hostile(json_answer(page)) as (url, seen):

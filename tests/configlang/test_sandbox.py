@@ -1,7 +1,6 @@
 """Hostile input meets bounds: template loops, huge numbers, remote schema refs, odd YAML."""
 
 import http.server
-import threading
 import time
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from configlang.rendering import render_source, schema_problems
 from configlang.yamlconfig import load_config
 from tests.configlang.test_rendering import LIMITS, make_source, only_problem
+from tests.ports import serve_in_thread
 
 
 def _render(template: str, **limits):
@@ -86,8 +86,7 @@ def http_server():
         def log_message(self, *args):
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_in_thread(Handler)
     yield f"http://127.0.0.1:{server.server_port}", hits
     server.shutdown()
 

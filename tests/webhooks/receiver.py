@@ -4,12 +4,11 @@ from a script (500 first, then 200; a redirect; a slow answer; a large body)."""
 
 import hashlib
 import hmac
-import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.ports import free_port
+from tests.ports import serve_in_thread
 
 
 @dataclass
@@ -78,7 +77,5 @@ def _handler(receiver: Receiver):
 
 
 def start(receiver: Receiver) -> tuple[ThreadingHTTPServer, str]:
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _handler(receiver))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_in_thread(_handler(receiver))
     return server, f"http://127.0.0.1:{server.server_address[1]}/hook"
