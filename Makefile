@@ -5,6 +5,10 @@ PORT ?= 8000
 # pytest-xdist workers: one per core (`make test TEST_WORKERS=1` runs in one process).
 TEST_WORKERS ?= auto
 VENV := .venv
+# Python caches compiled modules (and pytest its rewritten tests) in __pycache__ even
+# where the caller's environment says not to: the suite starts hundreds of interpreters
+# (servers, workers, agents, render children), each of which would compile again.
+unexport PYTHONDONTWRITEBYTECODE
 BIN := $(VENV)/bin
 
 .PHONY: run test check lint worker beat clean
@@ -33,11 +37,13 @@ test: lint
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret} $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup \
 		$(PYTEST_ARGS)
 
-## check: the fast tier: ruff, then every test that starts no process, on SQLite
+## check: the fast tier: ruff, then every test that starts no process and waits out no
+## real time, on SQLite, with fewer property examples
 check: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	DATABASE_URL= REDIS_URL= BELLWETHER_REQUIRE_SERVICES= SECRET_KEY=test-only-secret \
-		$(BIN)/pytest -n $(TEST_WORKERS) -m "not processes" $(PYTEST_ARGS)
+		HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-check} \
+		$(BIN)/pytest -n $(TEST_WORKERS) -m "not processes and not slow" $(PYTEST_ARGS)
 
 ## lint: ruff, and the architecture's import contracts (.importlinter)
 lint: $(VENV)/.installed-dev

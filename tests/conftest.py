@@ -22,10 +22,12 @@ from tests import factories
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
 
-# Property tests draw as many examples as the profile says: "suite" (make test, make
-# check) a few dozen each, "thorough" (HYPOTHESIS_PROFILE=thorough) a thousand; the
-# schemathesis run (tests/api/test_schemathesis.py) runs twice as long under "thorough".
+# Property tests draw as many examples as the profile says: "suite" (make test) a few
+# dozen each, "check" (make check) ten, "thorough" (HYPOTHESIS_PROFILE=thorough) a
+# thousand; the schemathesis run (tests/api/test_schemathesis.py) runs twice as long
+# under "thorough".
 hypothesis.settings.register_profile("suite", max_examples=50, deadline=None)
+hypothesis.settings.register_profile("check", max_examples=10, deadline=None)
 hypothesis.settings.register_profile("thorough", max_examples=1000, deadline=None)
 HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "suite")
 hypothesis.settings.load_profile(HYPOTHESIS_PROFILE)

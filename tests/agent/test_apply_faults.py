@@ -243,6 +243,7 @@ def test_a_command_exceeding_its_timeout_counts_as_failed(host, on_v1):
     assert tree(host.target) == files_before
 
 
+@pytest.mark.slow
 def test_a_timed_out_command_is_killed_with_its_children(host, on_v1):
     marker = host.tmp_path / "late-action"
     slow = script(host.tmp_path, "slow-check.sh",

@@ -78,6 +78,7 @@ def test_the_wait_is_capped_by_the_advertised_maximum(host, server):
     assert waits(server) == [None, "3"]
 
 
+@pytest.mark.slow
 def test_a_held_poll_is_followed_by_the_next_at_once(host, server):
     server.publish(make_bundle(1, V1))
     server.long_poll_s = 1  # held 1 s each
@@ -130,6 +131,7 @@ def test_a_header_that_is_no_positive_number_means_no_long_poll(host, server, he
     assert waits(server) == [None, None]
 
 
+@pytest.mark.slow
 def test_the_request_timeout_covers_the_wait(server):
     server.publish(make_bundle(1, V1))
     server.long_poll_s = 2

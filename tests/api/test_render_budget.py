@@ -205,6 +205,7 @@ def test_a_nested_template_within_the_limits_is_stored(environment, client_for):
     assert response.status_code == 200
 
 
+@pytest.mark.processes
 def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
         environment, superuser, client_for, settings, monkeypatch):
     settings.BELLWETHER_RENDER_ISOLATED = True
@@ -222,6 +223,7 @@ def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
     assert viewer.get(f"{ENV}/preview").status_code == 200
 
 
+@pytest.mark.slow
 def test_a_render_over_its_deadline_is_not_remembered(environment, superuser, client_for,
                                                        settings):
     settings.BELLWETHER_WEB_RENDER_SECONDS = 1

@@ -142,6 +142,7 @@ def _limited(templates: dict, config: str = CONFIG):
     return rendered
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("template", HOSTILE.values(), ids=HOSTILE.keys())
 def test_a_hostile_template_ends_in_render_limit_quickly(template):
     rendered = _limited({"a.conf": "first line\n" + template})

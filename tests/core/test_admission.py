@@ -71,6 +71,7 @@ def test_requests_beyond_the_limit_wait_their_turn_and_are_answered():
     assert inner.most == 2
 
 
+@pytest.mark.slow
 def test_a_request_queued_past_the_limit_is_503_with_the_envelope():
     inner = Slow(1.5)
 
@@ -210,6 +211,7 @@ def test_django_keeps_one_database_wrapper_per_lent_thread():
     assert len({wrapper for _, wrapper in seen}) == 2
 
 
+@pytest.mark.slow
 def test_threads_stay_bounded_while_django_is_stuck_and_the_queue_answers_503():
     """Every lent thread stuck (a database that does not answer): no thread more is
     started, and the requests queued past BELLWETHER_DJANGO_QUEUE_S are 503."""

@@ -169,6 +169,7 @@ async def _post(app, receive):
     return sent
 
 
+@pytest.mark.slow
 def test_slow_bodies_hold_no_place_in_django_and_are_408_after_the_deadline(settings):
     settings.BELLWETHER_BODY_RECEIVE_S = 1
     settings.BELLWETHER_DJANGO_CONCURRENCY = 1

@@ -63,6 +63,7 @@ def test_nothing_is_queued_when_the_transaction_rolls_back(db, unreachable_broke
     assert callbacks == []
 
 
+@pytest.mark.slow
 def test_the_commit_does_not_wait_for_a_broker_that_does_not_answer(
         db, django_capture_on_commit_callbacks, caplog):
     """A stalled broker (it accepts the connection, never answers) holds the sender
@@ -150,6 +151,7 @@ def test_coalesced_prompts_in_one_window_are_one_run_after_the_window(
     assert task.sent == [((7,), 5 + COALESCE_MARGIN_S), ((8,), 5 + COALESCE_MARGIN_S)]
 
 
+@pytest.mark.slow
 def test_a_prompt_after_the_window_is_a_new_run(db, django_capture_on_commit_callbacks):
     cache.clear()
     task = RecordingTask()

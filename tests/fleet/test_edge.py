@@ -373,6 +373,7 @@ def _long_poll(warm, query, *, during=None, after_s=0.2):
     return status, headers, time.monotonic() - started
 
 
+@pytest.mark.slow
 @override_settings(BELLWETHER_LONG_POLL_MAX_S=60)
 def test_a_long_poll_is_304_at_the_end_of_its_wait_with_no_sql(warm, django_assert_num_queries):
     with django_assert_num_queries(0):
@@ -405,6 +406,7 @@ def test_a_held_poll_owing_a_change_that_refills_nothing_goes_to_django_at_once(
     assert (status, took < 1, to_django()) == (DJANGO, True, {"stale": 1})
 
 
+@pytest.mark.slow
 def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
     status, _, took = _long_poll(warm, b"wait=1",
                                  during=lambda: announcements.announce([_key(warm)]))
@@ -413,6 +415,7 @@ def test_an_announcement_of_an_unchanged_answer_keeps_the_poll_waiting(warm):
     assert took >= 0.9
 
 
+@pytest.mark.slow
 def test_an_announcement_for_other_agents_does_not_end_the_wait(warm):
     status, _, took = _long_poll(warm, b"wait=1",
                                  during=lambda: announcements.announce(["someoneelse"]))
@@ -420,6 +423,7 @@ def test_an_announcement_for_other_agents_does_not_end_the_wait(warm):
     assert (status, took >= 0.9) == (304, True)
 
 
+@pytest.mark.slow
 @override_settings(BELLWETHER_LONG_POLL_MAX_S=60)
 @pytest.mark.parametrize("query", [b"wait=0000000001", b"wait=" + b"0" * 40 + b"1"])
 def test_leading_zeros_do_not_lengthen_a_wait(warm, query):
@@ -428,6 +432,7 @@ def test_leading_zeros_do_not_lengthen_a_wait(warm, query):
     assert status == 304 and 0.9 <= took < 5  # its 1 s, not the 60 s maximum
 
 
+@pytest.mark.slow
 @override_settings(BELLWETHER_LONG_POLL_MAX_S=1)
 def test_a_wait_above_the_maximum_is_served_as_the_maximum(warm):
     status, headers, took = _long_poll(warm, b"wait=" + b"9" * 40)

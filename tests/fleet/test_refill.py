@@ -272,6 +272,7 @@ def _held_during(agent, old: str, refill) -> tuple[int, dict, bytes, float]:
     return status, headers, body, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
         enroll, first, environment, superuser, clock, monkeypatch,
         django_capture_on_commit_callbacks, to_django):
@@ -294,6 +295,7 @@ def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
     assert to_django() == {"refilling": 1, "stale": 1}
 
 
+@pytest.mark.slow
 def test_a_held_poll_waits_for_a_slow_refill_while_the_refill_is_heard_from(
         enroll, first, environment, superuser, clock, monkeypatch,
         django_capture_on_commit_callbacks, django_assert_num_queries):

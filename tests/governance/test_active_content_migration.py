@@ -25,6 +25,7 @@ def _migrate(targets) -> MigrationExecutor:
     return executor
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_records_content_explicit_activations_made_active(
         environment, first, superuser, application):

@@ -218,6 +218,7 @@ def test_the_data_migration_turns_a_snapshot_quarantine_into_its_checksum(
     assert quarantine_of(environment.pk, second.checksum).reason == "old"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_release_policy_migration_maps_the_activation_flag():
 

@@ -570,6 +570,7 @@ def config_with(workers: int) -> str:
     return factories.CONFIG.replace("workers: 4", f"workers: {workers}")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_gzip_migration_compresses_existing_bundles_and_keeps_them_immutable(superuser):
     from django.db import connection

@@ -156,6 +156,7 @@ def test_a_large_response_is_read_only_up_to_its_bound(environment, receiver, su
     assert len(delivery.log[0]["response"]) <= 500
 
 
+@pytest.mark.slow
 def test_a_slow_receiver_times_out_and_is_retried(environment, receiver, superuser, settings):
     settings.BELLWETHER_WEBHOOKS = {**settings.BELLWETHER_WEBHOOKS, "max_attempts": 1}
     live, _ = receiver
