@@ -14,11 +14,13 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.test import override_settings
+from pytest_django.fixtures import validate_django_db
 
 from apps.environments.models import Environment
 from apps.tenancy.models import Role
 from project.celery import app as celery_app
 from tests import factories
+from tests.world import KeptChain
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
 
@@ -149,8 +151,44 @@ def _tasks_inline():
     celery_app.conf.task_always_eager = previous
 
 
+@pytest.fixture(scope="session")
+def _kept_chain(django_db_setup, django_db_blocker):
+    """shop/prod's chain kept between tests (tests/world.py), rolled back at the end."""
+    chain = KeptChain()
+    yield chain
+    with django_db_blocker.unblock():
+        chain.prepare(0)
+
+
+def _needs_own_transactions(item) -> bool:
+    """What pytest-django runs as a TransactionTestCase (tables flushed after it)."""
+    marker = item.get_closest_marker("django_db")
+    transactional, reset_sequences, _, serialized_rollback, _ = (
+        validate_django_db(marker) if marker else (False, False, None, False, None))
+    return (transactional or reset_sequences or serialized_rollback
+            or bool({"transactional_db", "live_server", "django_db_reset_sequences",
+                     "django_db_serialized_rollback"} & set(item.fixturenames)))
+
+
+@pytest.fixture
+def _chain_prepared(request, _kept_chain, django_db_blocker):
+    """Before the test's own transaction opens: the kept chain cut back or built up to
+    what this test asks for (none for tests with transactions of their own)."""
+    item = request.node
+    depth = (0 if _kept_chain.suspended or _needs_own_transactions(item)
+             else KeptChain.depth_wanted(item))
+    with django_db_blocker.unblock():
+        _kept_chain.prepare(depth)
+
+
+@pytest.fixture
+def _django_db_helper(_chain_prepared, _django_db_helper):
+    """pytest-django's database access for a test, opened inside the kept chain."""
+    yield
+
+
 @pytest.fixture(scope="module")
-def module_transaction(django_db_setup, django_db_blocker):
+def module_transaction(django_db_setup, django_db_blocker, _kept_chain):
     """An open transaction around the rest of a module's tests, for a module-scoped
     fixture that builds a world they only read or change within themselves: each test
     runs inside it in pytest-django's savepoint, rolled back after the test, and the
@@ -159,11 +197,14 @@ def module_transaction(django_db_setup, django_db_blocker):
     from the database (or only ids and secrets). Not for modules with transactional
     tests (their flush would empty the world)."""
     with django_db_blocker.unblock():
+        _kept_chain.prepare(0)
+        _kept_chain.suspended = True
         world = transaction.atomic()
         world.__enter__()
         yield
         transaction.set_rollback(True)
         world.__exit__(None, None, None)
+        _kept_chain.suspended = False
 
 
 @pytest.fixture
@@ -187,25 +228,25 @@ def make_user(db):
 
 
 @pytest.fixture
-def superuser(db):
-    return factories.superuser()
+def superuser(db, _kept_chain):
+    return _kept_chain.kept("superuser") or factories.superuser()
 
 
 @pytest.fixture
-def tenant(superuser):
-    return factories.tenant(actor=superuser)
+def tenant(superuser, _kept_chain):
+    return _kept_chain.kept("tenant") or factories.tenant(actor=superuser)
 
 
 @pytest.fixture
-def application(tenant, superuser):
-    return factories.application(tenant, actor=superuser)
+def application(tenant, superuser, _kept_chain):
+    return _kept_chain.kept("application") or factories.application(tenant, actor=superuser)
 
 
 @pytest.fixture
-def environment(application, superuser):
+def environment(application, superuser, _kept_chain):
     """shop/prod: CONFIG with the nginx and app templates, nothing published."""
-    return factories.environment(application, "prod", templates=factories.SHOP_TEMPLATES,
-                                 actor=superuser)
+    return _kept_chain.kept("environment") or factories.environment(
+        application, "prod", templates=factories.SHOP_TEMPLATES, actor=superuser)
 
 
 @pytest.fixture
@@ -255,9 +296,9 @@ def blog(outsider):
 
 
 @pytest.fixture
-def first(environment, superuser):
+def first(environment, superuser, _kept_chain):
     """shop/prod's snapshot #1, published and active (what agents have to begin with)."""
-    snapshot = factories.publish(environment, superuser)
+    snapshot = _kept_chain.kept("first") or factories.publish(environment, superuser)
     assert (snapshot.number, snapshot.state) == (1, "ready")
     environment.refresh_from_db()
     assert environment.active_snapshot_id == snapshot.pk
