@@ -20,6 +20,7 @@ from apps.environments.models import Environment
 from apps.tenancy.models import Role
 from project.celery import app as celery_app
 from tests import factories
+from tests.flush import written_tables_only
 from tests.world import KeptChain
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
@@ -46,21 +47,27 @@ def _redis_available() -> bool:
         return False
 
 
-# Whole directories of tests that start real processes; modules elsewhere that do are
-# marked `processes` themselves.
+# Whole directories of tests that start real processes, and of those whose timeouts
+# measure the product's servers, workers and agents; modules elsewhere are marked
+# `processes` (and `serial`) themselves.
 PROCESS_DIRECTORIES = {"e2e", "browser", "faults", "packaging"}
+SERIAL_DIRECTORIES = {"e2e", "browser", "faults"}
 
 
 def pytest_collection_modifyitems(items):
     """Tests that start real processes are marked `processes` (`make check` leaves them
-    to `make test`) and run one at a time on one xdist worker (`--dist loadgroup`):
-    each starts servers, workers or agents that need the machine's cores, and two at
-    once make their timeouts the machine's, not the product's."""
+    to `make test`). Those marked `serial` run one at a time on one xdist worker
+    (`--dist loadgroup`): each starts servers, workers or agents and waits on them
+    with the product's own timeouts, and two at once on two cores make those the
+    machine's, not the product's. The other process tests (the CLI against a
+    server, packaging, benchmark scripts, schemathesis) run on any free worker."""
     for item in items:
         if item.path.parent.name in PROCESS_DIRECTORIES:
             item.add_marker(pytest.mark.processes)
-        if item.get_closest_marker("processes"):
-            item.add_marker(pytest.mark.xdist_group("processes"))
+        if item.path.parent.name in SERIAL_DIRECTORIES:
+            item.add_marker(pytest.mark.serial)
+        if item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 def pytest_runtest_setup(item):
@@ -140,6 +147,14 @@ def _closed_breakers():
     best_effort_redis.reset()
     yield
     best_effort_redis.reset()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_written_tables_only():
+    """After a test with transactions of its own, only the tables it wrote to are
+    emptied (tests/flush.py)."""
+    with written_tables_only():
+        yield
 
 
 @pytest.fixture(autouse=True, scope="session")
