@@ -206,6 +206,7 @@ def test_a_nested_template_within_the_limits_is_stored(environment, client_for):
 
 
 @pytest.mark.processes
+@pytest.mark.serial
 def test_a_web_render_runs_isolated_so_c_level_work_cannot_hold_the_server(
         environment, superuser, client_for, settings, monkeypatch):
     settings.BELLWETHER_RENDER_ISOLATED = True

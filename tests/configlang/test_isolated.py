@@ -15,7 +15,7 @@ from tests.configlang.test_render_budget import PRODUCTION
 from tests.configlang.test_rendering import make_source
 from tests.render_children import hang, hog, nothing
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.serial]
 
 
 @pytest.fixture(autouse=True)
