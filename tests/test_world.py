@@ -1,0 +1,44 @@
+"""The kept chain (tests/world.py): cut back to exactly the levels a test asks for,
+built up again on the levels kept, and gone entirely for a test that asks for none."""
+
+from types import SimpleNamespace
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from apps.environments.models import Environment
+from apps.snapshots.models import Snapshot
+from apps.tenancy.models import Tenant
+from tests.world import KeptChain
+
+
+def test_a_test_asks_for_the_deepest_level_it_names_directly_or_through_fixtures():
+    def wanted(*names):
+        return KeptChain.depth_wanted(SimpleNamespace(fixturenames=["db", *names]))
+
+    assert (wanted(), wanted("superuser"), wanted("tenant", "superuser")) == (0, 1, 2)
+    assert wanted("first", "environment", "application", "tenant", "superuser") == 5
+
+
+# Its own transactions: no chain is kept around this test, so the one it makes is alone.
+@pytest.mark.django_db(transaction=True)
+def test_the_chain_is_cut_back_to_what_is_asked_for_and_built_up_on_what_stays():
+    chain = KeptChain()
+    try:
+        chain.prepare(5)
+        environment = chain.kept("environment")
+        assert chain.kept("first").number == 1
+        assert environment.active_snapshot_id == chain.kept("first").pk
+
+        chain.prepare(4)
+        assert chain.kept("first") is None and not Snapshot.objects.exists()
+        assert Environment.objects.get().pk == environment.pk  # the levels below stay
+        assert Environment.objects.get().active_snapshot_id is None
+
+        chain.prepare(5)
+        assert Snapshot.objects.get().number == 1
+
+        chain.prepare(0)
+        assert not Tenant.objects.exists() and not get_user_model().objects.exists()
+    finally:
+        chain.prepare(0)
