@@ -18,6 +18,7 @@ from pytest_django.fixtures import validate_django_db
 
 from apps.environments.models import Environment
 from apps.tenancy.models import Role
+from project import gc_tuning
 from project.celery import app as celery_app
 from tests import factories
 from tests.flush import written_tables_only
@@ -68,6 +69,13 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.serial)
         if item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("serial"))
+
+
+def pytest_collection_finish(session):
+    """The test process collects garbage as the web's and the worker's processes do
+    (project/gc_tuning.py): what importing and collecting built is frozen, and the
+    collector runs far less often than CPython's defaults over the run's heap."""
+    gc_tuning.install()
 
 
 def pytest_runtest_setup(item):
