@@ -198,8 +198,7 @@ def _chain_prepared(request, _kept_chain, django_db_blocker):
     """Before the test's own transaction opens: the kept chain cut back or built up to
     what this test asks for (none for tests with transactions of their own)."""
     item = request.node
-    depth = (0 if _kept_chain.suspended or _needs_own_transactions(item)
-             else KeptChain.depth_wanted(item))
+    depth = 0 if _needs_own_transactions(item) else KeptChain.depth_wanted(item)
     with django_db_blocker.unblock():
         _kept_chain.prepare(depth)
 
@@ -220,14 +219,10 @@ def module_transaction(django_db_setup, django_db_blocker, _kept_chain):
     from the database (or only ids and secrets). Not for modules with transactional
     tests (their flush would empty the world)."""
     with django_db_blocker.unblock():
-        _kept_chain.prepare(0)
-        _kept_chain.suspended = True
-        world = transaction.atomic()
-        world.__enter__()
-        yield
-        transaction.set_rollback(True)
-        world.__exit__(None, None, None)
-        _kept_chain.suspended = False
+        _kept_chain.prepare(0)  # the chain keeps nothing while this is open
+        with transaction.atomic():
+            yield
+            transaction.set_rollback(True)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from apps.environments.models import Environment
 from apps.snapshots.models import Snapshot
@@ -42,3 +43,12 @@ def test_the_chain_is_cut_back_to_what_is_asked_for_and_built_up_on_what_stays()
         assert not Tenant.objects.exists() and not get_user_model().objects.exists()
     finally:
         chain.prepare(0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_transaction_not_its_own_the_chain_keeps_nothing():
+    chain = KeptChain()
+    with transaction.atomic():  # as module_transaction holds one around its module
+        chain.prepare(5)
+        assert chain.levels == [] and chain.kept("superuser") is None
+        assert not get_user_model().objects.exists()

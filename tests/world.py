@@ -50,7 +50,6 @@ class KeptChain:
 
     def __init__(self):
         self.levels: list[tuple[transaction.Atomic, int]] = []
-        self.suspended = False  # a module's own transaction is open around its tests
 
     @staticmethod
     def depth_wanted(item) -> int:
@@ -58,7 +57,10 @@ class KeptChain:
         return max((index + 1 for index, name in enumerate(CHAIN) if name in names), default=0)
 
     def prepare(self, depth: int) -> None:
-        """Cut the chain back to `depth` levels, then build it up to them."""
+        """Cut the chain back to `depth` levels, then build it up to them; none inside a
+        transaction that is not the chain's (a module's own, module_transaction)."""
+        if not self.levels and transaction.get_connection().in_atomic_block:
+            depth = 0
         while len(self.levels) > depth:
             atomic, _ = self.levels.pop()
             transaction.set_rollback(True)
