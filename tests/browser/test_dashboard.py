@@ -229,8 +229,12 @@ class Dashboard:
 
 
 def expect_live(page) -> None:
+    """The page's socket is open and the resync it fired on opening has been answered
+    (htmx marks an element with a request in flight `htmx-request`): its panels are
+    as the server had them then, and no refetch is left to land later."""
     expect(page.locator("body")).to_have_attribute("data-live", "live")
     expect(page.locator("#live-status .live-text")).to_have_text("live")
+    expect(page.locator(".htmx-request")).to_have_count(0)
 
 
 def watch(page) -> None:
@@ -612,7 +616,9 @@ def test_confirming_a_rollout_that_changed_since_the_page_loaded_says_so_and_doe
         expect(page.locator("#rollout")).to_contain_text("at wave 1")
         expect(stale.locator("#rollout")).to_contain_text("at the canaries")  # still stale
 
-        stale.locator("#rollout").get_by_role("button", name="Confirm the canaries").click()
+        with stale.expect_response(re.compile(r"/confirm/$")) as answer:
+            stale.locator("#rollout").get_by_role("button", name="Confirm the canaries").click()
+        assert answer.value.status == 409, answer.value.status
         flash = stale.locator("#flash .msg")
         expect(flash).to_have_count(1)
         expect(flash).to_have_class(re.compile(r"\berror\b"))
