@@ -29,7 +29,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SIGNED_OUT = 4401  # this session signed out: the page stops
 SESSION_CHANGED = 4403  # the check failed: the page reconnects, the handshake decides
 SECRET = "s3cr3t-marker"  # put into configs, labels and messages; never in an event
-QUIET_S = 0.5  # how long "nothing arrives" is watched for
+# How long "nothing (more) arrives" is watched for. An event is on its way once the
+# change that sends it has committed, and the first one is waited for up to
+# ARRIVAL_S: this window only has to cover the gap between events of one change.
+QUIET_S = 0.25
+ARRIVAL_S = 2
 
 # Every shape an event may have: its kind, its environment and ids, nothing else.
 SHAPES = {
@@ -103,8 +107,9 @@ def live(socket):
 
 
 async def drain(communicator) -> list[dict]:
-    """Every event that arrives until the socket stays quiet for QUIET_S."""
-    received = []
+    """Every event that arrives: the first within ARRIVAL_S, then each until the
+    socket stays quiet for QUIET_S."""
+    received = [await communicator.receive_json_from(timeout=ARRIVAL_S)]
     while not await communicator.receive_nothing(timeout=QUIET_S):
         received.append(await communicator.receive_json_from())
     return received
@@ -230,7 +235,7 @@ async def test_environment_query_narrows_the_subscription_and_ignores_invisible_
     assert await ws.receive_nothing(timeout=QUIET_S)
     await run(environment_update, environment=staging,
               config=_bump_workers(staging, 5), actor=superuser)
-    assert await ws.receive_json_from(timeout=2) == {"kind": "pending",
+    assert await ws.receive_json_from(timeout=ARRIVAL_S) == {"kind": "pending",
                                                      "environment": staging.pk}
 
 
@@ -260,13 +265,13 @@ async def test_event_reaches_only_users_who_may_see_its_environment(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert await viewer_ws.receive_json_from(timeout=2) == {
+    assert await viewer_ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "pending", "environment": environment.pk}
     assert await outsider_ws.receive_nothing(timeout=QUIET_S)
 
     await run(environment_update, environment=blog, config="a: 2\n", actor=superuser)
 
-    assert await outsider_ws.receive_json_from(timeout=2) == {
+    assert await outsider_ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "pending", "environment": blog.pk}
     assert await viewer_ws.receive_nothing(timeout=QUIET_S)
 
@@ -279,7 +284,7 @@ async def test_agent_change_reaches_only_users_who_may_see_its_environment(
 
     await run(fleet.agent_update, agent=enrolled, enabled=False, actor=superuser)
 
-    assert await viewer_ws.receive_json_from(timeout=2) == {
+    assert await viewer_ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "agent", "environment": environment.pk, "id": enrolled.pk}
     assert await outsider_ws.receive_nothing(timeout=QUIET_S)
 
@@ -386,7 +391,7 @@ async def test_logout_closes_that_sessions_socket_and_stops_its_events(
 
     await database_sync_to_async(client.logout)()
 
-    assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
+    assert await ws.receive_output(timeout=ARRIVAL_S) == {"type": "websocket.close",
                                                   "code": SIGNED_OUT}
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
@@ -404,10 +409,10 @@ async def test_logout_leaves_another_session_of_the_same_user_open(
 
     await database_sync_to_async(client.logout)()
 
-    assert (await ws.receive_output(timeout=2))["code"] == SIGNED_OUT
+    assert (await ws.receive_output(timeout=ARRIVAL_S))["code"] == SIGNED_OUT
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
-    assert await other_ws.receive_json_from(timeout=2) == {
+    assert await other_ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "pending", "environment": environment.pk}
     assert await ws.receive_nothing(timeout=QUIET_S)
 
@@ -421,7 +426,7 @@ async def test_recheck_of_a_valid_session_forwards_the_event(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert await ws.receive_json_from(timeout=2) == {
+    assert await ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "pending", "environment": environment.pk}
 
 
@@ -436,7 +441,7 @@ async def test_deactivated_user_is_disconnected_instead_of_receiving_the_event(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
+    assert await ws.receive_output(timeout=ARRIVAL_S) == {"type": "websocket.close",
                                                   "code": SESSION_CHANGED}
     assert await ws.receive_nothing(timeout=QUIET_S)
 
@@ -453,7 +458,7 @@ async def test_deleted_session_is_disconnected_instead_of_receiving_the_event(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
+    assert await ws.receive_output(timeout=ARRIVAL_S) == {"type": "websocket.close",
                                                   "code": SESSION_CHANGED}
     assert await ws.receive_nothing(timeout=QUIET_S)
 
@@ -469,7 +474,7 @@ async def test_password_change_elsewhere_disconnects_the_socket(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert (await ws.receive_output(timeout=2))["code"] == SESSION_CHANGED
+    assert (await ws.receive_output(timeout=ARRIVAL_S))["code"] == SESSION_CHANGED
 
 
 async def test_without_a_recheck_due_events_are_forwarded_without_a_session_lookup(
@@ -486,7 +491,7 @@ async def test_without_a_recheck_due_events_are_forwarded_without_a_session_look
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert await ws.receive_json_from(timeout=2) == {
+    assert await ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "pending", "environment": environment.pk}
 
 
@@ -551,7 +556,7 @@ async def test_a_ping_checks_the_session_when_no_event_comes(live, viewer, setti
 
     await ws.send_json_to({"kind": "ping"})
 
-    assert await ws.receive_output(timeout=2) == {"type": "websocket.close",
+    assert await ws.receive_output(timeout=ARRIVAL_S) == {"type": "websocket.close",
                                                   "code": SESSION_CHANGED}
 
 
@@ -568,7 +573,7 @@ async def test_a_user_given_access_after_connecting_starts_receiving_its_events(
     await run(environment_update, environment=environment,
               config=_bump_workers(environment, 5), actor=superuser)
 
-    assert await ws.receive_json_from(timeout=2) == {
+    assert await ws.receive_json_from(timeout=ARRIVAL_S) == {
         "kind": "pending", "environment": environment.pk}
 
 
