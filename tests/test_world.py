@@ -31,9 +31,18 @@ def test_the_chain_is_cut_back_to_what_is_asked_for_and_built_up_on_what_stays()
         assert chain.kept("first").number == 1
         assert environment.active_snapshot_id == chain.kept("first").pk
 
+        # Each test gets a copy of its own: what one changes in memory, the next
+        # does not see.
+        environment.name = "changed"
+        chain.kept("tenant").restrictions["changed"] = "yes"
+        assert chain.kept("environment").name == "prod"
+        assert "changed" not in chain.kept("tenant").restrictions
+
         chain.prepare(4)
         assert chain.kept("first") is None and not Snapshot.objects.exists()
         assert Environment.objects.get().pk == environment.pk  # the levels below stay
+        # and are read back as they are now: #1 no longer active
+        assert chain.kept("environment").active_snapshot_id is None
         assert Environment.objects.get().active_snapshot_id is None
 
         chain.prepare(5)

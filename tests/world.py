@@ -5,10 +5,11 @@ Most tests stand on some prefix of this chain, and building all of it takes abou
 ninety queries through the real services, more than many tests take themselves. So
 the chain is built once, a level per open transaction (a savepoint below the
 first), and kept for the tests after it: each test runs in pytest-django's savepoint
-inside it and is rolled back to it, and the fixtures read their objects back (one
-query each). Before each database test the chain is cut back to exactly the levels
-the test asks for, and built up to them: a test sees the rows it would see if its
-world were built for it alone, and a test that asks for none of it sees none.
+inside it and is rolled back to it, and the fixtures get copies of their objects as
+read back once the chain last changed. Before each database test the chain is cut
+back to exactly the levels the test asks for, and built up to them: a test sees the
+rows it would see if its world were built for it alone, and a test that asks for
+none of it sees none.
 
 Tests that need transactions of their own (transaction=True, transactional_db) and
 modules with a transaction of their own around their tests (module_transaction) get
@@ -16,6 +17,8 @@ no kept chain; their fixtures build what they ask for, as before.
 """
 
 from __future__ import annotations
+
+import copy
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -50,6 +53,9 @@ class KeptChain:
 
     def __init__(self):
         self.levels: list[tuple[transaction.Atomic, int]] = []
+        # Each level's object as read back since the chain last changed (building a
+        # level changes the rows below it: `first` activates itself on the environment).
+        self.read: dict[str, object] = {}
 
     @staticmethod
     def depth_wanted(item) -> int:
@@ -62,6 +68,7 @@ class KeptChain:
         if not self.levels and transaction.get_connection().in_atomic_block:
             depth = 0
         while len(self.levels) > depth:
+            self.read.clear()
             atomic, _ = self.levels.pop()
             transaction.set_rollback(True)
             atomic.__exit__(None, None, None)
@@ -76,10 +83,15 @@ class KeptChain:
                 atomic.__exit__(None, None, None)
                 raise
             self.levels.append((atomic, pk))
+            self.read.clear()
 
     def kept(self, name: str):
-        """The level's object read from the database, or None when it is not kept."""
+        """A copy of the level's object as stored, or None when it is not kept: every
+        test changes rows only inside its own savepoint, so the row read back once
+        serves each test until the chain changes, and a test changes only its copy."""
         index = CHAIN.index(name)
         if index >= len(self.levels):
             return None
-        return _MODELS[name].objects.get(pk=self.levels[index][1])
+        if name not in self.read:
+            self.read[name] = _MODELS[name].objects.get(pk=self.levels[index][1])
+        return copy.deepcopy(self.read[name])

@@ -84,6 +84,7 @@ def test_a_builtin_raising_what_no_one_expects_is_still_a_template_error():
     assert "AssertionError" in _only(rendered, "template_error").message
 
 
+@pytest.mark.slow  # some 3,000 renders
 def test_every_filter_with_every_hostile_argument_ends_in_a_problem_or_a_file():
     """No filter, whatever it is given, escapes as an exception or a long render."""
     values = ["'abc'", "12345", "1e308", "none", "[1, 2]", "{'a': 1}", "-7"]
@@ -96,6 +97,7 @@ def test_every_filter_with_every_hostile_argument_ends_in_a_problem_or_a_file():
             assert all("internal error" not in p.message for p in rendered.problems)
 
 
+@pytest.mark.slow  # some 900 renders
 def test_every_test_with_hostile_arguments_ends_in_a_problem_or_a_file():
     for name in sorted(reviewed.REVIEWED_TESTS):
         if not name.isidentifier():
