@@ -37,8 +37,8 @@ test: lint
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret} $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup \
 		$(PYTEST_ARGS)
 
-## check: the fast tier: ruff, then every test that starts no process and waits out no
-## real time, on SQLite, with fewer property examples
+## check: the fast tier: ruff, then every test that starts no process and is not marked
+## slow, on SQLite, with fewer property examples
 check: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	DATABASE_URL= REDIS_URL= BELLWETHER_REQUIRE_SERVICES= SECRET_KEY=test-only-secret \
