@@ -39,12 +39,10 @@ import json
 import logging
 import re
 import threading
-import time
 from collections import OrderedDict
 from types import SimpleNamespace
 from typing import NamedTuple
 
-from django.conf import settings
 from django.core.cache.backends.redis import RedisSerializer
 from django.db import DatabaseError, connection
 
@@ -185,24 +183,34 @@ _redis_serializer = RedisSerializer()
 _counting: dict[str, asyncio.Future] = {}
 
 
+class _ReadAhead:
+    """The throttle's cache for one decision: the history read beforehand, the write
+    kept to be sent after (the edge's cache calls are asynchronous, DRF's are not)."""
+
+    def __init__(self, history: list):
+        self.history, self.written = history, None
+
+    def get(self, key, default=None):
+        return self.history
+
+    def set(self, key, value, timeout=None):
+        self.written = (value, timeout)
+
+
 async def within_rate(agent_id: int) -> bool:
-    """AgentRateThrottle's decision, counted as DRF counts it (the times of the
-    agent's requests within the period, in the same cache key); True when no rate is
+    """AgentRateThrottle's own decision on the agent's request times, read from its
+    cache key before and written back after without a thread; True when no rate is
     set or the cache fails (as the throttle), False over the rate (Django: 429).
     One agent's requests are counted one after another in this process: requests
     sent at once would otherwise read the same count in one round trip and each
     write it plus one (as DRF's read-then-write does across processes)."""
     throttle = AgentRateThrottle()
-    throttle.rate = settings.BELLWETHER_THROTTLE_RATES.get(throttle.scope)
-    if throttle.rate is None:
-        return True
     caller = SimpleNamespace(user=SimpleNamespace(agent=SimpleNamespace(pk=agent_id)))
     redis = cache.async_redis()
     if redis is None:  # local memory: no I/O
         return throttle.allow_request(caller, None)
     if not best_effort_redis.allows():
         return True
-    limit, duration = throttle.parse_rate(throttle.rate)
     backend, batched = redis
     key = backend.make_and_validate_key(throttle.get_cache_key(caller, None))
     loop = asyncio.get_running_loop()
@@ -211,14 +219,12 @@ async def within_rate(agent_id: int) -> bool:
     _counting[key] = counted = loop.create_future()
     try:
         raw = await batched.get(backend, key)
-        history = [] if raw is None else _redis_serializer.loads(raw)
-        now = time.time()
-        while history and history[-1] <= now - duration:
-            history.pop()
-        if len(history) >= limit:
+        throttle.cache = _ReadAhead([] if raw is None else _redis_serializer.loads(raw))
+        if not throttle.allow_request(caller, None):
             return False
-        history.insert(0, now)
-        await batched.set(backend, key, _redis_serializer.dumps(history), duration)
+        if throttle.cache.written is not None:
+            history, timeout = throttle.cache.written
+            await batched.set(backend, key, _redis_serializer.dumps(history), timeout)
     except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
         best_effort_redis.failed(exc)
     finally:
