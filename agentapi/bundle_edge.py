@@ -116,7 +116,7 @@ async def bundle_ask(scope) -> BundleAsk | None:
     desired = desired_snapshot(state)
     if environment_id is None or desired is None or desired[0] != number:
         return None
-    key = (environment_id, number, desired[1], edge._is_secure(scope, headers))
+    key = (environment_id, number, desired[1], edge.is_secure(scope, headers))
     return BundleAsk(state["agent_id"], key, headers.get(b"if-none-match"))
 
 

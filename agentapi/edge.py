@@ -31,9 +31,10 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.http.request import split_domain_port, validate_host
+from django.http import HttpRequest
 
 from agentapi import longpoll, pollanswer
 from apps.core import metrics, throttling, tokens
@@ -63,41 +64,46 @@ def _headers(scope) -> dict[bytes, str] | None:
     return found
 
 
-def _host_allowed(host: str | None) -> bool:
-    """Django's ALLOWED_HOSTS decision for this Host header, remembered: a fleet
-    sends the same one or two (at most HOSTS_REMEMBERED, then forgotten together,
-    since the header is the client's to choose; all of them when settings change)."""
-    allowed = _hosts_decided.get(host)
-    if allowed is None:
-        if len(_hosts_decided) >= HOSTS_REMEMBERED:
-            _hosts_decided.clear()
-        allowed = _hosts_decided[host] = _host_validated(host)
-    return allowed
+def _decided_by_django(host: str | None, forwarded_proto: str | None,
+                       scheme: str | None) -> tuple[bool, bool]:
+    """(the Host is allowed, the request came over HTTPS), as Django's own
+    HttpRequest.get_host() and is_secure() decide them."""
+    request = HttpRequest()
+    request._get_scheme = lambda: scheme or "http"  # what ASGIRequest reads from the scope
+    request.META = {name: value for name, value in (
+        ("HTTP_HOST", host), ("HTTP_X_FORWARDED_PROTO", forwarded_proto)) if value is not None}
+    try:  # no Host at all (HTTP/1.1 requires one): whatever Django would do is its own
+        allowed = host is not None and bool(request.get_host())
+    except DisallowedHost:
+        allowed = False
+    return allowed, request.is_secure()
 
 
-def _host_validated(host: str | None) -> bool:
-    domain, _ = split_domain_port(host or "")
-    allowed = settings.ALLOWED_HOSTS
-    if settings.DEBUG and not allowed:
-        allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host()
-    return bool(domain) and validate_host(domain, allowed)
+def host_and_scheme(scope, headers) -> tuple[bool, bool]:
+    """Django's decisions for this request's Host and scheme, remembered by what they
+    are decided on: a fleet sends the same one or two (at most DECISIONS_REMEMBERED,
+    then forgotten together, since the headers are the client's to choose; all of
+    them when settings change)."""
+    asked = (headers.get(b"host"), headers.get(b"x-forwarded-proto"), scope.get("scheme"))
+    decided = _decided.get(asked)
+    if decided is None:
+        if len(_decided) >= DECISIONS_REMEMBERED:
+            _decided.clear()
+        decided = _decided[asked] = _decided_by_django(*asked)
+    return decided
 
 
-HOSTS_REMEMBERED = 64
-_hosts_decided: dict[str | None, bool] = {}
+def is_secure(scope, headers) -> bool:
+    return host_and_scheme(scope, headers)[1]
+
+
+DECISIONS_REMEMBERED = 64
+_decided: dict[tuple, tuple[bool, bool]] = {}
 
 
 @receiver(setting_changed)
 def _settings_changed(**kwargs):
-    _hosts_decided.clear()  # ALLOWED_HOSTS and DEBUG decide them
-
-
-def _is_secure(scope, headers) -> bool:
-    if scope.get("scheme") == "https":
-        return True
-    proxy = settings.SECURE_PROXY_SSL_HEADER
-    forwarded = headers.get(b"x-forwarded-proto")
-    return bool(proxy and forwarded and forwarded.split(",", 1)[0].strip() == proxy[1])
+    _decided.clear()  # ALLOWED_HOSTS, DEBUG and SECURE_PROXY_SSL_HEADER decide them
 
 
 def _address_refused(scope, headers) -> bool:
@@ -124,7 +130,7 @@ def _json_get(scope, headers) -> bool | None:
     (Django's headers differ: HSTS); None for any other request."""
     if scope["method"] != "GET" or headers.get(b"accept") not in pollanswer.JSON_ACCEPTED:
         return None
-    return _is_secure(scope, headers)
+    return is_secure(scope, headers)
 
 
 class Current(NamedTuple):
@@ -211,11 +217,12 @@ async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | ToDj
     """vouched_state's checks but the poll debt's, and what the debt says of the
     cached state (True: stale; None: the database could not say); or the check
     that failed."""
-    if not _host_allowed(headers.get(b"host")):
+    host_allowed, secure = host_and_scheme(scope, headers)
+    if not host_allowed:
         return ToDjango("host")
     if _address_refused(scope, headers):
         return ToDjango("address")
-    if settings.SECURE_SSL_REDIRECT and not _is_secure(scope, headers):
+    if settings.SECURE_SSL_REDIRECT and not secure:
         return ToDjango("insecure")
     parsed = agent_token_in(headers.get(b"authorization", ""))
     if parsed is None:

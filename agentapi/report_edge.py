@@ -79,7 +79,7 @@ def _report_scope(scope) -> tuple[dict, bool] | None:
         return None
     if headers.get(b"accept") not in JSON_ACCEPTED:
         return None
-    return headers, edge._is_secure(scope, headers)
+    return headers, edge.is_secure(scope, headers)
 
 
 async def _body(receive) -> tuple[list[dict], bytes | None]:

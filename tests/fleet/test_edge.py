@@ -325,8 +325,12 @@ def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm,
     plain, _ = call_edge(headers=headers)
     https, _ = call_edge(headers=headers, scheme="https")
     proxied, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "https")])
+    # As Django reads the header: the first of a list, around spaces.
+    listed, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", " https , http")])
+    last, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "http, https")])
 
-    assert (plain, https, proxied, to_django()) == (DJANGO, 304, 304, {"insecure": 1})
+    assert (plain, https, proxied, listed, last, to_django()) == (
+        DJANGO, 304, 304, 304, DJANGO, {"insecure": 2})
 
 
 def test_a_cache_entry_gone_goes_to_django(warm, to_django):
@@ -536,25 +540,26 @@ def test_a_woken_long_poll_says_it_has_read_its_answer(warm):
         status, _, _ = _long_poll(warm, b"wait=20", during=change)
 
     assert status == DJANGO
-    # The poll was woken (also by the Redis listener's wake-all when it subscribes)...
-    assert woken and all(len(w) == 1 for w in woken), woken
+    # The poll was woken (also by the Redis listener's wake-all when it subscribes,
+    # which on a loaded machine may come after the answer, finding none)...
+    assert woken and max(map(len, woken)) == 1, woken
     assert not longpoll._waiters._unanswered and not longpoll._waiters._pending  # ...said so
 
 
 def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
-    """The ALLOWED_HOSTS decision is remembered per Host header: a client sending
-    ever new Host values empties the memory rather than grow it, and a settings
-    change decides again."""
+    """Django's ALLOWED_HOSTS decision is remembered per Host header (and scheme): a
+    client sending ever new Host values empties the memory rather than grow it, and
+    a settings change decides again."""
     def polled(host):
         headers = [("Host", host), ("Authorization", f"Bearer {warm.token}"),
                    ("If-None-Match", warm.etag)]
         return call_edge(headers=headers)[0]
 
     assert polled("testserver") == 304
-    assert edge._hosts_decided.get("testserver") is True
-    for i in range(edge.HOSTS_REMEMBERED * 3):
+    assert (True, False) in edge._decided.values()
+    for i in range(edge.DECISIONS_REMEMBERED * 3):
         assert polled(f"evil-{i}.example") == DJANGO
-        assert len(edge._hosts_decided) <= edge.HOSTS_REMEMBERED
+        assert len(edge._decided) <= edge.DECISIONS_REMEMBERED
     assert polled("testserver") == 304
     with override_settings(ALLOWED_HOSTS=["elsewhere.example"]):
         assert polled("testserver") == DJANGO
