@@ -24,11 +24,9 @@ to a request that
 - is within the agent's API rate (AgentRateThrottle's count, in its cache key).
 
 304 when If-None-Match names the representation's ETag (as Django decides it:
-apps.fleet.rules.if_none_match_matches), else 200. A snapshot Django has not
-answered here yet is read by the edge itself (its stored gzip bytes and checksum,
-one query on a thread) and sent with the headers Django sent with another bundle
-(`_read_here`); its 304 stays Django's until Django gave one. Everything else — a first
-request, a client refusing gzip, a token the cache does not vouch for, a throttled
+apps.fleet.rules.if_none_match_matches), else 200. Everything else — the first
+request for a snapshot in this process (the others arriving meanwhile wait for its
+answer), a client refusing gzip, a token the cache does not vouch for, a throttled
 agent, another environment's or an unready snapshot — goes to Django unchanged,
 which answers as before (401, 404, 406, 429 with the error envelope).
 """
@@ -36,7 +34,6 @@ which answers as before (401, 404, 406, 429 with the error envelope).
 import asyncio
 import contextlib
 import json
-import logging
 import re
 import threading
 from collections import OrderedDict
@@ -44,17 +41,13 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from django.core.cache.backends.redis import RedisSerializer
-from django.db import DatabaseError, connection
 
 from agentapi import edge, longpoll
-from agentapi.pollanswer import PER_REQUEST, LearnedHeaders
+from agentapi.pollanswer import PER_REQUEST
 from apps.core.breaker import best_effort_redis
 from apps.core.compression import accepts_gzip
 from apps.core.throttling import AgentRateThrottle
 from apps.fleet import cache, rules
-from apps.snapshots.models import Snapshot
-
-logger = logging.getLogger(__name__)
 
 BUNDLE_PATH = re.compile(r"/api/v1/agent/snapshots/([0-9]{1,10})/bundle")
 MAX_NUMBER = 2**31 - 1  # a snapshot's number is a PositiveIntegerField
@@ -235,58 +228,11 @@ async def within_rate(agent_id: int) -> bool:
 
 
 _answers = _Answers(ANSWERS_MAX_BYTES)
-# What Django sends with a bundle's gzip 200 besides the answer's own ETag and
-# length (the view's Content-Type, Content-Encoding, Vary and Cache-Control, the
-# middleware's headers): the same for every snapshot of every environment.
-bundle_headers = LearnedHeaders(frozenset({200}))
-GZIPPED = (b"content-encoding", b"gzip")
-
-
-def _stored_bundle(environment_id: int, number: int) -> tuple[str, bytes] | None:
-    """(checksum, stored gzip bytes) of the environment's ready snapshot, as the
-    view reads them; on this thread's connection, handed back to the pool after."""
-    try:
-        found = (Snapshot.objects.filter(environment_id=environment_id, number=number,
-                                         state=Snapshot.State.READY)
-                 .order_by().values_list("checksum", "bundle_gzip").first())
-    finally:
-        if not connection.in_atomic_block:  # (a test's transaction holds it)
-            connection.close()
-    return None if found is None else (found[0], bytes(found[1]))
-
-
-async def _read_here(ask: BundleAsk) -> None:
-    """Keep the 200 of a snapshot Django has not answered in this process, read
-    from the database on a thread and sent with the headers Django sent with
-    another bundle's (never before Django answered one here): after a publish,
-    the first agents' request for the new bundle no longer waits for Django, whose
-    thread shares the interpreter with a loop answering thousands of agents. The
-    requests arriving meanwhile wait for it, as for Django's; a snapshot not found
-    (404) or a database failing is Django's."""
-    learned = bundle_headers.of(ask.key[3])
-    if learned is None or GZIPPED not in learned:
-        return
-    reading = _answering[ask.key] = asyncio.get_running_loop().create_future()
-    try:
-        stored = await asyncio.to_thread(_stored_bundle, *ask.key[:2])
-        if stored is not None and stored[0] == ask.key[2]:
-            checksum, body = stored
-            _answers.keep(ask.key, Answer(200, [
-                *learned, (b"etag", f'"{checksum}+gzip"'.encode()),
-                (b"content-length", str(len(body)).encode())], body))
-    except DatabaseError:
-        logger.warning("database unavailable; bundle left to Django", exc_info=True)
-    finally:  # (a request that stopped waiting for it may have resolved it: Django's)
-        if _answering.get(ask.key) is reading:
-            del _answering[ask.key]
-        if not reading.done():
-            reading.set_result(None)
 
 
 def forget() -> None:
     """Drop what this process keeps (tests: ids are reused from test to test)."""
     _answers.forget()
-    bundle_headers.by_scheme.clear()
 
 
 # The bundle requests Django is answering now, per BundleAsk key: after a publish
@@ -314,8 +260,6 @@ async def _answered_by_django(app, scope, receive, send, ask: BundleAsk):
     answering = _answering.get(ask.key)
     if answering is None or answering.get_loop() is not loop:  # resolved on its own loop
         answering = _answering[ask.key] = loop.create_future()
-
-    send = bundle_headers.learning(send, ask.key[3])
 
     async def keeping(message):
         nonlocal start
@@ -354,9 +298,6 @@ class BundleEdge:
         answer = replayed(_answers.get(ask.key), ask.if_none_match)
         if answer is None:
             await _first_answer(ask.key)
-            answer = replayed(_answers.get(ask.key), ask.if_none_match)
-        if answer is None and ask.key not in _answering and 200 not in _answers.get(ask.key):
-            await _read_here(ask)
             answer = replayed(_answers.get(ask.key), ask.if_none_match)
         if answer is not None and await within_rate(ask.agent_id):
             await send({"type": "http.response.start", "status": answer.status,

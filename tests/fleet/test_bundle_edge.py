@@ -14,7 +14,6 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import DatabaseError
 from django.test import Client
 from django.test.utils import override_settings
 
@@ -293,46 +292,24 @@ def test_a_rollback_to_the_same_content_is_served_under_its_own_number(
     assert [json.loads(gzip.decompress(a[2]))["number"] for a in answers] == [third.number] * 2
 
 
-def test_a_snapshot_django_has_not_answered_is_read_by_the_edge_as_django_answers_it(
+def test_a_new_snapshots_first_request_is_djangos_and_the_next_replay_it(
         agent, first, environment, superuser, django_app, django_assert_num_queries,
         django_capture_on_commit_callbacks):
-    """After a publish, the new bundle's first request is not Django's (its thread
-    shares the interpreter with a loop answering the whole fleet): one query for the
-    stored bytes, sent with the headers Django sent with the first bundle."""
+    """The bundle answer is the view's alone: the edge replays what Django sent."""
     _learned(agent, django_app)
     second = published_and_polled([agent], environment, superuser,
                                   django_capture_on_commit_callbacks, workers=8)
 
-    with django_assert_num_queries(1):
-        from_edge = sent(django_app, headers=agent.headers, number=second.number)
+    from_django = sent(django_app, headers=agent.headers, number=second.number)
     with django_assert_num_queries(0):
         replayed = sent(django_app, headers=agent.headers, number=second.number)
-    from_django = per_request_removed(sent(DjangoByClient(), headers=agent.headers,
-                                           number=second.number))
-
-    assert django_app.calls == 1 and from_edge == replayed
-    assert (from_edge[0], from_edge[2]) == (from_django[0], from_django[2])
-    assert named(from_edge[1]) == named(from_django[1])
-    assert named(from_edge[1])[b"etag"] == f'"{second.checksum}+gzip"'.encode()
-
-
-def test_the_edges_read_failing_or_a_304_leaves_the_new_bundle_to_django(
-        agent, first, environment, superuser, django_app, monkeypatch,
-        django_capture_on_commit_callbacks):
-    _learned(agent, django_app)
-    second = published_and_polled([agent], environment, superuser,
-                                  django_capture_on_commit_callbacks, workers=8)
-
-    def failing(*args):
-        raise DatabaseError("down")
-
-    monkeypatch.setattr(bundle_edge, "_stored_bundle", failing)
-    answer = sent(django_app, headers=agent.headers, number=second.number)
-    assert (answer[0], django_app.calls) == (200, 2)
-    etag = named(answer[1])[b"etag"].decode()
+    etag = named(from_django[1])[b"etag"].decode()
     not_modified = sent(django_app, headers=[*agent.headers, ("If-None-Match", etag)],
                         number=second.number)
-    assert (not_modified[0], django_app.calls) == (304, 3)
+
+    assert django_app.calls == 3  # #1's first, #2's first, #2's first 304
+    assert per_request_removed(from_django) == replayed and replayed[0] == 200
+    assert etag == f'"{second.checksum}+gzip"' and not_modified[0] == 304
 
 
 # --- what the edge must leave to Django ---------------------------------------------------
