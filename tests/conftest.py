@@ -22,7 +22,7 @@ from project import gc_tuning
 from project.celery import app as celery_app
 from tests import factories
 from tests.flush import written_tables_only
-from tests.world import KeptChain
+from tests.world import KeptChain, build_second
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
 
@@ -180,7 +180,7 @@ def _kept_chain(django_db_setup, django_db_blocker):
     chain = KeptChain()
     yield chain
     with django_db_blocker.unblock():
-        chain.prepare(0)
+        chain.prepare(())
 
 
 def _needs_own_transactions(item) -> bool:
@@ -198,9 +198,9 @@ def _chain_prepared(request, _kept_chain, django_db_blocker):
     """Before the test's own transaction opens: the kept chain cut back or built up to
     what this test asks for (none for tests with transactions of their own)."""
     item = request.node
-    depth = 0 if _needs_own_transactions(item) else KeptChain.depth_wanted(item)
+    wanted = () if _needs_own_transactions(item) else KeptChain.wanted(item)
     with django_db_blocker.unblock():
-        _kept_chain.prepare(depth)
+        _kept_chain.prepare(wanted)
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def module_transaction(django_db_setup, django_db_blocker, _kept_chain):
     from the database (or only ids and secrets). Not for modules with transactional
     tests (their flush would empty the world)."""
     with django_db_blocker.unblock():
-        _kept_chain.prepare(0)  # the chain keeps nothing while this is open
+        _kept_chain.prepare(())  # the chain keeps nothing while this is open
         with transaction.atomic():
             yield
             transaction.set_rollback(True)
@@ -316,8 +316,32 @@ def blog(outsider):
 @pytest.fixture
 def first(environment, superuser, _kept_chain):
     """shop/prod's snapshot #1, published and active (what agents have to begin with)."""
-    snapshot = _kept_chain.kept("first") or factories.publish(environment, superuser)
+    snapshot = _kept_chain.kept("first")
+    if snapshot is None:  # (kept, it may have a second snapshot on it already)
+        snapshot = factories.publish(environment, superuser)
+        environment.refresh_from_db()
+        assert environment.active_snapshot_id == snapshot.pk
     assert (snapshot.number, snapshot.state) == (1, "ready")
+    return snapshot
+
+
+@pytest.fixture
+def second_active(first, environment, superuser, _kept_chain):
+    """shop/prod's snapshot #2 (4 workers become 8), published and active."""
+    snapshot = (_kept_chain.kept("second_active")
+                or build_second(environment, superuser, staged=False))
     environment.refresh_from_db()
-    assert environment.active_snapshot_id == snapshot.pk
+    assert (snapshot.number, environment.active_snapshot_id) == (2, snapshot.pk)
+    return snapshot
+
+
+@pytest.fixture
+def second_staged(first, environment, superuser, _kept_chain):
+    """shop/prod's snapshot #2 (4 workers become 8), ready and NOT active: the
+    environment's release policy is staged (activation is explicit)."""
+    snapshot = (_kept_chain.kept("second_staged")
+                or build_second(environment, superuser, staged=True))
+    environment.refresh_from_db()
+    assert (snapshot.number, snapshot.state) == (2, "ready")
+    assert (environment.release_policy, environment.active_snapshot_id) == ("staged", first.pk)
     return snapshot

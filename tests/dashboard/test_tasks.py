@@ -41,11 +41,8 @@ pytest_plugins = []
 
 
 @pytest.fixture
-def second(first, environment, superuser):
-    environment_update(environment=environment, config=CONFIG.replace("workers: 4",
-                                                                      "workers: 8"),
-                       actor=superuser)
-    return publish(environment, superuser)
+def second(second_active):
+    return second_active
 
 
 @pytest.fixture

@@ -126,12 +126,9 @@ def follow_page(client, response) -> str:
 
 
 @pytest.fixture
-def second(first, environment, superuser) -> Snapshot:
+def second(second_active) -> Snapshot:
     """shop/prod's snapshot #2 (4 workers become 8), published and active."""
-    snapshot = publish_variant(environment, superuser, workers=8)
-    environment.refresh_from_db()
-    assert (snapshot.number, environment.active_snapshot_id) == (2, snapshot.pk)
-    return snapshot
+    return second_active
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ two owners who may approve, a deployer who asks, and a rule of two approvals."""
 import pytest
 
 from apps.governance import rules, services
-from apps.releases.services import environment_update
-from tests import factories
 
 
 @pytest.fixture(autouse=True)
@@ -14,12 +12,9 @@ def _empty_cache(empty_cache):
 
 
 @pytest.fixture
-def second(first, environment, superuser):
-    environment_update(environment=environment, release_policy="staged", actor=superuser)
-    snapshot = factories.publish_variant(environment, superuser, workers=8)
-    environment.refresh_from_db()
-    assert environment.active_snapshot_id == first.pk and snapshot.number == 2
-    return snapshot
+def second(second_staged):
+    """shop/prod's #2, ready and not active (the release policy staged)."""
+    return second_staged
 
 
 @pytest.fixture

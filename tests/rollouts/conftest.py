@@ -4,7 +4,7 @@ shared `first`) and whose #2 is ready but not activated, and enrolled agents."""
 import pytest
 
 from apps.releases.services import environment_update
-from tests.factories import enrolled_agents, publish_variant, staged_environment
+from tests.factories import enrolled_agents, staged_environment
 
 
 @pytest.fixture(autouse=True)
@@ -13,15 +13,10 @@ def _empty_cache(empty_cache):
 
 
 @pytest.fixture
-def second(first, environment, superuser):
+def second(second_staged):
     """Snapshot #2 of shop/prod: ready, with other content, and NOT active (the
-    environment now requires explicit activation) — what a rollout stages."""
-    environment_update(environment=environment, release_policy="staged", actor=superuser)
-    snapshot = publish_variant(environment, superuser, workers=8)
-    assert (snapshot.number, snapshot.state) == (2, "ready")
-    environment.refresh_from_db()
-    assert environment.active_snapshot_id == first.pk
-    return snapshot
+    environment requires explicit activation) — what a rollout stages."""
+    return second_staged
 
 
 @pytest.fixture
