@@ -1,5 +1,5 @@
 """A snapshot's bundle, answered in front of Django on the event loop once Django has
-answered a bundle in this process.
+answered that snapshot's bundle in this process.
 
 A snapshot's content never changes: Django's answer to GET
 /api/v1/agent/snapshots/<n>/bundle (the stored gzip bytes, with every header the
@@ -40,6 +40,7 @@ from collections import OrderedDict
 from types import SimpleNamespace
 from typing import NamedTuple
 
+from django.conf import settings
 from django.core.cache.backends.redis import RedisSerializer
 
 from agentapi import edge, longpoll
@@ -198,6 +199,8 @@ async def within_rate(agent_id: int) -> bool:
     sent at once would otherwise read the same count in one round trip and each
     write it plus one (as DRF's read-then-write does across processes)."""
     throttle = AgentRateThrottle()
+    if settings.BELLWETHER_THROTTLE_RATES.get(throttle.scope) is None:
+        return True  # (no read either)
     caller = SimpleNamespace(user=SimpleNamespace(agent=SimpleNamespace(pk=agent_id)))
     redis = cache.async_redis()
     if redis is None:  # local memory: no I/O

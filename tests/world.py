@@ -93,8 +93,9 @@ class KeptChain:
         while shared < min(len(wanted), len(self.levels)) and (
                 self.levels[shared][0] == wanted[shared]):
             shared += 1
-        while len(self.levels) > shared:
+        if len(self.levels) > shared:
             self.read.clear()
+        while len(self.levels) > shared:
             _, atomic, _ = self.levels.pop()
             transaction.set_rollback(True)
             atomic.__exit__(None, None, None)

@@ -17,6 +17,7 @@ from drf_spectacular.generators import SchemaGenerator
 from apps.environments.models import Environment
 from tests import factories
 from tests.api_helpers import assert_error
+from tests.core.test_parsers import BAD_STRINGS
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +26,6 @@ NUMBERS = (HUGE, -HUGE, 2**63, 2**31, -1, 1e308, "1e400")
 NOT_NUMBERS = {"string", "boolean", "array", "object"}
 OURS = {"tenancy", "environments", "snapshots", "audit", "fleet", "rollouts"}
 VOLATILE = {"last_used_at", "last_seen_at", "updated_at"}
-# JSON text of strings no server may store: NUL, a lone high and a lone low
-# surrogate (as escapes, the only way JSON carries them), NUL beside text.
-BAD_STRINGS = ['"\\u0000"', '"\\ud800"', '"a\\udfffb"', '"name\\u0000x"']
 
 
 def _schema() -> dict:

@@ -1,6 +1,7 @@
 """The body parsers (apps.core.parsers) refuse text no server may store, wherever in
 the body it is: every bad string as a value, in a list, as an object's value or
-key, however deep, in JSON and in YAML, a 400 naming where it is. Every JSON and
+key, however deep, a 400 naming where it is (YAML bodies: its loader's refusal,
+naming the key or the line). Every JSON and
 YAML route parses through them; tests/api/test_hostile_input.py shows that each
 route's fields are refused through them."""
 

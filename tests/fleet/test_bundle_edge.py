@@ -521,6 +521,15 @@ def test_the_agents_api_rate_counts_the_edges_answers_too(agent, django_app, set
     assert error_code(answers[3]) == "throttled"
 
 
+def test_with_the_agents_api_rate_off_the_edge_reads_no_count(settings, monkeypatch):
+    settings.BELLWETHER_THROTTLE_RATES = {**settings.BELLWETHER_THROTTLE_RATES,
+                                          "agent": None}
+    monkeypatch.setattr(bundle_edge.cache, "async_redis",
+                        lambda: pytest.fail("the count was read"))
+
+    assert async_to_sync(bundle_edge.within_rate)(1) is True
+
+
 # --- what is kept ----------------------------------------------------------------------
 
 
