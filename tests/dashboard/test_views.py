@@ -1566,11 +1566,10 @@ def test_agents_panel_query_count_does_not_grow_with_the_agents(count, environme
 
 # --- hostile numbers and history restores --------------------------------------------
 
-# Every number a page sends: (method, path, data with `junk` in it, the field). The
-# rollout's fields are shown by the field, the buttons' hidden ones in the flash.
+# Every number a page posts: (method, path, data with `junk` in it, the field). The
+# rollout's fields are shown by the field, the buttons' hidden ones in the flash. (The
+# diff's two numbers: test_diff_with_junk_numbers_is_400_with_the_error_by_the_field.)
 NUMBER_FIELDS = {
-    "diff to": lambda r, junk: ("get", url("diff"), {"to": junk}, "to"),
-    "diff from": lambda r, junk: ("get", url("diff"), {"to": "2", "from": junk}, "from"),
     "deploy agent": lambda r, junk: ("post", url("deploy"), {"agent": junk}, "agent"),
     "deploy snapshot": lambda r, junk: ("post", url("deploy"), {"snapshot": junk}, "snapshot"),
     "rollout snapshot": lambda r, junk: ("post", url("rollout-new"),
