@@ -12,7 +12,7 @@ import hypothesis
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from pytest_django.fixtures import validate_django_db
 
@@ -181,6 +181,17 @@ def _kept_chain(django_db_setup, django_db_blocker):
     yield chain
     with django_db_blocker.unblock():
         chain.prepare(())
+        _end_other_sessions()
+
+
+def _end_other_sessions() -> None:
+    """End this worker's test database's other sessions before pytest-django drops it:
+    a thread of this process (an executor of an edge's test) may still hold one, and
+    the database would stay behind with a warning."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 def _needs_own_transactions(item) -> bool:
