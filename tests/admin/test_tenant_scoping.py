@@ -84,6 +84,7 @@ def _choice_fields(response):
             if isinstance(field, ModelChoiceField)]
 
 
+@pytest.mark.slow  # every admin page of every model
 def test_a_tenant_owner_sees_nothing_of_another_tenant_on_any_admin_page(
         tenant_b, world_a, login, subtests):
     client = login(world_a)

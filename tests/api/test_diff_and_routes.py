@@ -90,6 +90,7 @@ def test_a_costly_snapshot_diff_is_bounded_for_a_viewer(costly_pair, client_for)
     _list_change(response.json()["files"])
 
 
+@pytest.mark.slow  # diffs up to their time bound
 def test_a_costly_diff_is_bounded_on_the_dashboard_and_in_pending(costly_pair, client_for,
                                                                   client, superuser,
                                                                   environment):

@@ -65,6 +65,7 @@ def test_one_token_or_another_of_the_same_user_share_the_rate(member):
         _throttled(second.get(ENVIRONMENTS))
 
 
+@pytest.mark.slow  # minutes of polls
 def test_an_agent_polling_every_second_for_minutes_is_never_refused(first, environment):
     """A minute of polls at the fastest interval tests use (1 s; the
     server allows no less than 5 s), each with a report, at the default rates."""

@@ -84,6 +84,7 @@ async def test_change_rolled_back_sends_no_event(listen, environment, superuser)
     assert stored.config == before
 
 
+@pytest.mark.slow  # watches a second for the event that must not come yet
 @pytest.mark.django_db(transaction=True)
 async def test_event_is_sent_once_the_change_commits_not_before(
     listen, environment, superuser

@@ -464,6 +464,7 @@ def test_request_rates_parse_and_off_means_none(load_settings, name):
             load_settings(**{name: value})
 
 
+@pytest.mark.slow  # every deploy check
 def test_check_deploy_passes_without_warnings_as_the_docs_configure_production(tmp_path):
     """`manage.py check --deploy` in a process of its own, with the production
     variables docs/operations.md lists (Redis is not contacted by the checks)."""

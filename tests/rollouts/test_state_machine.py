@@ -550,6 +550,7 @@ def test_the_model_refuses_a_rollout_of_what_every_agent_already_runs(environmen
         machine.teardown()
 
 
+@pytest.mark.slow  # many steps per example
 def test_rollout_state_machine_keeps_its_invariants(environment, superuser):
     _staged_with_first(environment, superuser)
 
