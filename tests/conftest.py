@@ -332,7 +332,7 @@ def first(environment, superuser, _kept_chain):
         snapshot = factories.publish(environment, superuser)
         environment.refresh_from_db()
     assert (snapshot.number, snapshot.state) == (1, "ready")
-    if _kept_chain.kept("second_active") is None:  # (else #2 is, asserted there)
+    if _kept_chain.pk_of("second_active") is None:  # (else #2 is, asserted there)
         assert environment.active_snapshot_id == snapshot.pk
     return snapshot
 
@@ -340,9 +340,10 @@ def first(environment, superuser, _kept_chain):
 @pytest.fixture
 def second_active(first, environment, superuser, _kept_chain):
     """shop/prod's snapshot #2 (4 workers become 8), published and active."""
-    snapshot = (_kept_chain.kept("second_active")
-                or build_second(environment, superuser, staged=False))
-    environment.refresh_from_db()
+    snapshot = _kept_chain.kept("second_active")
+    if snapshot is None:
+        snapshot = build_second(environment, superuser, staged=False)
+        environment.refresh_from_db()
     assert (snapshot.number, environment.active_snapshot_id) == (2, snapshot.pk)
     return snapshot
 
@@ -351,9 +352,10 @@ def second_active(first, environment, superuser, _kept_chain):
 def second_staged(first, environment, superuser, _kept_chain):
     """shop/prod's snapshot #2 (4 workers become 8), ready and NOT active: the
     environment's release policy is staged (activation is explicit)."""
-    snapshot = (_kept_chain.kept("second_staged")
-                or build_second(environment, superuser, staged=True))
-    environment.refresh_from_db()
+    snapshot = _kept_chain.kept("second_staged")
+    if snapshot is None:
+        snapshot = build_second(environment, superuser, staged=True)
+        environment.refresh_from_db()
     assert (snapshot.number, snapshot.state) == (2, "ready")
     assert (environment.release_policy, environment.active_snapshot_id) == ("staged", first.pk)
     return snapshot

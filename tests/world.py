@@ -112,11 +112,15 @@ class KeptChain:
             self.levels.append((name, atomic, pk))
             self.read.clear()
 
+    def pk_of(self, name: str) -> int | None:
+        """The level's primary key, or None when it is not kept."""
+        return next((pk for level, _, pk in self.levels if level == name), None)
+
     def kept(self, name: str):
         """A copy of the level's object as stored, or None when it is not kept: every
         test changes rows only inside its own savepoint, so the row read back once
         serves each test until the chain changes, and a test changes only its copy."""
-        pk = next((pk for level, _, pk in self.levels if level == name), None)
+        pk = self.pk_of(name)
         if pk is None:
             return None
         if name not in self.read:
