@@ -1,28 +1,27 @@
-"""The agent poll's 304, answered in front of Django on the event loop.
+"""GET /api/v1/agent/desired, the agent's poll: answered here, in front of Django,
+on the event loop — from the cache when it can, else from the database.
 
 Django's ASGI handler runs every request through a thread whenever a middleware is
 synchronous (WhiteNoise is), which holds a web process to a few hundred polls a
-second. `PollEdge` wraps the ASGI application: a GET or HEAD of
-/api/v1/agent/desired that Django would answer 304 from the cache — a well-formed
-agent token matching its cached poll state, an If-None-Match naming the cached
-ETag, no poll debt the cached answer does not reflect (apps.fleet.polldebt), an
-allowed Host, an address not refused for failed authentications — is answered
-here with one cache read, no SQL and no thread (but for the periodic work of a
-process: the poll that finds the poll debts due reads them on a thread, once a
+second. `PollEdge` answers every request to the poll's path itself: a GET or HEAD
+whose If-None-Match names the ETag of the agent's cached poll state (a well-formed
+agent token matching it, no poll debt the cached answer does not reflect:
+apps.fleet.polldebt, an allowed Host, an address not refused, HTTPS when required)
+is answered 304 with one cache read, no SQL and no thread (but for the periodic work
+of a process: the poll that finds the poll debts due reads them on a thread, once a
 second, and a heartbeat flush due runs on a thread, every few seconds). When the
-If-None-Match names another ETag, the cached answer is sent as the 200 Django
-would send (agentapi.pollanswer), so the polls after a change that refilled the
-cache do not all go to the database. Every other request, and every doubt (a
-header sent twice, a precondition Django would evaluate, the database failing),
-goes to Django unchanged, which answers as before: 401 with the envelope (counted
-by FailedAuthenticationMiddleware), 200 with the body, 429, 400, a redirect to
-HTTPS.
+If-None-Match names another ETag, a GET is sent the cached answer as its 200 (once
+per answer and token in this process), so the polls after a change that refilled
+the cache do not all go to the database. Every other poll — no If-None-Match, a
+doubt, a refusal to give — is answered from the database (agentapi.desired) on a
+thread admission lends (project.admission), which writes the poll state the next
+polls are answered from.
 
-A poll with `?wait=N` (agentapi.longpoll) that the edge would answer 304 is
-held instead until the agent's token key is announced or N seconds (capped) pass:
-on an announcement the edge decides again (still current: it waits on; a newer
-cached answer: the edge sends it; otherwise Django answers, from the database), at
-the end of the wait it answers 304.
+A poll with `?wait=N` (agentapi.longpoll) that would be answered 304 is held
+instead until the agent's token key is announced or N seconds (capped) pass: on an
+announcement it is decided again (still current: it waits on; a newer cached
+answer: its 200; otherwise the database's answer), at the end of the wait it is
+answered 304.
 """
 
 import asyncio
@@ -36,32 +35,26 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from agentapi import longpoll, pollanswer
+from agentapi import desired, longpoll
 from apps.core import metrics, throttling, tokens
 from apps.fleet import cache, heartbeats, polldebt, rules
 from apps.fleet.authentication import agent_token_in
+from project.admission import Busy, admission, busy
 
 DESIRED_PATH = "/api/v1/agent/desired"
 # The headers the decision reads; each must come at most once.
 _READ = frozenset({b"authorization", b"if-none-match", b"host", b"x-forwarded-for",
                    b"x-forwarded-proto", b"accept"})
-# Preconditions Django evaluates before If-None-Match (412): left to it.
-_DJANGO_DECIDES = frozenset({b"if-match", b"if-unmodified-since"})
+# Preconditions evaluated before If-None-Match (412): by the database's answer.
+_PRECONDITIONS = frozenset({b"if-match", b"if-unmodified-since"})
 
 
 def _headers(scope) -> dict[bytes, str] | None:
     """The headers the decision reads, or None when one is repeated or a
-    precondition only Django evaluates is present."""
-    found: dict[bytes, str] = {}
-    for name, value in scope.get("headers") or ():
-        name = name.lower()
-        if name in _DJANGO_DECIDES:
-            return None
-        if name in _READ:
-            if name in found:
-                return None
-            found[name] = value.decode("latin-1")
-    return found
+    precondition only Django's conditional rules evaluate is present (the
+    database's answer evaluates it)."""
+    found = headers_once(scope, _READ | _PRECONDITIONS)
+    return None if found is None or _PRECONDITIONS & found.keys() else found
 
 
 def _decided_by_django(host: str | None, forwarded_proto: str | None,
@@ -114,23 +107,20 @@ def _address_refused(scope, headers) -> bool:
     return throttling.blocked_addresses.wait(address, time.time()) is not None
 
 
-def requested_wait(scope) -> int | None:
-    """Seconds the poll may be held: 0 without a query string, N (capped) for
-    exactly `wait=N`; None for anything else (Django answers: 400 naming `wait`
-    for a bad number)."""
-    query = scope.get("query_string") or b""
-    if not query:
-        return 0
-    name, _, value = query.decode("latin-1").partition("=")
-    return rules.poll_wait_seconds(value) if name == "wait" else None
+SENT_REMEMBERED = 100_000
+_sent: dict[str, str] = {}  # token key -> the ETag last sent it with a 200 from the cache
 
 
-def _json_get(scope, headers) -> bool | None:
-    """For a GET whose Accept makes the API answer JSON, whether it came over HTTPS
-    (Django's headers differ: HSTS); None for any other request."""
-    if scope["method"] != "GET" or headers.get(b"accept") not in pollanswer.JSON_ACCEPTED:
-        return None
-    return is_secure(scope, headers)
+def _first_sent(key: str, etag: str) -> bool:
+    """Whether the cache's 200 of `etag` may go to this token: once per process; an
+    agent asking for the same 200 again (ignoring ETags) is answered from the
+    database, under the agent's API rate."""
+    if _sent.get(key) == etag:
+        return False
+    if len(_sent) >= SENT_REMEMBERED:
+        _sent.clear()
+    _sent[key] = etag
+    return True
 
 
 class Current(NamedTuple):
@@ -143,9 +133,9 @@ class Current(NamedTuple):
     body: bytes | None = None
 
 
-class ToDjango(NamedTuple):
-    """Why Django answers this poll rather than the edge (counted by the reason:
-    metrics.poll_to_django; the table in docs/operations.md says what each means)."""
+class Uncached(NamedTuple):
+    """Why the database answers this poll, not the cache (counted by the reason:
+    metrics.poll_from_database; the table in docs/operations.md says what each means)."""
 
     reason: str
 
@@ -159,31 +149,31 @@ class Refilling(NamedTuple):
     agent_id: int
 
 
-async def current_answer(scope) -> Current | Refilling | ToDjango:
-    """The poll's cached answer when it is 304, or 200 with the cached body when the
-    edge may send it (agentapi.pollanswer), the heartbeat recorded; Refilling
-    when the cache's answer is stale and being replaced; else why Django must
-    answer."""
+async def current_answer(scope) -> Current | Refilling | Uncached:
+    """The poll's cached answer when it is 304, or 200 with the cached body when it
+    may be sent (`_first_sent`), the heartbeat recorded; Refilling
+    when the cache's answer is stale and being replaced; else why the database
+    answers."""
     if scope["method"] not in ("GET", "HEAD"):
-        return ToDjango("request")
+        return Uncached("request")
     headers = _headers(scope)
     if headers is None:
-        return ToDjango("request")
+        return Uncached("request")
     if b"if-none-match" not in headers:
-        return ToDjango("no_validator")
+        return Uncached("no_validator")
     checked = await _checked_state(scope, headers)
-    if isinstance(checked, ToDjango):
+    if isinstance(checked, Uncached):
         return checked
     key, state, owed = checked
     if owed is None:
-        return ToDjango("debt_unknown")
+        return Uncached("debt_unknown")
     if owed:
-        return Refilling(key, state["agent_id"]) if polldebt.refilled(key) else ToDjango("stale")
+        return Refilling(key, state["agent_id"]) if polldebt.refilled(key) else Uncached("stale")
     body = None
     if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
         body = state.get("body")
-        if not (body and pollanswer.may_send(_json_get(scope, headers), key, state["etag"])):
-            return ToDjango("changed")
+        if not (body and scope["method"] == "GET" and _first_sent(key, state["etag"])):
+            return Uncached("changed")
     _record_heartbeat(state["agent_id"], cache.renewal_key(key, state))
     return Current(key, state["agent_id"], state["etag"], body)
 
@@ -205,34 +195,35 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     agent token — an allowed Host, an address not refused, HTTPS when required, the
     secret matching, no unsettled poll debt — or None. Every edge answer passes it
     (the poll's, agentapi.bundle_edge, agentapi.report_edge): a token the
-    cache does not vouch for goes to Django, so a revoked, rotated or decommissioned
-    token meets Django (401) from its next request."""
+    cache does not vouch for goes to the database (the poll's: agentapi.desired; the
+    others' Django), so a revoked, rotated or decommissioned token is refused (401)
+    from its next request."""
     checked = await _checked_state(scope, headers)
-    if isinstance(checked, ToDjango) or checked[2] is not False:
+    if isinstance(checked, Uncached) or checked[2] is not False:
         return None
     return checked[:2]
 
 
-async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | ToDjango:
+async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | Uncached:
     """vouched_state's checks but the poll debt's, and what the debt says of the
     cached state (True: stale; None: the database could not say); or the check
     that failed."""
     host_allowed, secure = host_and_scheme(scope, headers)
     if not host_allowed:
-        return ToDjango("host")
+        return Uncached("host")
     if _address_refused(scope, headers):
-        return ToDjango("address")
+        return Uncached("address")
     if settings.SECURE_SSL_REDIRECT and not secure:
-        return ToDjango("insecure")
+        return Uncached("insecure")
     parsed = agent_token_in(headers.get(b"authorization", ""))
     if parsed is None:
-        return ToDjango("token")
+        return Uncached("token")
     key, secret = parsed
     state = await cache.poll_state_async(key)
     if state is None:
-        return ToDjango("not_cached")
+        return Uncached("not_cached")
     if not tokens.secret_matches(secret, state["token_hash"]):
-        return ToDjango("secret")
+        return Uncached("secret")
     return key, state, await _owes(key, state.get("generation"))
 
 
@@ -242,8 +233,7 @@ async def _owes(key: str, generation: int | None) -> bool | None:
     second per process) are read on a thread by the poll that finds them due."""
     owed = polldebt.owes_known(key, generation)
     if owed is None:
-        owed, failure = await asyncio.to_thread(polldebt.owes, key, generation)
-        return None if failure is not None else owed
+        owed = await asyncio.to_thread(polldebt.owes, key, generation)
     return owed
 
 
@@ -263,22 +253,22 @@ def _record_heartbeat(agent_id: int, renew: str | None) -> None:
 
 # How long a held poll whose cached answer is being refilled waits for the refill
 # when this process hears no announcement at all (a refill announces each chunk as
-# it writes it): then the refill is taken for stalled or lost and Django answers
-# from the database (up to longpoll.TICK_S later: waits end on the second).
+# it writes it): then the refill is taken for stalled or lost and the database
+# answers (up to longpoll.TICK_S later: waits end on the second).
 REFILL_WAIT_S = 2.0
 
 
-async def held_answer(scope) -> Current | ToDjango:
+async def held_answer(scope) -> Current | Uncached:
     """For a poll with ?wait=N: the answer to give at the end of the wait (304), or
-    why Django must answer, as soon as it must (the desired state may have
+    why the database must answer, as soon as it must (the desired state may have
     changed). A poll arriving while a change's refill is under way (its cached
     answer stale) waits for it while the refill is heard from, rather than go to
     the database with the change's whole storm: a slow refill (a loaded machine,
     a slow database) must not be joined by every agent reading the same database.
-    A plain poll (no wait) goes to Django at once."""
-    wait = requested_wait(scope)
-    if wait is None:
-        return ToDjango("request")
+    A plain poll (no wait) goes to the database at once."""
+    wait = desired.requested_wait(scope.get("query_string") or b"")
+    if isinstance(wait, tuple):
+        return Uncached("request")
     loop = asyncio.get_running_loop()
     deadline, refilling_since, woken = loop.time() + wait, None, None
     try:
@@ -291,13 +281,13 @@ async def held_answer(scope) -> Current | ToDjango:
                 refilling_since = refilling_since or loop.time()
                 quiet_since = max(refilling_since, longpoll.heard_at())
                 until = min(quiet_since + REFILL_WAIT_S, deadline)
-            elif isinstance(current, ToDjango) or current.body is not None or not wait:
+            elif isinstance(current, Uncached) or current.body is not None or not wait:
                 return current
             else:
                 refilling_since, until = None, deadline
             remaining = until - loop.time()
             if remaining <= 0:
-                return ToDjango("refilling" if wait else "stale") if refilling else current
+                return Uncached("refilling" if wait else "stale") if refilling else current
             woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
             if not await woken and not refilling:
                 return current
@@ -305,45 +295,41 @@ async def held_answer(scope) -> Current | ToDjango:
         longpoll.answered(woken)
 
 
-def long_poll_header() -> list[tuple[bytes, bytes]]:
-    cap = settings.BELLWETHER_LONG_POLL_MAX_S
-    return [(b"bellwether-long-poll", str(cap).encode())] if cap else []
-
-
 class PollEdge:
-    """ASGI middleware: answers the poll's 304 (holding a long-poll first), or its
-    200 from the cache, when it can; hands on the rest."""
+    """ASGI middleware: answers every request to the desired path — its 304 (holding
+    a long-poll first) or its 200 from the cache when it can, else from the database
+    (agentapi.desired, on a thread); hands on the rest."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"] == DESIRED_PATH:
-            current = await held_answer(scope)
-            if isinstance(current, ToDjango):
-                metrics.poll_to_django(current.reason)
-                headers = _headers(scope)
-                send = _counting_polls(pollanswer.learning(
-                    send, None if headers is None else _json_get(scope, headers)))
-            elif current.body is not None:
-                metrics.poll_answered(200)
-                return await pollanswer.send_changed(
-                    send, _json_get(scope, _headers(scope)), current.key, current.etag,
-                    current.body)
-            else:
-                await send({"type": "http.response.start", "status": 304, "headers": [
-                    (b"etag", current.etag.encode("latin-1")),
-                    (b"cache-control", b"no-cache"), *long_poll_header()]})
-                await send({"type": "http.response.body", "body": b""})
-                metrics.poll_answered(304)
-                return None
-        return await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope["path"] != DESIRED_PATH:
+            return await self.app(scope, receive, send)
+        current = await held_answer(scope)
+        if isinstance(current, Uncached):
+            metrics.poll_from_database(current.reason)
+            try:
+                response = await admission.run(desired.answered_from_database, scope)
+            except Busy:
+                metrics.poll_answered(503)
+                return await busy(send)
+            metrics.poll_answered(response.status_code)
+            return await send_response(send, response)
+        metrics.poll_answered(304 if current.body is None else 200)
+        headers = [(b"etag", current.etag.encode("latin-1")), (b"cache-control", b"no-cache"),
+                   *desired.long_poll_header()]
+        if current.body is not None:
+            headers += [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(current.body)).encode())]
+        await send({"type": "http.response.start", "status": 304 if current.body is None
+                    else 200, "headers": headers})
+        await send({"type": "http.response.body", "body": current.body or b""})
+        return None
 
 
-def _counting_polls(send):
-    """`send`, counting the poll Django answers by its status."""
-    async def counted(message):
-        if message["type"] == "http.response.start":
-            metrics.poll_answered(message["status"])
-        await send(message)
-    return counted
+async def send_response(send, response) -> None:
+    """Send a Django HttpResponse (its headers and content) as the ASGI answer."""
+    await send({"type": "http.response.start", "status": response.status_code, "headers": [
+        (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()]})
+    await send({"type": "http.response.body", "body": response.content})

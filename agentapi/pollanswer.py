@@ -1,18 +1,6 @@
-"""The poll's 200 answered by the poll edge (agentapi.edge) from the cache.
-
-After a change, an agent's If-None-Match names its old answer while the cache may
-already hold the new one (written through by the change on commit, or by a poll
-Django answered). The edge then sends that cached body with exactly the headers
-Django sent with a desired 200 before in this process — learned from Django's own
-answers (the same scheme; every header but ETag, Content-Length, Date, Server and X-Request-ID),
-so middleware and settings stay Django's to decide — and the new ETag. Until
-Django has answered one such 200 here, the edge sends none. Only for a GET whose
-Accept makes the API render JSON; a second 200 of the same answer to the same
-token from this process goes to Django again (an agent that ignores ETags meets
-the API's per-agent throttle there, as before). The report edge
-(agentapi.report_edge) learns the headers of Django's report answers the same way
-(`LearnedHeaders`).
-"""
+"""The headers of Django's answers to a route, learned as they pass, for an edge's
+own answers to that route: the report edge (agentapi.report_edge) sends them with
+the reports it records (`LearnedHeaders`)."""
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -24,7 +12,7 @@ JSON_ACCEPTED = frozenset({None, "*/*", "application/json"})
 PER_REQUEST = frozenset({b"x-request-id"})
 # Headers of Django's answer that are the answer's own, not the route's.
 _OWN = PER_REQUEST | {b"etag", b"content-length", b"date", b"server"}
-MAX_REMEMBERED = 100_000
+
 
 class LearnedHeaders:
     """The headers Django sent with its JSON answers (of `statuses`) to one route,
@@ -60,8 +48,6 @@ class LearnedHeaders:
 
 
 _learned: list[LearnedHeaders] = []
-desired_headers = LearnedHeaders(frozenset({200}))
-_sent: dict[str, str] = {}  # token key -> the ETag the edge last sent it with a 200
 
 
 @receiver(setting_changed)
@@ -70,28 +56,8 @@ def _settings_changed(**kwargs):
         learned.by_scheme.clear()
 
 
-def may_send(secure: bool | None, key: str, etag: str) -> bool:
-    """Whether the edge may answer this poll's 200 (`secure`: None unless the poll
-    is a GET asking for JSON, else whether it came over HTTPS)."""
-    return desired_headers.of(secure) is not None and _sent.get(key) != etag
-
-
-async def send_changed(send, secure: bool, key: str, etag: str, body: bytes) -> None:
-    if len(_sent) >= MAX_REMEMBERED:
-        _sent.clear()
-    _sent[key] = etag
-    await send_json(send, 200, desired_headers.of(secure), body,
-                    (b"etag", etag.encode("latin-1")))
-
-
 async def send_json(send, status: int, headers, body: bytes, *extra) -> None:
     """An answer of the edge: Django's learned `headers`, `extra` ones, the body."""
     await send({"type": "http.response.start", "status": status, "headers": [
         *headers, *extra, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
-
-
-def learning(send, secure: bool | None):
-    """`send`, noting the headers of Django's 200 to a GET of the desired state
-    asking for JSON (`secure` as may_send's), unless it sets a cookie."""
-    return desired_headers.learning(send, secure)

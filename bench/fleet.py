@@ -13,8 +13,8 @@ desired state) and publish -> every agent reported: min/p50/p90/p99/max, errors 
 kind, and the web nodes' resident memory (before the agents, once a tenth of them
 are held, with all of them held, after): its growth per held agent from before the
 agents (the servers' own warm-up included) and between a tenth and all of them held
-(what each more waiting agent costs), and the polls the servers' poll edges handed
-to Django, by why (their /metrics: bellwether_agent_polls_to_django), before and
+(what each more waiting agent costs), and the polls the servers answered from the
+database, by why (their /metrics: bellwether_agent_polls_from_database), before and
 after the publish.
 
     .venv/bin/python bench/fleet.py --agents 500 [--interval 1-5] [--wait 30]
@@ -297,7 +297,7 @@ async def _held_rss(fleet: Fleet, count: int, rss) -> tuple[int, list]:
     return fleet.waiting, rss()
 
 
-def polls_to_django(url: str) -> Counter | None:
+def polls_from_database(url: str) -> Counter | None:
     """The polls the servers' edges handed to Django so far, by why, as the web node
     at `url` counts them (every process of BenchServers shares one
     PROMETHEUS_MULTIPROC_DIR, so one node's /metrics counts all); None when it does
@@ -309,7 +309,7 @@ def polls_to_django(url: str) -> Counter | None:
         return None
     return Counter({sample.labels["reason"]: int(sample.value)
                     for family in text_string_to_metric_families(text)
-                    if family.name == "bellwether_agent_polls_to_django"
+                    if family.name == "bellwether_agent_polls_from_database"
                     for sample in family.samples if sample.name.endswith("_total")})
 
 
@@ -352,7 +352,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     rss_warm = warm.result() if warm.done() else None
     warm.cancel()
     load_at_publish = Path("/proc/loadavg").read_text().split()[:3]
-    to_django_before = await asyncio.to_thread(polls_to_django, urls[0])
+    to_django_before = await asyncio.to_thread(polls_from_database, urls[0])
     long_polling = sum(1 for agent in agents if agent.wait_s)
     if args.change_config:
         await api(urls[0], api_token, "PATCH", env_path,
@@ -376,7 +376,7 @@ async def measure(args, urls: list[str], api_token: str, enrollment_token: str,
     await asyncio.gather(*tasks, return_exceptions=True)
     for agent in agents:
         agent.connection.close()
-    to_django = await asyncio.to_thread(polls_to_django, urls[0])
+    to_django = await asyncio.to_thread(polls_from_database, urls[0])
     return {"fleet": fleet, "enrolled_s": enrolled_s, "synced_s": synced_s,
             "long_polling": long_polling, "publish_answer_s": publish_answer_s,
             "published": published, "rss": (rss_idle, rss_steady, rss_after),

@@ -28,11 +28,13 @@ project/bodylimits.py): a client sending its body slowly holds no place in Djang
 """
 
 import asyncio
+import contextlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.db import connection
 
 UNQUEUED_PREFIXES = ("/healthz", "/readyz", "/static/")
 BUSY = json.dumps({"error": {"code": "unavailable",
@@ -46,13 +48,19 @@ async def _answer(send, status: int, body: bytes, *headers) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class DjangoAdmission:
-    """ASGI middleware: at most `settings.BELLWETHER_DJANGO_CONCURRENCY` HTTP requests
-    inside the wrapped application at once, per event loop, each on a thread lent
-    for the request from as many."""
+class Busy(Exception):
+    """No thread was lent within BELLWETHER_DJANGO_QUEUE_S: answer 503 (`busy`)."""
 
-    def __init__(self, app):
-        self.app = app
+
+async def busy(send) -> None:
+    await _answer(send, 503, BUSY, (b"retry-after", b"5"))
+
+
+class Admission:
+    """At most `settings.BELLWETHER_DJANGO_CONCURRENCY` requests at once per event
+    loop on the database's side, each on a thread lent from as many."""
+
+    def __init__(self):
         self._threads: dict[asyncio.AbstractEventLoop, asyncio.Queue] = {}
 
     def _idle_threads(self) -> asyncio.Queue:
@@ -69,16 +77,53 @@ class DjangoAdmission:
             self._threads = {loop: threads}
         return threads
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"].startswith(UNQUEUED_PREFIXES):
-            return await self.app(scope, receive, send)
+    @contextlib.asynccontextmanager
+    async def admitted(self):
+        """Inside: the synchronous code (sync_to_async, Django's too) runs on the
+        thread lent. Busy when none was lent in time."""
         threads = self._idle_threads()
         try:
             thread = await asyncio.wait_for(threads.get(), settings.BELLWETHER_DJANGO_QUEUE_S)
         except TimeoutError:
-            return await _answer(send, 503, BUSY, (b"retry-after", b"5"))
+            raise Busy from None
         try:
             async with ThreadSensitiveContext(executor=thread):
-                return await self.app(scope, receive, send)
+                yield
         finally:
             threads.put_nowait(thread)
+
+    async def run(self, function, *args):
+        """`function(*args)` on a lent thread (Busy when none was lent in time), its
+        database connection handed back to the pool after, as at the end of a
+        request Django answers."""
+        async with self.admitted():
+            return await sync_to_async(_connection_returned)(function, *args)
+
+
+def _connection_returned(function, *args):
+    try:
+        return function(*args)
+    finally:
+        if not connection.in_atomic_block:  # (a test's transaction holds it)
+            connection.close()
+
+
+admission = Admission()
+
+
+class DjangoAdmission:
+    """ASGI middleware: HTTP requests enter the wrapped application (Django) through
+    `admission`: a few at a time, each on a lent thread; 503 when none was lent in
+    time."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"].startswith(UNQUEUED_PREFIXES):
+            return await self.app(scope, receive, send)
+        try:
+            async with admission.admitted():
+                return await self.app(scope, receive, send)
+        except Busy:
+            return await busy(send)

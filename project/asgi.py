@@ -18,18 +18,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from agentapi.bundle_edge import BundleEdge  # noqa: E402
-from agentapi.edge import PollEdge  # noqa: E402
-from agentapi.report_edge import ReportEdge  # noqa: E402
 from project import gc_tuning  # noqa: E402
-from project.admission import DjangoAdmission  # noqa: E402
-from project.bodylimits import BoundedBodyASGI  # noqa: E402
 from project.origins import SameOriginWebsockets  # noqa: E402
 from project.refusals import WebsocketRefusals  # noqa: E402
 from project.routing import websocket_urlpatterns  # noqa: E402
+from project.stack import http_stack  # noqa: E402
 
-http_application = PollEdge(BundleEdge(BoundedBodyASGI(ReportEdge(DjangoAdmission(
-    django_asgi_app)))))
+http_application = http_stack(django_asgi_app)
 
 application = ProtocolTypeRouter(
     {

@@ -21,7 +21,8 @@ urlpatterns = [
     path("metrics", csrf_exempt(metrics), name="metrics"),
     path("admin/", admin.site.urls),
     *[path("api/v1/", include(f"apps.{app}.urls")) for app in API_APPS],
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", SpectacularAPIView.as_view(urlconf="project.schema_urls"),
+         name="schema"),
     # Its script is served apart (the CSP allows no inline script); Swagger UI styles
     # itself inline, so this page alone allows inline styles.
     path("api/docs/", csp_update({"style-src": ["'unsafe-inline'"]})(

@@ -20,9 +20,11 @@ from apps.environments.models import Environment
 from apps.tenancy.models import Role
 from project import gc_tuning
 from project.celery import app as celery_app
-from tests import factories
+from tests import agentroutes, factories
 from tests.flush import written_tables_only
 from tests.world import KeptChain, build_second
+
+agentroutes.install()  # the agents' routes through the ASGI stack, as served
 
 REQUIRE_SERVICES = os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1"
 

@@ -14,9 +14,10 @@ from prometheus_client import Counter, Gauge
 
 POLLS = Counter("bellwether_agent_polls", "Agent polls of their desired state, by outcome",
                 ["outcome"])
-POLLS_TO_DJANGO = Counter(
-    "bellwether_agent_polls_to_django",
-    "Agent polls the poll edge handed to Django, by why (agentapi.edge.ToDjango)",
+POLLS_FROM_DATABASE = Counter(
+    "bellwether_agent_polls_from_database",
+    "Agent polls answered from the database, not the cache, by why "
+    "(agentapi.edge.Uncached)",
     ["reason"])
 REPORTS = Counter("bellwether_agent_reports", "Agent reports accepted, by the status reported",
                   ["status"])
@@ -46,8 +47,8 @@ def poll_answered(status: int) -> None:
     _polls(poll_outcome(status)).inc()
 
 
-def poll_to_django(reason: str) -> None:
-    POLLS_TO_DJANGO.labels(reason).inc()
+def poll_from_database(reason: str) -> None:
+    POLLS_FROM_DATABASE.labels(reason).inc()
 
 
 def report_accepted(status: str) -> None:

@@ -211,6 +211,16 @@ def presented_credential_refused(request, response) -> bool:
         getattr(response, "credential_refused", False))
 
 
+def blocked_answer(wait: int) -> JsonResponse:
+    """The answer to an address refused for its failed authentications, `wait`
+    seconds before its window ends."""
+    return JsonResponse({"error": {
+        "code": "throttled",
+        "message": f"Request was throttled: too many failed authentications from "
+                   f"this address. Expected available in {wait} seconds."}},
+        status=429, headers={"Retry-After": str(wait)})
+
+
 class FailedAuthenticationMiddleware:
     """On API paths: a client address whose failed authentications (`401` answers to
     a presented credential: bad, unknown, revoked or expired user, agent and
@@ -226,11 +236,7 @@ class FailedAuthenticationMiddleware:
         address = client_ip(request)
         wait = blocked_addresses.wait(address, time.time())
         if wait is not None:
-            return JsonResponse({"error": {
-                "code": "throttled",
-                "message": f"Request was throttled: too many failed authentications from "
-                           f"this address. Expected available in {wait} seconds."}},
-                status=429, headers={"Retry-After": str(wait)})
+            return blocked_answer(wait)
         response = self.get_response(request)
         if presented_credential_refused(request, response):
             authentication_failed(address)

@@ -1,53 +1,23 @@
-"""The agent protocol (docs/design.md): enroll, desired (ETag polling), bundle, reports,
-drift.
+"""The agent protocol (docs/design.md): enroll, bundle, reports, drift. The poll of
+the desired state is answered in front of Django (agentapi.edge, agentapi.desired)."""
 
-GET desired is the hot path: `desired_etag` answers 304 from the cache before any
-view machinery or SQL runs; on a miss, or for an agent a recent change made the
-cached answer untrustworthy (apps.fleet.polldebt), the view computes the answer
-from the database and caches its ETag.
-"""
 
-import functools
-
-from django.conf import settings
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 from django.utils.cache import get_conditional_response, patch_vary_headers
-from django.views.decorators.http import condition
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core import metrics, tokens
+from apps.core import metrics
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
-from apps.environments.models import Environment
-from apps.fleet import cache, drift, enrollment, heartbeats, polldebt, rules, selectors
-from apps.fleet.authentication import AgentTokenAuthentication, presented_agent_token
-from apps.fleet.models import Agent
+from apps.fleet import drift, enrollment, rules
+from apps.fleet.authentication import AgentTokenAuthentication
 from apps.releases import services as releases
 from apps.snapshots.models import Snapshot
-
-
-def desired_etag(request) -> str | None:
-    """The agent's current ETag from the cache (and its heartbeat), or None on a miss
-    or when a change not yet settled may have left the cached ETag stale."""
-    parsed = presented_agent_token(request)
-    if parsed is None:
-        return None
-    key, secret = parsed
-    state = cache.poll_state(key)
-    owed, failure = polldebt.owes(key, None if state is None else state.get("generation"))
-    if owed:
-        return None
-    if state is None or not tokens.secret_matches(secret, state["token_hash"]):
-        if failure is not None:  # the database just failed: 503 now, not after a wait
-            raise failure
-        return None
-    heartbeats.heartbeat_record(state["agent_id"], cache.renewal_key(key, state))
-    return state["etag"]
 
 
 class AgentAPIView(APIView):
@@ -83,90 +53,6 @@ class EnrollApi(APIView):
             {"agent_id": agent.pk, "token": token, "environment": agent.environment.full_name},
             status=status.HTTP_201_CREATED,
         )
-
-
-class DesiredSerializer(serializers.Serializer):
-    class DesiredSnapshotSerializer(serializers.Serializer):
-        number = WholeNumberField()
-        label = serializers.CharField()
-        checksum = serializers.CharField()
-        bundle_url = serializers.CharField()
-
-    snapshot = DesiredSnapshotSerializer(allow_null=True)
-    deployment_id = serializers.UUIDField(allow_null=True)
-    mode = serializers.ChoiceField(Agent.Mode.choices)
-    poll_interval_s = WholeNumberField()
-    drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices)
-
-
-class DesiredApi(AgentAPIView):
-    query_parameters = ("wait",)
-
-    @extend_schema(
-        parameters=[OpenApiParameter(
-            "wait", int, description="Long-poll: with If-None-Match, hold the answer until "
-            "the desired state changes or this many seconds pass (at most the "
-            "Bellwether-Long-Poll header's value; more is served as that), then 304")],
-        responses={200: DesiredSerializer, 304: OpenApiResponse(
-            description="Not modified (If-None-Match matched)")},
-        summary="The agent's desired snapshot (send If-None-Match)")
-    def get(self, request):
-        agent = self.agent
-        body, etag = selectors.desired_state_for(agent)
-        # The generation read with the agent's row: what the answer reflects at least.
-        cache.store_poll_state(token_key=agent.token_key, token_hash=agent.token_hash,
-                               agent_id=agent.pk, environment_id=agent.environment_id,
-                               etag=etag, generation=agent.generation,
-                               body=selectors.desired_body_bytes(body))
-        # A change committed since we read may have dropped the entry before we
-        # stored it: read again, and drop what we stored if it is already stale.
-        if not selectors.poll_state_current(agent.pk, token_key=agent.token_key, etag=etag):
-            cache.forget_poll_states([agent.token_key])
-        heartbeats.heartbeat_record(agent.pk)  # its state was just written
-        # Reached on a cache miss (or outage): the same conditional answer, from the DB.
-        not_modified = get_conditional_response(request, etag=etag)
-        if not_modified is not None:
-            not_modified["ETag"], not_modified["Cache-Control"] = etag, "no-cache"
-            return not_modified
-        return Response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
-
-
-def _wait_problem(request) -> str | None:
-    """What is wrong with `?wait=N`: a whole number of seconds, given once (a larger
-    one than the server's maximum is served as the maximum)."""
-    values = request.GET.getlist("wait")
-    if len(values) > 1:
-        return "give it once"
-    if values and rules.poll_wait_seconds(values[0]) is None:
-        return "must be a whole number of seconds in digits 0-9"
-    return None
-
-
-def _long_poll_aware(view):
-    """`?wait=N` checked before anything else (400 naming `wait`), and every desired
-    answer saying how long a poll may be held. The wait itself is the edge's
-    (agentapi.edge): a poll Django answers is answered at once."""
-
-    @functools.wraps(view)  # keeps csrf_exempt and the view class
-    def advertised(request, *args, **kwargs):
-        problem = _wait_problem(request)
-        if problem is not None:
-            return JsonResponse({"error": {
-                "code": "invalid", "message": f"wait: {problem}",
-                "details": [{"field": "wait", "message": problem}]}}, status=400)
-        response = view(request, *args, **kwargs)
-        cap = settings.BELLWETHER_LONG_POLL_MAX_S
-        if cap and response.status_code in (200, 304):
-            response["Bellwether-Long-Poll"] = str(cap)
-        return response
-
-    return advertised
-
-
-# The 304 is decided by Django's own conditional-request handling (RFC 9110:
-# lists, "*", weak comparison for If-None-Match, HEAD) before DRF runs; on the
-# production server most are answered before Django (agentapi.edge).
-desired_view = _long_poll_aware(condition(etag_func=desired_etag)(DesiredApi.as_view()))
 
 
 class BundleApi(AgentAPIView):

@@ -11,9 +11,7 @@ interval, whatever the cache did when the change committed (failed, stalled, too
 racing poll's stale write-back) and whether the committing process survived. In the
 steady state (no change in the last seconds) the 304 path costs one query per
 process per refresh interval, none per request. When the database fails, the last
-set read is kept and polls keep being answered from the cache (a poll the cache
-cannot answer then fails at once with the refresh's error: 503, not a second wait
-on the database).
+set read is kept and polls keep being answered from the cache.
 """
 
 import logging
@@ -36,13 +34,12 @@ class _Debts:
         self._loaded = False
         self._due = 0.0
 
-    def owes(self, token_key: str,
-             generation: int | None = None) -> tuple[bool, DatabaseError | None]:
+    def owes(self, token_key: str, generation: int | None = None) -> bool | None:
         """Whether this agent's cached poll answer, computed at `generation`, may be
-        stale, and the database's error when this call refreshed the debts and the
-        database failed."""
-        failure = self._refresh() if self.clock() >= self._due else None
-        return self._distrusts(token_key, generation), failure
+        stale; None while the debts were never read (the database failing)."""
+        if self.clock() >= self._due:
+            self._refresh()
+        return self._distrusts(token_key, generation) if self._loaded else None
 
     def owes_known(self, token_key: str, generation: int | None = None) -> bool | None:
         """owes() without touching the database: None when the debts are due for
@@ -59,26 +56,25 @@ class _Debts:
         generations = keys.generations if isinstance(keys, rules.IndebtedKeys) else {}
         return not rules.cached_answer_reflects(generations.get(token_key), generation)
 
-    def _refresh(self) -> DatabaseError | None:
+    def _refresh(self) -> None:
         # The first read blocks (a new process knows nothing yet); later ones are
         # done by one thread while the others use the last set.
         if not self._lock.acquire(blocking=not self._loaded):
-            return None
+            return
         try:
             now = self.clock()
             if now < self._due:
-                return None
+                return
             self._due = now + rules.POLL_DEBT_REFRESH_S
             try:
                 keys, seen = selectors.poll_debts()
-            except DatabaseError as failure:
+            except DatabaseError:
                 logger.warning("database unavailable; poll debts not refreshed (%d kept)",
                                len(self._keys), exc_info=True)
-                return failure
+                return
             self._keys, self._loaded = keys, True
             if rules.poll_debts_need_sweep(seen, timezone.now()):
                 _sweep()
-            return None
         finally:
             self._lock.release()
 
@@ -105,9 +101,9 @@ def _sweep() -> None:
 _debts = _Debts()
 
 
-def owes(token_key: str, generation: int | None = None) -> tuple[bool, DatabaseError | None]:
-    """(indebted, the database's error if this call's refresh failed): whether the
-    token's cached answer, computed at `generation` (None: unknown), may be stale."""
+def owes(token_key: str, generation: int | None = None) -> bool | None:
+    """Whether the token's cached answer, computed at `generation` (None: unknown),
+    may be stale; None while the debts could never be read."""
     return _debts.owes(token_key, generation)
 
 

@@ -22,12 +22,10 @@ Agent row or anything shaped like one) and say what follows.
   own environment.
 - `enroll_command`: the command line that enrolls and runs an agent.
 - `if_none_match_matches`: whether a poll's If-None-Match names the current ETag.
-- `poll_wait_seconds`: how long a long-poll asking `?wait=N` may be held.
 """
 
 import shlex
 
-from django.conf import settings
 from django.utils.http import parse_etags
 
 from apps.core.errors import ApplicationError, Conflict, ValidationFailed
@@ -372,12 +370,3 @@ def if_none_match_matches(header: str, etag: str) -> bool:
     if etags == ["*"]:
         return True
     return etag.removeprefix("W/") in (tag.removeprefix("W/") for tag in etags)
-
-
-def poll_wait_seconds(raw: str | None) -> int | None:
-    """The wait a poll asks for (`?wait=N`), capped at BELLWETHER_LONG_POLL_MAX_S;
-    None when `raw` is not a whole number in ASCII digits."""
-    if raw is None or not raw or not raw.isascii() or not raw.isdigit():
-        return None
-    cap, digits = settings.BELLWETHER_LONG_POLL_MAX_S, raw.lstrip("0")
-    return cap if len(digits) > 6 else min(int(digits or 0), cap)

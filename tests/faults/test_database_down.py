@@ -18,6 +18,8 @@ PROBE = r"""
 import json, sys, time
 import django
 django.setup()
+from tests import agentroutes
+agentroutes.install()  # the agents' routes through the ASGI stack, as served
 from django.conf import settings
 from django.db import close_old_connections
 from django.test import Client
@@ -54,6 +56,7 @@ def set_up():
     signed_in = factories.session_client(root, raise_request_exception=False)
     agent = factories.bearer_client(factories.enrolled_agent(environment, actor=root).token)
     etag = factories.poll(agent)["ETag"]
+    factories.poll(agent, etag)  # the poll debts read, as on a node serving polls
     return {"page": get("/", via=signed_in)["status"], "etag": etag}
 
 token = {"HTTP_AUTHORIZATION": "Bearer bwu_000000000000.secret"}

@@ -44,7 +44,7 @@ def deployer(client_for):
 
 def _to_django() -> collections.Counter:
     return collections.Counter({
-        sample.labels["reason"]: sample.value for metric in metrics.POLLS_TO_DJANGO.collect()
+        sample.labels["reason"]: sample.value for metric in metrics.POLLS_FROM_DATABASE.collect()
         for sample in metric.samples if sample.name.endswith("_total")})
 
 

@@ -28,6 +28,7 @@ from apps.releases import services as releases
 from apps.releases.publishing import publication_abandon
 from apps.releases.services import snapshot_publish
 from apps.snapshots.models import Snapshot
+from tests.agentroutes import DJANGO_ITSELF
 from tests.factories import enrolled_agent, poll, publish_variant, rollback_publication
 from tests.fleet.support import bundle_url
 
@@ -50,7 +51,8 @@ class DjangoByClient:
         return Client().generic(
             scope["method"], scope["path"], secure=scope["scheme"] == "https",
             QUERY_STRING=scope["query_string"].decode("latin-1"),
-            headers={n.decode(): v.decode("latin-1") for n, v in scope["headers"]})
+            headers={n.decode(): v.decode("latin-1") for n, v in scope["headers"]},
+            **DJANGO_ITSELF)
 
     @staticmethod
     def headers(response):
@@ -110,8 +112,10 @@ def error_code(answer) -> str:
 
 
 def polled(agent):
-    """The agent after its first poll: its poll state is cached, as on a web node."""
-    assert poll(agent.client).status_code == 200
+    """The agent after its first polls: its poll state is cached and the poll debts
+    read, as on a web node."""
+    etag = poll(agent.client)["ETag"]
+    assert poll(agent.client, etag).status_code == 304
     agent.headers = [("Host", "testserver"), ("Authorization", f"Bearer {agent.token}"),
                      ("Accept-Encoding", "gzip")]
     return agent

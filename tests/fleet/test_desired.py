@@ -142,12 +142,13 @@ def test_head_behaves_like_get(enroll, first):
 
 def test_304_from_a_warm_cache_runs_no_sql(enroll, first, django_assert_num_queries,
                                            monkeypatch):
-    # The process's poll debts are read once (by the warming poll), and not due
-    # again here (tests/fleet/test_poll_debt.py pins the one query per interval).
+    # The process's poll debts are read once (by the first 304), and not due again
+    # here (tests/fleet/test_poll_debt.py pins the one query per interval).
     monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=lambda: 0.0))
     agent = enroll()
     client = agent.client
     etag = _warm(client)
+    assert poll(client, etag).status_code == 304
 
     with django_assert_num_queries(0):
         response = poll(client, etag)
@@ -566,16 +567,14 @@ def test_wait_given_twice_is_400_naming_wait(enroll, first):
 
 @override_settings(BELLWETHER_LONG_POLL_MAX_S=45)
 @pytest.mark.parametrize("wait", ["0", "30", "9" * 50])
-def test_a_wait_django_answers_is_answered_at_once_and_advertised(wait, enroll, first):
+def test_a_wait_without_a_validator_is_answered_at_once_and_advertised(wait, enroll, first):
     agent = enroll()
-    etag = _warm(agent.client)
+    _warm(agent.client)
 
     started = time.monotonic()
     fresh = agent.client.get(f"/api/v1/agent/desired?wait={wait}")
-    same = agent.client.get(f"/api/v1/agent/desired?wait={wait}", HTTP_IF_NONE_MATCH=etag)
 
-    assert (fresh.status_code, same.status_code) == (200, 304)
-    assert fresh["Bellwether-Long-Poll"] == same["Bellwether-Long-Poll"] == "45"
+    assert fresh.status_code == 200 and fresh["Bellwether-Long-Poll"] == "45"
     assert time.monotonic() - started < 5
 
 
@@ -593,3 +592,53 @@ def test_a_refused_poll_advertises_no_long_poll(first):
 
     assert_error(response, 401)
     assert "Bellwether-Long-Poll" not in response
+
+
+# -- the route's refusals, answered from the database with the API's envelope ----------
+
+
+@pytest.mark.parametrize("method", ["post", "put", "delete", "patch", "options"])
+def test_another_method_is_405_naming_the_allowed_ones(enroll, first, method):
+    response = getattr(enroll().client, method)("/api/v1/agent/desired")
+
+    assert_error(response, 405, "method_not_allowed")
+    assert response["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize("query", ["x=1", "wait=1&x=2", "WAIT=1", "wait=%31", "a%00=1"])
+def test_a_query_other_than_wait_is_400_naming_the_parameter(enroll, first, query):
+    error = assert_error(enroll().client.get(f"/api/v1/agent/desired?{query}"), 400, "invalid")
+
+    assert error["details"][0]["field"] in {"x", "WAIT", "wait", "query"}
+
+
+def test_a_host_not_allowed_is_400_and_a_precondition_is_evaluated(enroll, first):
+    agent = enroll()
+    etag = _warm(agent.client)
+
+    refused = agent.client.get("/api/v1/agent/desired", HTTP_HOST="evil.example")
+    failed = agent.client.get("/api/v1/agent/desired", HTTP_IF_MATCH='"other"')
+    head = poll(agent.client, method="head")
+
+    assert assert_error(refused, 400, "invalid")["details"][0]["field"] == "Host"
+    assert failed.status_code == 412
+    assert (head.status_code, head.content, head["ETag"]) == (200, b"", etag)
+
+
+@override_settings(SECURE_SSL_REDIRECT=True)
+def test_plain_http_is_redirected_when_https_is_required(enroll, first):
+    response = enroll().client.get("/api/v1/agent/desired?wait=5")
+
+    assert response.status_code == 301
+    assert response["Location"] == "https://testserver/api/v1/agent/desired?wait=5"
+
+
+def test_answers_from_the_database_name_their_request_id(enroll, first):
+    agent = enroll()
+
+    chosen = agent.client.get("/api/v1/agent/desired", HTTP_X_REQUEST_ID="lb-1234")
+    refused = bearer_client("bwa_nope.nope").get("/api/v1/agent/desired",
+                                                 HTTP_X_REQUEST_ID="a b")
+
+    assert chosen["X-Request-ID"] == "lb-1234"
+    assert re.fullmatch(r"[0-9a-f]{32}", refused["X-Request-ID"])  # not a token: a new one

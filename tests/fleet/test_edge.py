@@ -1,9 +1,7 @@
-"""The poll edge (agentapi/edge.py): the agent poll's 304 answered on the event loop
-in front of Django, and every request it must not answer handed to Django unchanged.
-
-Django here is a stub that answers 599, so each test sees who answered; what Django
-then answers (401 with the envelope, 200, 429, 400) is tests/fleet/test_desired.py's
-and, through the production server, tests/e2e/test_production_server.py's."""
+"""The poll's route (agentapi/edge.py): its 304 and 200 answered from the cache on the
+event loop, every other poll from the database (agentapi/desired.py), counted by why;
+what the database's answers say (401 with the envelope, 200, 429, 400) is
+tests/fleet/test_desired.py's."""
 
 import asyncio
 import threading
@@ -16,42 +14,31 @@ from django.db import DatabaseError
 from django.test.utils import override_settings
 
 from agentapi import edge, longpoll
-from agentapi.edge import DESIRED_PATH, PollEdge
+from agentapi.edge import DESIRED_PATH
 from apps.core import throttling
 from apps.fleet import announcements, enrollment, polldebt
 from apps.fleet import cache as fleet_cache
 from apps.fleet import selectors as fleet_selectors
+from tests.agentroutes import HANDED_ON, stack_answer
 from tests.factories import poll
-
-DJANGO = 599
 
 
 def _key(warm) -> str:
     return warm.token.removeprefix("bwa_").split(".")[0]
 
 
-async def _django(scope, receive, send):
-    await send({"type": "http.response.start", "status": DJANGO, "headers": []})
-    await send({"type": "http.response.body", "body": b""})
+DATABASE = "database"  # answered from the database (agentapi.desired: with a request id)
 
 
 def call_edge(*, headers=(), method="GET", path=DESIRED_PATH, query=b"", scheme="http",
               client=("10.0.0.7", 50000), kind="http"):
-    """(status, headers) of the answer of PollEdge around the stub Django."""
+    """(status, headers) of the HTTP stack's answer, the status DATABASE when the poll
+    was answered from the database (HANDED_ON: handed on to Django)."""
     scope = {"type": kind, "method": method, "path": path, "query_string": query,
              "scheme": scheme, "client": client,
              "headers": [(n.lower().encode(), v.encode()) for n, v in headers]}
-    sent = []
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
-    asyncio.run(PollEdge(_django)(scope, receive, send))
-    start = sent[0]
-    return start["status"], {n.decode(): v.decode() for n, v in start["headers"]}
+    status, answered, _ = stack_answer(scope)
+    return DATABASE if "x-request-id" in answered else status, answered
 
 
 @pytest.fixture
@@ -62,6 +49,9 @@ def warm(enroll, first, monkeypatch):
     agent = enroll()
     response = poll(agent.client)
     assert response.status_code == 200
+    assert poll(agent.client, response["ETag"]).status_code == 304  # the debts read
+    fleet_cache._heartbeats._pending.clear()
+    fleet_cache._heartbeats._polled.clear()
     fleet_cache._heartbeats._flushed_at = time.time()
     agent.etag = response["ETag"]
     agent.headers = [("Host", "testserver"), ("Authorization", f"Bearer {agent.token}")]
@@ -85,8 +75,8 @@ def test_a_matching_poll_is_304_from_the_edge_with_no_sql_and_a_heartbeat(
 
 
 @pytest.mark.parametrize(("case", "reason"), [
-    ("no If-None-Match", "no_validator"), ("another ETag", "changed"),
-    ("a malformed If-None-Match", "changed"), ("an unterminated tag", "changed"),
+    ("no If-None-Match", "no_validator"), ("another ETag", 200),
+    ("a malformed If-None-Match", 200), ("an unterminated tag", 200),
     ("a query string", "request"), ("POST", "request"), ("another path", None),
     ("If-Match", "request"), ("If-Unmodified-Since", "request"),
     ("Authorization twice", "request"), ("If-None-Match twice", "request"),
@@ -94,7 +84,7 @@ def test_a_matching_poll_is_304_from_the_edge_with_no_sql_and_a_heartbeat(
     ("a wrong secret", "secret"), ("an unknown key", "not_cached"),
     ("a NUL in the token", "token"), ("a host not allowed", "host"), ("no Host", "host"),
 ])
-def test_what_django_must_decide_goes_to_django_and_is_counted_by_why(
+def test_what_the_cache_cannot_answer_goes_to_the_database_counted_by_why(
         warm, case, reason, to_django):
     auth = f"Bearer {warm.token}"
     key = warm.token.split(".")[0]
@@ -142,7 +132,12 @@ def test_what_django_must_decide_goes_to_django_and_is_counted_by_why(
     status, _ = call_edge(headers=[*headers.items(), *extra], method=method, path=path,
                           query=query)
 
-    assert status == DJANGO
+    if reason == 200:  # the cache's 200 (once per answer and token: then "changed")
+        assert (status, to_django()) == (200, {})
+        assert call_edge(headers=[*headers.items(), *extra])[0] == DATABASE
+        assert to_django() == {"changed": 1}
+        return
+    assert status == (DATABASE if reason else HANDED_ON)
     assert to_django() == ({reason: 1} if reason else {})  # another path is not a poll
 
 
@@ -153,7 +148,7 @@ def test_a_revoked_token_goes_to_django_on_its_next_poll(warm, superuser, to_dja
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert (status, to_django()) == (DJANGO, {"not_cached": 1})
+    assert (status, to_django()) == (DATABASE, {"not_cached": 1})
 
 
 def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeypatch,
@@ -165,7 +160,7 @@ def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeyp
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert (status, to_django()) == (DJANGO, {"stale": 1})
+    assert (status, to_django()) == (DATABASE, {"stale": 1})
 
 
 @pytest.mark.parametrize("indebted", [False, True])
@@ -182,20 +177,27 @@ def test_debts_due_are_read_by_the_poll_that_finds_them_due(warm, monkeypatch, i
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
     again, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert (status, again) == ((DJANGO, DJANGO) if indebted else (304, 304))
+    assert (status, again) == ((DATABASE, DATABASE) if indebted else (304, 304))
     assert reads == [1]  # once per refresh interval, not per poll
 
 
-def test_debts_the_database_cannot_read_send_the_poll_to_django(warm, monkeypatch, to_django):
+@pytest.mark.parametrize("read_before", [True, False])
+def test_debts_the_database_cannot_read_keep_the_last_set_read(warm, monkeypatch, to_django,
+                                                              read_before):
+    """While the database fails the last debts read are trusted (polls stay 304 from
+    the cache); a process that never read them answers from the database."""
     def failing():
         raise DatabaseError("down")
 
     monkeypatch.setattr(polldebt.selectors, "poll_debts", failing)
+    if not read_before:
+        monkeypatch.setattr(polldebt, "_debts", polldebt._Debts())
     monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert (status, to_django()) == (DJANGO, {"debt_unknown": 1})
+    assert (status, to_django()) == ((304, {}) if read_before
+                                     else (DATABASE, {"debt_unknown": 1}))
 
 
 def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
@@ -303,7 +305,7 @@ def test_an_address_refused_for_failed_authentications_goes_to_django(warm, to_d
     other, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
                          client=("10.0.0.8", 1))
 
-    assert (refused, other, to_django()) == (DJANGO, 304, {"address": 1})
+    assert (refused, other, to_django()) == (DATABASE, 304, {"address": 1})
 
 
 @override_settings(BELLWETHER_PROXY_COUNT=1)
@@ -314,7 +316,7 @@ def test_the_refused_address_behind_a_proxy_is_the_forwarded_one(warm):
     refused, _ = call_edge(headers=[*headers, ("X-Forwarded-For", "203.0.113.9")])
     other, _ = call_edge(headers=[*headers, ("X-Forwarded-For", "203.0.113.10")])
 
-    assert (refused, other) == (DJANGO, 304)
+    assert (refused, other) == (DATABASE, 304)
 
 
 @override_settings(SECURE_SSL_REDIRECT=True, SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO",
@@ -330,7 +332,7 @@ def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm,
     last, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "http, https")])
 
     assert (plain, https, proxied, listed, last, to_django()) == (
-        DJANGO, 304, 304, 304, DJANGO, {"insecure": 2})
+        DATABASE, 304, 304, 304, DATABASE, {"insecure": 2})
 
 
 def test_a_cache_entry_gone_goes_to_django(warm, to_django):
@@ -338,7 +340,7 @@ def test_a_cache_entry_gone_goes_to_django(warm, to_django):
 
     status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert (status, to_django()) == (DJANGO, {"not_cached": 1})
+    assert (status, to_django()) == (DATABASE, {"not_cached": 1})
 
 
 def test_a_cache_down_goes_to_django(warm, to_django):
@@ -348,14 +350,14 @@ def test_a_cache_down_goes_to_django(warm, to_django):
     }}):
         status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
-    assert (status, to_django()) == (DJANGO, {"not_cached": 1})
+    assert (status, to_django()) == (DATABASE, {"not_cached": 1})
 
 
 @pytest.mark.parametrize("kind", ["websocket", "lifespan"])
 def test_other_protocols_go_to_the_application(kind):
     status, _ = call_edge(kind=kind)
 
-    assert status == DJANGO
+    assert status == HANDED_ON
 
 
 # -- long-poll (?wait=N) -------------------------------------------------------------------
@@ -395,7 +397,7 @@ def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
 
     status, _, took = _long_poll(warm, b"wait=20", during=change)
 
-    assert status == DJANGO
+    assert status == DATABASE
     assert took < 5
 
 
@@ -407,7 +409,7 @@ def test_a_held_poll_owing_a_change_that_refills_nothing_goes_to_django_at_once(
 
     status, _, took = _long_poll(warm, b"wait=20")
 
-    assert (status, took < 1, to_django()) == (DJANGO, True, {"stale": 1})
+    assert (status, took < 1, to_django()) == (DATABASE, True, {"stale": 1})
 
 
 @pytest.mark.slow
@@ -459,7 +461,7 @@ def test_long_polling_off_answers_at_once_and_advertises_nothing(warm):
 def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query, to_django):
     status, _, took = _long_poll(warm, query)
 
-    assert status == DJANGO and took < 5
+    assert status == DATABASE and took < 5
     assert to_django() == {"request": 1}
 
 
@@ -539,7 +541,7 @@ def test_a_woken_long_poll_says_it_has_read_its_answer(warm):
         patch.setattr(longpoll._Waiters, "wake", noting)
         status, _, _ = _long_poll(warm, b"wait=20", during=change)
 
-    assert status == DJANGO
+    assert status == DATABASE
     # The poll was woken (also by the Redis listener's wake-all when it subscribes,
     # which on a loaded machine may come after the answer, finding none)...
     assert woken and max(map(len, woken)) == 1, woken
@@ -558,9 +560,9 @@ def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
     assert polled("testserver") == 304
     assert (True, False) in edge._decided.values()
     for i in range(edge.DECISIONS_REMEMBERED * 3):
-        assert polled(f"evil-{i}.example") == DJANGO
+        assert polled(f"evil-{i}.example") == DATABASE
         assert len(edge._decided) <= edge.DECISIONS_REMEMBERED
     assert polled("testserver") == 304
     with override_settings(ALLOWED_HOSTS=["elsewhere.example"]):
-        assert polled("testserver") == DJANGO
+        assert polled("testserver") == DATABASE
     assert polled("testserver") == 304

@@ -1,30 +1,29 @@
 """No stampede after a publish: a change that bumps agents' generations (activation,
 pushes, pins) writes their new poll answers to the cache on commit, computed for
 all of them at once, and its poll debt trusts answers of the generation it reached;
-the poll edge sends such an answer as the 200 Django would send. No agent gets a
+the poll's route sends such an answer from the cache. No agent gets a
 stale or wrong answer meanwhile: the edge's answer is always the database's."""
 
-import asyncio
 import threading
 import time
 from datetime import timedelta
 
 import pytest
 from django.db import OperationalError
-from django.test.utils import override_settings
 from django.utils import timezone
 
-from agentapi import edge, longpoll, pollanswer
-from agentapi.edge import DESIRED_PATH, PollEdge
+from agentapi import edge, longpoll
+from agentapi.edge import DESIRED_PATH
 from apps.fleet import announcements, enrollment, polldebt, refill, rules, selectors, services
 from apps.fleet import cache as fleet_cache
 from apps.fleet.models import Agent, PollInvalidation
 from apps.releases.services import environment_update
 from apps.snapshots.models import Snapshot
+from tests.agentroutes import stack_answer
 from tests.factories import poll, publish_variant, start_rollout
 from tests.fleet.support import agent_url, deploy_url
 
-DJANGO = 599
+DATABASE = "database"  # answered from the database (agentapi.desired)
 
 
 class Clock:
@@ -40,8 +39,7 @@ def clock(monkeypatch):
     """The process's poll debts on a clock the test moves; heartbeats not due."""
     tick = Clock()
     monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=tick))
-    monkeypatch.setattr(pollanswer, "_sent", {})
-    monkeypatch.setattr(pollanswer.desired_headers, "by_scheme", {})
+    monkeypatch.setattr(edge, "_sent", {})
     fleet_cache._heartbeats._flushed_at = time.time() + 3600
     return tick
 
@@ -52,45 +50,16 @@ def _debts_read(clock) -> None:
     polldebt.owes("")
 
 
-def _edge(agent, etag: str | None, *, django_headers=(), method="GET", accept=None,
-          query=b""):
-    """(status, headers, body) of PollEdge around a Django stub answering 599 (or
-    200 with `django_headers`)."""
+def _edge(agent, etag: str | None, *, method="GET", query=b""):
+    """(status, headers, body) of the poll's route, the status DATABASE when the poll
+    was answered from the database."""
     headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {agent.token}".encode())]
     if etag is not None:
         headers.append((b"if-none-match", etag.encode()))
-    if accept is not None:
-        headers.append((b"accept", accept.encode()))
     scope = {"type": "http", "method": method, "path": DESIRED_PATH, "query_string": query,
              "scheme": "http", "client": ("10.0.0.7", 5000), "headers": headers}
-    sent = []
-
-    async def django(scope, receive, send):
-        status = 200 if django_headers else DJANGO
-        await send({"type": "http.response.start", "status": status,
-                    "headers": list(django_headers)})
-        await send({"type": "http.response.body", "body": b""})
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
-    asyncio.run(PollEdge(django)(scope, receive, send))
-    return (sent[0]["status"], {n.decode(): v.decode() for n, v in sent[0]["headers"]},
-            sent[1].get("body", b""))
-
-
-def _django_headers(response) -> list[tuple[bytes, bytes]]:
-    return [(n.lower().encode(), v.encode()) for n, v in response.headers.items()]
-
-
-def _learned(agent) -> None:
-    """The edge saw Django answer this agent's desired 200 (what it sends 200s like)."""
-    response = agent.client.get(DESIRED_PATH)
-    assert response.status_code == 200
-    assert _edge(agent, None, django_headers=_django_headers(response))[0] == 200
+    status, answered, body = stack_answer(scope)
+    return DATABASE if "x-request-id" in answered else status, answered, body
 
 
 def _pin(client, agent, number: int = 1):
@@ -114,7 +83,7 @@ def _assert_edge_answers_as_the_database(agents, etags) -> None:
         elif status == 200:
             assert (headers["etag"], sent) == (etag, selectors.desired_body_bytes(body))
         else:
-            assert status == DJANGO
+            assert status == DATABASE
 
 
 def _warm(agents) -> dict[str, str]:
@@ -144,47 +113,35 @@ def test_a_debt_trusts_answers_of_the_generation_its_changes_reached():
 # -- the publish ------------------------------------------------------------------------------
 
 
-def test_after_a_publish_the_edge_answers_the_old_etag_with_djangos_200_and_no_sql(
+def test_after_a_publish_the_old_etag_is_answered_200_from_the_cache_with_no_sql(
         enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks,
         django_assert_num_queries):
     agent = enroll()
     old = _warm([agent])["web-1"]
-    _learned(agent)
     with django_capture_on_commit_callbacks(execute=True):
         publish_variant(environment, superuser, workers=8)
     _debts_read(clock)
 
     with django_assert_num_queries(0):
         status, headers, body = _edge(agent, old)
+    # Once per answer and process: a repeat is the database's (and the agent's rate's).
+    again, from_database, database_body = stack_answer_of(agent, old)
 
-    from_django = agent.client.get(DESIRED_PATH, HTTP_IF_NONE_MATCH=old)
-    assert status == 200 and from_django.status_code == 200
-    assert body == from_django.content
-    # Every header Django sends but its request id (the edge's answer is not that request).
-    assert headers == {n.lower(): v for n, v in from_django.headers.items()
-                       if n.lower() != "x-request-id"}
-    assert from_django.json()["snapshot"]["number"] == 2
-    # Once per answer and process: a repeat goes to Django (and its throttle).
-    assert _edge(agent, old)[0] == DJANGO
+    assert (status, again) == (200, 200)
+    assert body == database_body and b'"number":2' in body
+    # The same headers but the database's request id (nothing is logged from the cache).
+    own = {"x-request-id", "content-length"}
+    assert {n: v for n, v in headers.items() if n not in own} == {
+        n: v for n, v in from_database.items() if n not in own}
     assert _edge(agent, headers["etag"])[0] == 304
+    assert _edge(agent, old, method="HEAD")[0] == DATABASE  # the cache's 200s are GETs'
 
 
-def test_the_edge_sends_no_200_before_django_sent_one_nor_to_head_or_html(
-        enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
-    agent = enroll()
-    old = _warm([agent])["web-1"]
-    with django_capture_on_commit_callbacks(execute=True):
-        publish_variant(environment, superuser, workers=8)
-    _debts_read(clock)
-
-    assert _edge(agent, old)[0] == DJANGO  # nothing learned yet
-    _edge(agent, None, django_headers=[(b"content-type", b"application/json"),
-                                       (b"set-cookie", b"a=b")])
-    assert _edge(agent, old)[0] == DJANGO  # a 200 setting a cookie is not the route's
-    _learned(agent)
-    assert _edge(agent, old, method="HEAD")[0] == DJANGO
-    assert _edge(agent, old, accept="text/html")[0] == DJANGO
-    assert _edge(agent, old, accept="application/json")[0] == 200
+def stack_answer_of(agent, etag):
+    return stack_answer({"type": "http", "method": "GET", "path": DESIRED_PATH,
+                         "query_string": b"", "scheme": "http", "client": ("10.0.0.7", 5000),
+                         "headers": [(b"host", b"testserver"), (b"if-none-match", etag.encode()),
+                                     (b"authorization", f"Bearer {agent.token}".encode())]})
 
 
 def test_a_publish_refills_its_followers_with_two_queries_however_many(
@@ -238,7 +195,6 @@ def test_a_held_poll_meeting_a_refill_under_way_waits_for_it_not_the_database(
     its answer from the cache, instead of each going to the database."""
     agent = enroll()
     old = _warm([agent])["web-1"]
-    _learned(agent)
     keys = _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
                                      django_capture_on_commit_callbacks)
     refilled = selectors.poll_states_of(keys)  # what the refill thread will write
@@ -276,23 +232,22 @@ def _held_during(agent, old: str, refill) -> tuple[int, dict, bytes, float]:
 def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
         enroll, first, environment, superuser, clock, monkeypatch,
         django_capture_on_commit_callbacks, to_django):
-    """A refill lost (its process died) or slow: after REFILL_WAIT_S Django answers;
-    the stale cached answer is never sent, a plain poll goes to Django at once."""
+    """A refill lost (its process died) or slow: after REFILL_WAIT_S the database
+    answers; the stale cached answer is never sent."""
     agent = enroll()
     old = _warm([agent])["web-1"]
-    _learned(agent)
     _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
                               django_capture_on_commit_callbacks)
     monkeypatch.setattr(edge, "REFILL_WAIT_S", 0.5)
     to_django()  # the set-up's polls
 
     started = time.monotonic()
-    assert _edge(agent, old, query=b"wait=20")[0] == DJANGO
+    assert _edge(agent, old, query=b"wait=20")[0] == DATABASE
     assert 0.4 < time.monotonic() - started < 10  # not the 20 s asked for
-    started = time.monotonic()
-    assert _edge(agent, old)[0] == DJANGO
-    assert time.monotonic() - started < 0.4
-    assert to_django() == {"refilling": 1, "stale": 1}
+    assert to_django() == {"refilling": 1}
+    # The database's answer is the cache's now: the refill lost costs one query.
+    assert _edge(agent, old)[0] == 200
+    assert to_django() == {}
 
 
 @pytest.mark.slow
@@ -304,7 +259,6 @@ def test_a_held_poll_waits_for_a_slow_refill_while_the_refill_is_heard_from(
     rather than join the database with the rest of the storm."""
     agent = enroll()
     old = _warm([agent])["web-1"]
-    _learned(agent)
     keys = _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
                                      django_capture_on_commit_callbacks)
     refilled = selectors.poll_states_of(keys)
@@ -349,7 +303,6 @@ def test_a_pinned_agent_keeps_its_answer_through_a_publish(
     with django_capture_on_commit_callbacks(execute=True):
         assert _pin(client_for("deployer"), pinned).status_code < 300
     etags = _warm([pinned, follower])
-    _learned(follower)
     with django_capture_on_commit_callbacks(execute=True):
         publish_variant(environment, superuser, workers=8)
     _debts_read(clock)
@@ -367,7 +320,6 @@ def test_wave_agents_get_their_waves_answer_and_the_others_theirs(
     with django_capture_on_commit_callbacks(execute=True):
         second = publish_variant(environment, superuser, workers=8)
     etags = _warm(agents)
-    _learned(agents[0])
 
     with django_capture_on_commit_callbacks(execute=True):
         start_rollout(environment, second, [agents[0].agent], actor=superuser,
@@ -386,7 +338,6 @@ def test_a_token_revoked_right_after_a_publish_is_never_answered_by_the_edge(
         enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
     agent = enroll()
     old = _warm([agent])["web-1"]
-    _learned(agent)
     with django_capture_on_commit_callbacks(execute=True):
         publish_variant(environment, superuser, workers=8)
         keys = [agent.agent.token_key]
@@ -395,8 +346,8 @@ def test_a_token_revoked_right_after_a_publish_is_never_answered_by_the_edge(
         enrollment.agent_token_revoke(agent=agent.fresh(), actor=superuser)
     _debts_read(clock)
 
-    assert _edge(agent, old)[0] == DJANGO
-    assert _edge(agent, new)[0] == DJANGO
+    assert _edge(agent, old)[0] == DATABASE
+    assert _edge(agent, new)[0] == DATABASE
     assert poll(agent.client, new).status_code == 401
     # A refill that ran after the revocation committed writes nothing for the token.
     refill.refill_and_announce(keys)
@@ -411,16 +362,18 @@ def test_a_stale_write_back_after_the_refill_is_not_trusted_and_the_sweep_drops_
     racer, other = enroll("web-1"), enroll("web-2")
     etags = _warm([racer, other])
     before = fleet_cache.poll_state(racer.agent.token_key)
-    _learned(other)
     with django_capture_on_commit_callbacks(execute=True):
         publish_variant(environment, superuser, workers=8)
     refilled = fleet_cache.poll_state(other.agent.token_key)
     fleet_cache.store_poll_states({racer.agent.token_key: before})  # stale
     _debts_read(clock)
 
-    assert _edge(racer, etags["web-1"])[0] == DJANGO
+    assert fleet_cache.poll_state(racer.agent.token_key) == before
+    assert _edge(racer, etags["web-1"])[0] == DATABASE  # which stores its answer
+    assert fleet_cache.poll_state(racer.agent.token_key)["etag"] == _database_answer(racer)[1]
     PollInvalidation.objects.update(
         seen_at=timezone.now() - timedelta(seconds=rules.POLL_DEBT_GRACE_S + 1))
+    fleet_cache.store_poll_states({racer.agent.token_key: before})  # stale again
     assert services.poll_invalidations_sweep() == 1
     assert fleet_cache.poll_state(racer.agent.token_key) is None
     assert fleet_cache.poll_state(other.agent.token_key) == refilled
@@ -460,12 +413,3 @@ def test_the_refill_answers_as_each_agent_desires(enroll, first, environment, su
         assert (state["etag"], state["body"]) == (etag, selectors.desired_body_bytes(body))
         assert state["generation"] == agent.fresh().generation
     assert Snapshot.objects.count() == 2
-
-
-@override_settings(BELLWETHER_LONG_POLL_MAX_S=0)
-def test_learned_headers_are_forgotten_when_settings_change(enroll, first, clock):
-    agent = enroll()
-    _learned(agent)
-    assert pollanswer.desired_headers.by_scheme
-    with override_settings(BELLWETHER_LONG_POLL_MAX_S=5):
-        assert not pollanswer.desired_headers.by_scheme

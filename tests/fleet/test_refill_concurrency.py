@@ -64,7 +64,7 @@ def test_a_publish_racing_pins_and_a_revocation_leaves_no_trusted_stale_answer(
     for node in nodes:
         agent = selectors.agents_with_desired(Agent.objects.filter(pk=node.agent.pk)).get()
         state = fleet_cache.poll_state(agent.token_key)
-        owed, _ = polldebt.owes(agent.token_key, state and state.get("generation"))
+        owed = polldebt.owes(agent.token_key, state and state.get("generation"))
         if state is None or owed:
             continue
         trusted += 1

@@ -21,6 +21,7 @@ from apps.fleet import enrollment, reports
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from project.celery import app as celery_app
+from tests.agentroutes import DJANGO_ITSELF
 from tests.factories import enrolled_agent
 from tests.fleet.support import REPORTS
 from tests.fleet.test_bundle_edge import (
@@ -61,7 +62,8 @@ class DjangoWithBodies(DjangoByClient):
         return Client().generic(
             scope["method"], scope["path"], data=body,
             content_type=headers.pop("content-type", ""), secure=scope["scheme"] == "https",
-            QUERY_STRING=scope["query_string"].decode("latin-1"), headers=headers)
+            QUERY_STRING=scope["query_string"].decode("latin-1"), headers=headers,
+            **DJANGO_ITSELF)
 
 
 @pytest.fixture

@@ -1,0 +1,41 @@
+"""The agents' routes that agentapi answers in front of Django, declared for the
+OpenAPI schema only (project/schema_urls.py): Django never routes a request here."""
+
+from django.urls import path
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+
+from apps.core.fields import WholeNumberField
+from apps.environments.models import Environment
+from apps.fleet.agent_api import AgentAPIView
+from apps.fleet.models import Agent
+
+
+class DesiredSerializer(serializers.Serializer):
+    class DesiredSnapshotSerializer(serializers.Serializer):
+        number = WholeNumberField()
+        label = serializers.CharField()
+        checksum = serializers.CharField()
+        bundle_url = serializers.CharField()
+
+    snapshot = DesiredSnapshotSerializer(allow_null=True)
+    deployment_id = serializers.UUIDField(allow_null=True)
+    mode = serializers.ChoiceField(Agent.Mode.choices)
+    poll_interval_s = WholeNumberField()
+    drift_policy = serializers.ChoiceField(Environment.DriftPolicy.choices)
+
+
+class DesiredApi(AgentAPIView):
+    @extend_schema(
+        parameters=[OpenApiParameter(
+            "wait", int, description="Long-poll: with If-None-Match, hold the answer until "
+            "the desired state changes or this many seconds pass (at most the "
+            "Bellwether-Long-Poll header's value; more is served as that), then 304")],
+        responses={200: DesiredSerializer, 304: OpenApiResponse(
+            description="Not modified (If-None-Match matched)")},
+        summary="The agent's desired snapshot (send If-None-Match)")
+    def get(self, request):
+        raise NotImplementedError("answered by agentapi.edge, in front of Django")
+
+
+urlpatterns = [path("agent/desired", DesiredApi.as_view(), name="agent-desired")]
