@@ -14,6 +14,7 @@ talks HTTP to the server (see tests/browser/conftest.py for why).
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
 import time
@@ -578,9 +579,15 @@ def test_a_canary_rollout_is_started_confirmed_and_rolled_back_from_the_page(
 
 def withhold_server_messages(route) -> None:
     """A page's /ws/live/ socket, connected to the real server, but nothing the
-    server sends is passed on: the page stays "live" and never hears of a change."""
+    server sends is passed on but its pongs: the page stays "live" (a ping left
+    unanswered would make it reconnect and refetch every panel) and never hears
+    of a change."""
     server = route.connect_to_server()
-    server.on_message(lambda message: None)
+
+    def pongs_only(message) -> None:
+        if isinstance(message, str) and json.loads(message).get("kind") == "pong":
+            route.send(message)
+    server.on_message(pongs_only)
 
 
 def test_confirming_a_rollout_that_changed_since_the_page_loaded_says_so_and_does_nothing(

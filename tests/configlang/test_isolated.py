@@ -117,9 +117,8 @@ def test_renders_from_many_threads_at_once_all_answer():
     def renders():
         try:
             for _ in range(8):
-                started = time.monotonic()
                 rendered = render_isolated(source, seconds=2, memory_bytes=256 << 20, grace=1)
-                answers.append((time.monotonic() - started, rendered.problems))
+                answers.append(rendered.problems)
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -129,8 +128,8 @@ def test_renders_from_many_threads_at_once_all_answer():
     for thread in threads:
         thread.join()
     assert errors == []
-    assert [problems for _, problems in answers] == [[]] * 32
-    assert max(took for took, _ in answers) < 2
+    # None was stopped by its 2 s budget (that would be a problem of its own).
+    assert answers == [[]] * 32
 
 
 def _render_from_a_daemonic_process(queue):
