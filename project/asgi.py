@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels. The agent
-poll's 304 is answered in front of Django, on the event loop (agentapi/edge.py), and
+"""ASGI entry point: HTTP through Django, websockets through Channels. The agent's
+poll is answered in front of Django alone (agentapi/edge.py, agentapi/desired.py), and
 so is a bundle Django has answered before (agentapi/bundle_edge.py); agents'
 reports are recorded there in batches (agentapi/report_edge.py). Request bodies
 are bounded while they are received (project/bodylimits.py), and requests enter

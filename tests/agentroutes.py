@@ -61,17 +61,22 @@ def scope_of(environ) -> dict:
             "server": (environ.get("SERVER_NAME", "testserver"), 80), "headers": headers}
 
 
+async def received_body(receive) -> bytes:
+    """The request's body, all its messages read."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def _django(handler, environ):
     """Django behind the stack: the original test handler, given the body the stack
     hands on."""
 
     async def app(scope, receive, send):
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await received_body(receive)
         handed = {**environ, "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body))}
         response = await sync_to_async(_django_handler)(handler, handed)
         await send({"type": "http.response.start", "status": response.status_code,
@@ -80,8 +85,9 @@ def _django(handler, environ):
     return app
 
 
-def through_the_stack(handler, environ) -> HttpResponse:
-    body = environ["wsgi.input"].read()
+def _answered(app, scope, body: bytes) -> tuple[dict, bytes]:
+    """(the start message, the body) of `app`'s answer, its thread hops on the test's
+    thread."""
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     messages = []
 
@@ -92,10 +98,14 @@ def through_the_stack(handler, environ) -> HttpResponse:
         messages.append(message)
 
     with thread_hops_on_the_tests_thread():
-        async_to_sync(http_stack(_django(handler, environ)))(scope_of(environ), receive, send)
-    start = messages[0]
-    response = HttpResponse(b"".join(m.get("body", b"") for m in messages[1:]),
-                            status=start["status"])
+        async_to_sync(app)(scope, receive, send)
+    return messages[0], b"".join(m.get("body", b"") for m in messages[1:])
+
+
+def through_the_stack(handler, environ) -> HttpResponse:
+    body = environ["wsgi.input"].read()
+    start, content = _answered(http_stack(_django(handler, environ)), scope_of(environ), body)
+    response = HttpResponse(content, status=start["status"])
     del response["Content-Type"]
     for name, value in start["headers"]:
         response[name.decode("latin-1")] = value.decode("latin-1")
@@ -130,17 +140,6 @@ def stack_answer(scope, *, django=handed_on,
                  body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of the HTTP stack's answer to `scope`, Django being
     `django` (by default an application answering HANDED_ON)."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-    messages = []
-
-    async def receive():
-        return pending.pop() if pending else {"type": "http.disconnect"}
-
-    async def send(message):
-        messages.append(message)
-
-    with thread_hops_on_the_tests_thread():
-        async_to_sync(http_stack(django))(scope, receive, send)
-    return (messages[0]["status"],
-            {n.decode().lower(): v.decode("latin-1") for n, v in messages[0]["headers"]},
-            b"".join(m.get("body", b"") for m in messages[1:]))
+    start, content = _answered(http_stack(django), scope, body)
+    return (start["status"],
+            {n.decode().lower(): v.decode("latin-1") for n, v in start["headers"]}, content)

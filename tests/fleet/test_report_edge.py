@@ -21,7 +21,7 @@ from apps.fleet import enrollment, reports
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from project.celery import app as celery_app
-from tests.agentroutes import DJANGO_ITSELF
+from tests.agentroutes import DJANGO_ITSELF, received_body
 from tests.factories import enrolled_agent
 from tests.fleet.support import REPORTS
 from tests.fleet.test_bundle_edge import (
@@ -44,12 +44,7 @@ class DjangoWithBodies(DjangoByClient):
 
     async def __call__(self, scope, receive, send):
         self.scopes.append(scope)
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await received_body(receive)
         self.calls += 1
         response = await sync_to_async(self.answer_with)(scope, body)
         await send({"type": "http.response.start", "status": response.status_code,
