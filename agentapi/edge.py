@@ -30,16 +30,18 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from django.conf import settings
+from django.core.cache.backends.redis import RedisSerializer
 from django.core.exceptions import DisallowedHost
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from agentapi import desired, longpoll
+from agentapi import checks, desired, longpoll
 from apps.core import metrics, throttling, tokens
+from apps.core.breaker import best_effort_redis
+from apps.core.throttling import AgentRateThrottle
 from apps.fleet import cache, heartbeats, polldebt, rules
 from apps.fleet.authentication import agent_token_in
-from project.admission import Busy, admission, busy
 
 DESIRED_PATH = "/api/v1/agent/desired"
 # The headers the decision reads; each must come at most once.
@@ -194,10 +196,10 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     """(token key, its cached poll state) when the cache vouches for the presented
     agent token — an allowed Host, an address not refused, HTTPS when required, the
     secret matching, no unsettled poll debt — or None. Every edge answer passes it
-    (the poll's, agentapi.bundle_edge, agentapi.report_edge): a token the
-    cache does not vouch for goes to the database (the poll's: agentapi.desired; the
-    others' Django), so a revoked, rotated or decommissioned token is refused (401)
-    from its next request."""
+    (the poll's, agentapi.bundle, agentapi.report_edge): a token the
+    cache does not vouch for is checked in the database (agentapi.checks; a report's
+    by Django), so a revoked, rotated or decommissioned token is refused (401) from
+    its next request."""
     checked = await _checked_state(scope, headers)
     if isinstance(checked, Uncached) or checked[2] is not False:
         return None
@@ -309,13 +311,10 @@ class PollEdge:
         current = await held_answer(scope)
         if isinstance(current, Uncached):
             metrics.poll_from_database(current.reason)
-            try:
-                response = await admission.run(desired.answered_from_database, scope)
-            except Busy:
-                metrics.poll_answered(503)
-                return await busy(send)
-            metrics.poll_answered(response.status_code)
-            return await send_response(send, response)
+            status = await checks.answered_on_thread(scope, send, desired.METHODS,
+                                                     desired.desired_answer)
+            metrics.poll_answered(status)
+            return None
         metrics.poll_answered(304 if current.body is None else 200)
         headers = [(b"etag", current.etag.encode("latin-1")), (b"cache-control", b"no-cache"),
                    *desired.long_poll_header()]
@@ -328,8 +327,59 @@ class PollEdge:
         return None
 
 
-async def send_response(send, response) -> None:
-    """Send a Django HttpResponse (its headers and content) as the ASGI answer."""
-    await send({"type": "http.response.start", "status": response.status_code, "headers": [
-        (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()]})
-    await send({"type": "http.response.body", "body": response.content})
+_redis_serializer = RedisSerializer()
+# The rate keys whose count a request of this process is reading and writing now.
+_counting: dict[str, asyncio.Future] = {}
+
+
+class _ReadAhead:
+    """The throttle's cache for one decision: the history read beforehand, the write
+    kept to be sent after (the edge's cache calls are asynchronous, DRF's are not)."""
+
+    def __init__(self, history: list):
+        self.history, self.written = history, None
+
+    def get(self, key, default=None):
+        return self.history
+
+    def set(self, key, value, timeout=None):
+        self.written = (value, timeout)
+
+
+async def within_rate(agent_id: int) -> bool:
+    """AgentRateThrottle's own decision on the agent's request times, read from its
+    cache key before and written back after without a thread; True when no rate is
+    set or the cache fails (as the throttle), False over the rate (Django: 429).
+    One agent's requests are counted one after another in this process: requests
+    sent at once would otherwise read the same count in one round trip and each
+    write it plus one (as DRF's read-then-write does across processes)."""
+    throttle = AgentRateThrottle()
+    if settings.BELLWETHER_THROTTLE_RATES.get(throttle.scope) is None:
+        return True  # (no read either)
+    caller = SimpleNamespace(user=SimpleNamespace(agent=SimpleNamespace(pk=agent_id)))
+    redis = cache.async_redis()
+    if redis is None:  # local memory: no I/O
+        return throttle.allow_request(caller, None)
+    if not best_effort_redis.allows():
+        return True
+    backend, batched = redis
+    key = backend.make_and_validate_key(throttle.get_cache_key(caller, None))
+    loop = asyncio.get_running_loop()
+    while (earlier := _counting.get(key)) is not None and earlier.get_loop() is loop:
+        await earlier
+    _counting[key] = counted = loop.create_future()
+    try:
+        raw = await batched.get(backend, key)
+        throttle.cache = _ReadAhead([] if raw is None else _redis_serializer.loads(raw))
+        if not throttle.allow_request(caller, None):
+            return False
+        if throttle.cache.written is not None:
+            history, timeout = throttle.cache.written
+            await batched.set(backend, key, _redis_serializer.dumps(history), timeout)
+    except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
+        best_effort_redis.failed(exc)
+    finally:
+        if _counting.get(key) is counted:
+            del _counting[key]
+        counted.set_result(None)
+    return True

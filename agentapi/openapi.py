@@ -38,4 +38,20 @@ class DesiredApi(AgentAPIView):
         raise NotImplementedError("answered by agentapi.edge, in front of Django")
 
 
-urlpatterns = [path("agent/desired", DesiredApi.as_view(), name="agent-desired")]
+class BundleApi(AgentAPIView):
+    @extend_schema(responses={200: OpenApiResponse(description=(
+        "{number, label, checksum, files: [{path, content}], fallback_files: [...], "
+        "secrets: [{placeholder, reference, files}], secret_file_mode?} (the secrets "
+        "manifest: the only placeholders an agent resolves; the mode of the files "
+        "receiving them when the environment declares one); ETag is the checksum in "
+        "quotes, with +gzip for the gzip representation"))},
+        summary="A snapshot's files (immutable); gzip-compressed (stored so) when "
+                "Accept-Encoding allows it")
+    def get(self, request, number):
+        raise NotImplementedError("answered by agentapi.bundle, in front of Django")
+
+
+urlpatterns = [
+    path("agent/desired", DesiredApi.as_view(), name="agent-desired"),
+    path("agent/snapshots/<int:number>/bundle", BundleApi.as_view(), name="agent-bundle"),
+]

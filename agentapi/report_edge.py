@@ -11,7 +11,7 @@ takes a POST of /api/v1/agent/reports off the event loop instead, when
 - it passes the checks of the poll's 304 (agentapi.edge.vouched_state: an
   allowed Host, an address not refused, HTTPS when required, an agent token its
   cached poll state vouches for, with no unsettled poll debt) and is within the
-  agent's API rate (as agentapi.bundle_edge counts it);
+  agent's API rate (edge.within_rate);
 - Django has answered a report in this process (the edge sends its headers);
 - tasks are queued, not run inline (embedded mode runs a report's rollout
   reconcile in its request: in a batch it would hold every other report);
@@ -39,7 +39,7 @@ from django.db import DatabaseError, connection
 from rest_framework.renderers import JSONRenderer
 
 from agentapi import edge, longpoll
-from agentapi.bundle_edge import within_rate
+from agentapi.edge import within_rate
 from agentapi.pollanswer import JSON_ACCEPTED, LearnedHeaders, send_json
 from apps.core import metrics
 from apps.core.dispatch import tasks_inline

@@ -2,7 +2,7 @@
 routes first (agentapi), then every request body bounded (project.bodylimits),
 then Django, a few requests at a time (project.admission)."""
 
-from agentapi.bundle_edge import BundleEdge
+from agentapi.bundle import BundleRoute
 from agentapi.edge import PollEdge
 from agentapi.report_edge import ReportEdge
 from project.admission import DjangoAdmission
@@ -10,4 +10,4 @@ from project.bodylimits import BoundedBodyASGI
 
 
 def http_stack(django_app):
-    return PollEdge(BundleEdge(BoundedBodyASGI(ReportEdge(DjangoAdmission(django_app)))))
+    return PollEdge(BundleRoute(BoundedBodyASGI(ReportEdge(DjangoAdmission(django_app)))))

@@ -141,6 +141,14 @@ def _fresh_poll_debts(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_kept_bundles(monkeypatch):
+    """Each test starts like a new process: no bundle kept (ids are reused)."""
+    from agentapi import bundle
+
+    monkeypatch.setattr(bundle, "_kept", bundle._Kept(bundle.KEPT_MAX_BYTES))
+
+
+@pytest.fixture(autouse=True)
 def _fresh_blocked_addresses(monkeypatch):
     """Each test starts like a new process: no address refused for its failed
     authentications."""

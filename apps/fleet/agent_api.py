@@ -1,23 +1,18 @@
-"""The agent protocol (docs/design.md): enroll, bundle, reports, drift. The poll of
-the desired state is answered in front of Django (agentapi.edge, agentapi.desired)."""
+"""The agent protocol (docs/design.md): enroll, reports, drift. The poll and the
+bundle are answered in front of Django (agentapi)."""
 
 
-from django.http import HttpResponse
-from django.utils.cache import get_conditional_response, patch_vary_headers
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core import metrics
-from apps.core.compression import accepts_gzip
-from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
 from apps.fleet import drift, enrollment, rules
 from apps.fleet.authentication import AgentTokenAuthentication
 from apps.releases import services as releases
-from apps.snapshots.models import Snapshot
 
 
 class AgentAPIView(APIView):
@@ -53,44 +48,6 @@ class EnrollApi(APIView):
             {"agent_id": agent.pk, "token": token, "environment": agent.environment.full_name},
             status=status.HTTP_201_CREATED,
         )
-
-
-class BundleApi(AgentAPIView):
-    @extend_schema(responses={200: OpenApiResponse(description=(
-        "{number, label, checksum, files: [{path, content}], fallback_files: [...], "
-        "secrets: [{placeholder, reference, files}], secret_file_mode?} (the secrets "
-        "manifest: the only placeholders an agent resolves; the mode of the files "
-        "receiving them when the environment declares one); ETag is the checksum in "
-        "quotes, with +gzip for the gzip representation"))},
-        summary="A snapshot's files (immutable); gzip-compressed (stored so) when "
-                "Accept-Encoding allows it")
-    def get(self, request, number):
-        # Only the stored form this client gets is read: the identity or the gzip bytes.
-        gzip = accepts_gzip(request.headers.get("Accept-Encoding"))
-        column = "bundle_gzip" if gzip else "bundle"
-        snapshot = (
-            Snapshot.objects.filter(environment_id=self.agent.environment_id, number=number,
-                                    state=Snapshot.State.READY)
-            .only("checksum", column)
-            .first()
-        )
-        if snapshot is None:
-            raise NotFound(f"No snapshot {number} for this agent.")
-        body = bytes(getattr(snapshot, column))
-        # Each representation has its own strong ETag (RFC 9110 8.8.3).
-        etag = f'"{snapshot.checksum}{"+gzip" if gzip else ""}"'
-        not_modified = get_conditional_response(request, etag=etag)
-        if not_modified is not None:
-            not_modified["ETag"] = etag
-            patch_vary_headers(not_modified, ["Accept-Encoding"])
-            return not_modified
-        response = HttpResponse(body, content_type="application/json")
-        if gzip:
-            response["Content-Encoding"] = "gzip"
-        response["ETag"] = etag
-        patch_vary_headers(response, ["Accept-Encoding"])
-        response["Cache-Control"] = "private, max-age=31536000, immutable"
-        return response
 
 
 class HealthSerializer(serializers.Serializer):

@@ -72,7 +72,7 @@ def poll_state(token_key: str) -> dict | None:
 
 class _AsyncRedis:
     """The edges' reads and writes without a thread (agentapi.edge,
-    agentapi.bundle_edge): through redis.asyncio, on the event loop the edges
+    agentapi.bundle): through redis.asyncio, on the event loop the edges
     run on. Reads go out as one MGET, writes as one pipeline, at most one of each
     in flight: what is asked meanwhile waits for it and goes out together next, so
     that under load many requests share a round trip and the connections stay two,
@@ -390,7 +390,7 @@ def heartbeats(agent_ids) -> dict[int, float]:
 
 def async_redis():
     """(the Redis cache backend, the edges' batched client: `_AsyncRedis`), for the
-    edges' other reads and writes (agentapi.bundle_edge); None when the cache is
+    edges' other reads and writes (agentapi.bundle); None when the cache is
     not Redis (local memory is used directly: no I/O)."""
     backend = _cache()
     if not isinstance(backend, RedisCache):

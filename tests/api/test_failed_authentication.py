@@ -173,7 +173,7 @@ def test_the_cached_poll_path_counts_bad_secrets_and_then_refuses_without_readin
         environment, first):
     node, = enrolled_agents(environment, 1)
     etag = _poll(node.client, OTHER)["ETag"]
-    with mock.patch("agentapi.desired.answered_from_database") as view:
+    with mock.patch("agentapi.desired.desired_answer") as view:
         assert _poll(node.client, OTHER, etag).status_code == 304  # from the cache
     view.assert_not_called()
     key = node.token.partition(".")[0]

@@ -2,7 +2,7 @@
 Django a batch at a time, answered as Django answers them; everything the edge may
 not take, and every report it would refuse, handed to Django with its body.
 
-Django here is the test client behind an ASGI shim (tests/fleet/test_bundle_edge.py);
+Django here is the test client behind an ASGI shim (DjangoByClient);
 the edge's thread hops run on the test's thread, in its transaction."""
 
 import asyncio
@@ -17,22 +17,80 @@ from agentapi import report_edge
 from agentapi.report_edge import ReportEdge
 from apps.core import events
 from apps.core.throttling import AGENT_RATE_COUNTED
-from apps.fleet import enrollment, reports
+from apps.fleet import enrollment, polldebt, reports
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from project.celery import app as celery_app
 from tests.agentroutes import DJANGO_ITSELF, received_body
-from tests.factories import enrolled_agent
+from tests.factories import enrolled_agent, poll
 from tests.fleet.support import REPORTS
-from tests.fleet.test_bundle_edge import (
-    DjangoByClient,
-    error_code,
-    per_request_removed,
-    polled,
-)
-from tests.fleet.test_bundle_edge import (
-    django_app as django_app,  # noqa: F401 - the fixture, used by name
-)
+
+
+class DjangoByClient:
+    """Django as an ASGI application, through the test client; counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def __call__(self, scope, receive, send):
+        self.calls += 1
+        response = await sync_to_async(self.answer)(scope)
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": self.headers(response)})
+        await send({"type": "http.response.body", "body": response.content})
+
+    @staticmethod
+    def answer(scope):
+        return Client().generic(
+            scope["method"], scope["path"], secure=scope["scheme"] == "https",
+            QUERY_STRING=scope["query_string"].decode("latin-1"),
+            headers={n.decode(): v.decode("latin-1") for n, v in scope["headers"]},
+            **DJANGO_ITSELF)
+
+    @staticmethod
+    def headers(response):
+        return [(n.encode(), v.encode("latin-1")) for n, v in response.items()] + [
+            (b"set-cookie", c.output(header="").strip().encode())
+            for c in response.cookies.values()]
+
+
+async def _on_the_tests_thread(function, *args):
+    return await sync_to_async(function)(*args)
+
+
+@pytest.fixture
+def django_app(monkeypatch):
+    """The edge's reads on the test's thread (and connection), and an empty edge."""
+    monkeypatch.setattr(asyncio, "to_thread", _on_the_tests_thread)
+    monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=lambda: 0.0))
+    yield DjangoByClient()
+
+
+def per_request_removed(answer):
+    """Django's answer without what belongs to its one request (its X-Request-ID),
+    which the edge never replays."""
+    status, headers, body = answer
+    return status, [(n, v) for n, v in headers if n.lower() != b"x-request-id"], body
+
+
+def named(headers) -> dict[bytes, bytes]:
+    return {name.lower(): value for name, value in headers}
+
+
+def error_code(answer) -> str:
+    status, headers, body = answer
+    assert named(headers)[b"content-type"] == b"application/json", headers
+    return json.loads(body)["error"]["code"]
+
+
+def polled(agent):
+    """The agent after its first polls: its poll state is cached and the poll debts
+    read, as on a web node."""
+    etag = poll(agent.client)["ETag"]
+    assert poll(agent.client, etag).status_code == 304
+    agent.headers = [("Host", "testserver"), ("Authorization", f"Bearer {agent.token}"),
+                     ("Accept-Encoding", "gzip")]
+    return agent
 
 
 class DjangoWithBodies(DjangoByClient):

@@ -1,0 +1,211 @@
+"""GET /api/v1/agent/snapshots/<number>/bundle, a snapshot's files: answered here alone.
+
+A snapshot's content never changes: its gzip bytes are kept by what they are —
+(environment, number, checksum): a rollback's snapshot has an older one's checksum
+under a number of its own — at most KEPT_MAX_BYTES per process, the least recently
+used dropped first. A request is answered from them on the event loop, with no SQL
+and no thread, when it
+
+- is a GET with no query string, accepting gzip, with no precondition but
+  If-None-Match (agentapi.edge reads the headers);
+- presents an agent token its cached poll state vouches for (`edge.vouched_state`:
+  an allowed Host, an address not refused, HTTPS when required, no unsettled poll
+  debt — so a revoked, rotated or decommissioned token is refused from its next
+  request) and asks for the snapshot that state desires, by number and checksum (a
+  snapshot an agent desires cannot be removed: apps.releases.retention; any other
+  number is read from the database, 404 once removed);
+- is within the agent's API rate (`edge.within_rate`).
+
+The first such request for a snapshot in this process reads its bytes on a thread
+(admission lends it); the others arriving meanwhile wait for that read. Every other
+request is answered from the database after the route's checks (agentapi.checks:
+401, 404, 405, 429 with the error envelope). Both answers are `bundle_response`'s.
+"""
+
+import asyncio
+import contextlib
+import json
+import re
+import threading
+from collections import OrderedDict
+
+from django.http import HttpResponse, HttpResponseNotModified
+from django.utils.cache import get_conditional_response
+
+from agentapi import checks, edge, longpoll
+from apps.core.compression import accepts_gzip
+from apps.core.errors import NotFound
+from apps.fleet import rules
+from apps.snapshots.models import Snapshot
+from project.admission import admission
+
+BUNDLE_PATH = re.compile(r"/api/v1/agent/snapshots/([0-9]+)/bundle")
+METHODS = ("GET", "HEAD")
+MAX_NUMBER = 2**31 - 1  # a snapshot's number is a PositiveIntegerField
+KEPT_MAX_BYTES = 64 * 1024 * 1024
+FIRST_READ_WAIT_S = 10.0
+_ALSO_READ = frozenset({b"accept-encoding"})
+
+
+def requested_number(path: str) -> int | None:
+    """The snapshot number of a bundle path, or None when longer than any can be."""
+    digits = BUNDLE_PATH.fullmatch(path)[1].lstrip("0") or "0"
+    return int(digits) if len(digits) <= len(str(MAX_NUMBER)) else None
+
+
+def bundle_etag(checksum: str, gzip: bool) -> str:
+    """Each representation has its own strong ETag (RFC 9110 8.8.3)."""
+    return f'"{checksum}{"+gzip" if gzip else ""}"'
+
+
+def bundle_response(etag: str, gzip: bool, body: bytes | None) -> HttpResponse:
+    """The bundle's answer: its bytes (200), or 304 when `body` is None."""
+    response = HttpResponseNotModified() if body is None else HttpResponse(
+        body, content_type="application/json")
+    if gzip and body is not None:
+        response["Content-Encoding"] = "gzip"
+    response["ETag"], response["Vary"] = etag, "Accept-Encoding"
+    response["Cache-Control"] = "private, max-age=31536000, immutable"
+    return response
+
+
+def stored_bundle(environment_id: int, number: int, gzip: bool) -> tuple[str, bytes] | None:
+    """(checksum, bytes) of the environment's ready snapshot `number`, gzip or not
+    (only that column is read), or None."""
+    column = "bundle_gzip" if gzip else "bundle"
+    if not 1 <= number <= MAX_NUMBER:
+        return None
+    snapshot = (Snapshot.objects.filter(environment_id=environment_id, number=number,
+                                        state=Snapshot.State.READY)
+                .only("checksum", column).first())
+    if snapshot is None:
+        return None
+    body = bytes(getattr(snapshot, column))
+    if gzip:
+        _kept.keep((environment_id, number, snapshot.checksum), body)
+    return snapshot.checksum, body
+
+
+def bundle_answer(request) -> HttpResponse:
+    """The route's answer from the database, once agentapi.checks passed."""
+    number = requested_number(request.path)
+    agent = checks.authenticated_agent(request)
+    gzip = accepts_gzip(request.headers.get("Accept-Encoding"))
+    stored = None if number is None else stored_bundle(agent.environment_id, number, gzip)
+    if stored is None:
+        raise NotFound(f"No snapshot {'of that number' if number is None else number} "
+                       "for this agent.")
+    etag = bundle_etag(stored[0], gzip)
+    conditional = get_conditional_response(request, etag=etag)
+    if conditional is not None and conditional.status_code != 304:
+        conditional["ETag"] = etag  # 412
+        return conditional
+    return bundle_response(etag, gzip, None if conditional is not None else stored[1])
+
+
+class _Kept:
+    """gzip bytes by (environment, number, checksum), the least recently used dropped
+    first once they pass `max_bytes` (read on the event loop, kept from threads)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._bodies: OrderedDict[tuple, bytes] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key) -> bytes | None:
+        with self._lock:
+            body = self._bodies.get(key)
+            if body is not None:
+                self._bodies.move_to_end(key)
+            return body
+
+    def keep(self, key, body: bytes) -> None:
+        if len(body) > self.max_bytes:
+            return
+        with self._lock:
+            replaced = self._bodies.pop(key, None)
+            self._bytes += len(body) - (len(replaced) if replaced is not None else 0)
+            self._bodies[key] = body
+            while self._bytes > self.max_bytes:
+                _, dropped = self._bodies.popitem(last=False)
+                self._bytes -= len(dropped)
+
+
+_kept = _Kept(KEPT_MAX_BYTES)
+# The first reads under way, per key: after a publish every agent asks for the same
+# new bundle within a second; all but the first wait for its read.
+_reading: dict[tuple, asyncio.Future] = {}
+
+
+async def kept_bundle(key: tuple[int, int, str]) -> bytes | None:
+    """The gzip bytes of `key`, kept or read now (once, however many ask at once);
+    None when the environment has no such ready snapshot or the read failed."""
+    body = _kept.get(key)
+    if body is not None:
+        return body
+    loop = asyncio.get_running_loop()
+    first = _reading.get(key)
+    if first is not None and first.get_loop() is loop:
+        # asyncio.timeout, not wait_for: thousands wait here after a publish, and
+        # wait_for costs a task-like wrapper each.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_READ_WAIT_S):
+                await asyncio.shield(first)
+        return _kept.get(key)
+    reading = _reading[key] = loop.create_future()
+    try:
+        with contextlib.suppress(Exception):  # (Busy too) the database's answer says why
+            await admission.run(stored_bundle, key[0], key[1], True)
+        return _kept.get(key)
+    finally:
+        if _reading.get(key) is reading:
+            del _reading[key]
+        reading.set_result(None)
+
+
+async def _from_kept(scope) -> HttpResponse | None:
+    """The answer from the kept bytes, or None when the database answers."""
+    number = requested_number(scope["path"])
+    if scope["method"] != "GET" or scope.get("query_string"):
+        return None
+    headers, encoding = edge._headers(scope), edge.headers_once(scope, _ALSO_READ)
+    if headers is None or encoding is None or not accepts_gzip(encoding.get(b"accept-encoding")):
+        return None  # the identity bytes are the database's: agents ask for gzip
+    vouched = await edge.vouched_state(scope, headers)
+    desired = None if vouched is None else desired_snapshot(vouched[1])
+    if desired is None or desired[0] != number or vouched[1].get("environment_id") is None:
+        return None
+    await longpoll.woken_polls_first()
+    body = await kept_bundle((vouched[1]["environment_id"], number, desired[1]))
+    if body is None or not await edge.within_rate(vouched[1]["agent_id"]):
+        return None
+    etag, asked = bundle_etag(desired[1], True), headers.get(b"if-none-match")
+    matched = asked is not None and rules.if_none_match_matches(asked, etag)
+    return bundle_response(etag, True, None if matched else body)
+
+
+def desired_snapshot(state: dict) -> tuple[int, str] | None:
+    """(number, checksum) of the snapshot a cached poll state desires, or None."""
+    try:
+        snapshot = json.loads(state["body"])["snapshot"]
+        return (snapshot["number"], snapshot["checksum"]) if snapshot else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class BundleRoute:
+    """ASGI middleware: answers every request to a bundle's path; hands on the rest."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not BUNDLE_PATH.fullmatch(scope["path"]):
+            return await self.app(scope, receive, send)
+        response = await _from_kept(scope)
+        if response is None:
+            await checks.answered_on_thread(scope, send, METHODS, bundle_answer)
+        else:
+            await checks.send_response(send, response)
+        return None
