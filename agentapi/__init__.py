@@ -1,6 +1,6 @@
-"""The agents' HTTP transport, above the domain: the poll (edge: from the cache;
-desired: from the database; longpoll) and bundles (bundle), answered here alone,
-every check from the database in checks; reports (report_edge) recorded in batches
-on the event loop in front of Django. The domain never imports it
+"""The agents' HTTP transport, above the domain, in front of Django: the poll (edge:
+from the cache; desired: from the database; longpoll), bundles (bundle) and reports
+(reports: in batches), each answered here alone, every check of an answer from the
+database in checks. The domain never imports it
 (.importlinter): a change announces which agents it concerns
 (apps.fleet.announcements) and the long-polls here listen."""

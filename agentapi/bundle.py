@@ -194,18 +194,9 @@ def desired_snapshot(state: dict) -> tuple[int, str] | None:
         return None
 
 
-class BundleRoute:
-    """ASGI middleware: answers every request to a bundle's path; hands on the rest."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not BUNDLE_PATH.fullmatch(scope["path"]):
-            return await self.app(scope, receive, send)
-        response = await _from_kept(scope)
-        if response is None:
-            await checks.answered_on_thread(scope, send, METHODS, bundle_answer)
-        else:
-            await checks.send_response(send, response)
-        return None
+async def answer_bundle(scope, receive, send) -> None:
+    response = await _from_kept(scope)
+    if response is None:
+        await checks.answered_on_thread(scope, send, METHODS, bundle_answer)
+    else:
+        await checks.send_response(send, response)

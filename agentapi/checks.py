@@ -84,9 +84,10 @@ def _checked(request, methods, answer) -> HttpResponse:
     return response
 
 
-def authenticated_agent(request):
-    """The agent whose token the request presents, within its API rate; else
-    AuthenticationFailed (401) or Throttled (429)."""
+def authenticated_agent(request, *, counted: bool = False):
+    """The agent whose token the request presents, within its API rate (unless the
+    request was `counted` against it already); else AuthenticationFailed (401) or
+    Throttled (429)."""
     authentication = AgentTokenAuthentication()
     try:
         request.user, agent = authentication.authenticate(request)
@@ -94,7 +95,7 @@ def authenticated_agent(request):
         exc.auth_header = authentication.authenticate_header(request)  # as DRF's views
         raise
     throttle = AgentRateThrottle()
-    if not throttle.allow_request(request, None):
+    if not counted and not throttle.allow_request(request, None):
         raise exceptions.Throttled(throttle.wait())
     return agent
 

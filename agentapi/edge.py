@@ -3,7 +3,7 @@ on the event loop — from the cache when it can, else from the database.
 
 Django's ASGI handler runs every request through a thread whenever a middleware is
 synchronous (WhiteNoise is), which holds a web process to a few hundred polls a
-second. `PollEdge` answers every request to the poll's path itself: a GET or HEAD
+second. `answer_poll` answers every request to the poll's path itself: a GET or HEAD
 whose If-None-Match names the ETag of the agent's cached poll state (a well-formed
 agent token matching it, no poll debt the cached answer does not reflect:
 apps.fleet.polldebt, an allowed Host, an address not refused, HTTPS when required)
@@ -196,10 +196,9 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     """(token key, its cached poll state) when the cache vouches for the presented
     agent token — an allowed Host, an address not refused, HTTPS when required, the
     secret matching, no unsettled poll debt — or None. Every edge answer passes it
-    (the poll's, agentapi.bundle, agentapi.report_edge): a token the
-    cache does not vouch for is checked in the database (agentapi.checks; a report's
-    by Django), so a revoked, rotated or decommissioned token is refused (401) from
-    its next request."""
+    (the poll's, agentapi.bundle, agentapi.reports): a token the cache does not
+    vouch for is checked in the database (agentapi.checks), so a revoked, rotated
+    or decommissioned token is refused (401) from its next request."""
     checked = await _checked_state(scope, headers)
     if isinstance(checked, Uncached) or checked[2] is not False:
         return None
@@ -297,34 +296,25 @@ async def held_answer(scope) -> Current | Uncached:
         longpoll.answered(woken)
 
 
-class PollEdge:
-    """ASGI middleware: answers every request to the desired path — its 304 (holding
-    a long-poll first) or its 200 from the cache when it can, else from the database
-    (agentapi.desired, on a thread); hands on the rest."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] != DESIRED_PATH:
-            return await self.app(scope, receive, send)
-        current = await held_answer(scope)
-        if isinstance(current, Uncached):
-            metrics.poll_from_database(current.reason)
-            status = await checks.answered_on_thread(scope, send, desired.METHODS,
-                                                     desired.desired_answer)
-            metrics.poll_answered(status)
-            return None
-        metrics.poll_answered(304 if current.body is None else 200)
-        headers = [(b"etag", current.etag.encode("latin-1")), (b"cache-control", b"no-cache"),
-                   *desired.long_poll_header()]
-        if current.body is not None:
-            headers += [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(current.body)).encode())]
-        await send({"type": "http.response.start", "status": 304 if current.body is None
-                    else 200, "headers": headers})
-        await send({"type": "http.response.body", "body": current.body or b""})
-        return None
+async def answer_poll(scope, receive, send) -> None:
+    """The poll's answer: its 304 (holding a long-poll first) or its 200 from the
+    cache when it can, else from the database (agentapi.desired, on a thread)."""
+    current = await held_answer(scope)
+    if isinstance(current, Uncached):
+        metrics.poll_from_database(current.reason)
+        status = await checks.answered_on_thread(scope, send, desired.METHODS,
+                                                 desired.desired_answer)
+        metrics.poll_answered(status)
+        return
+    metrics.poll_answered(304 if current.body is None else 200)
+    headers = [(b"etag", current.etag.encode("latin-1")), (b"cache-control", b"no-cache"),
+               *desired.long_poll_header()]
+    if current.body is not None:
+        headers += [(b"content-type", b"application/json"),
+                    (b"content-length", str(len(current.body)).encode())]
+    await send({"type": "http.response.start", "status": 304 if current.body is None
+                else 200, "headers": headers})
+    await send({"type": "http.response.body", "body": current.body or b""})
 
 
 _redis_serializer = RedisSerializer()

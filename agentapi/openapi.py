@@ -5,6 +5,7 @@ from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
+from agentapi.reports import ReportAnswerSerializer, ReportSerializer
 from apps.core.fields import WholeNumberField
 from apps.environments.models import Environment
 from apps.fleet.agent_api import AgentAPIView
@@ -51,7 +52,16 @@ class BundleApi(AgentAPIView):
         raise NotImplementedError("answered by agentapi.bundle, in front of Django")
 
 
+class ReportApi(AgentAPIView):
+    @extend_schema(request=ReportSerializer, responses={201: ReportAnswerSerializer,
+                                                        200: ReportAnswerSerializer},
+                   summary="Report the result of applying a snapshot")
+    def post(self, request):
+        raise NotImplementedError("answered by agentapi.reports, in front of Django")
+
+
 urlpatterns = [
     path("agent/desired", DesiredApi.as_view(), name="agent-desired"),
     path("agent/snapshots/<int:number>/bundle", BundleApi.as_view(), name="agent-bundle"),
+    path("agent/reports", ReportApi.as_view(), name="agent-reports"),
 ]

@@ -50,8 +50,8 @@ def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
-# The event loop serving this process's websockets (and agents' reports at the edge,
-# agentapi.report_edge), once one connected. Sends go through it: the in-memory
+# The event loop serving this process's websockets (and agents' reports recorded in
+# batches, agentapi.reports), once one connected. Sends go through it: the in-memory
 # layer of embedded mode only wakes consumers from their own loop, and a thread of
 # its own (the embedded periodic loop) has no other way there; for any other thread
 # it saves a loop of its own per send. Celery workers and processes without sockets

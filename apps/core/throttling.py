@@ -98,23 +98,10 @@ class UserRateThrottle(_ScopedRateThrottle):
         return str(user.pk)
 
 
-# Set in the ASGI scope by an edge that counted a request against its agent's rate
-# and then hands it on to Django (agentapi.report_edge): counted once. Only the
-# server writes the scope; no header a client sends can set it.
-AGENT_RATE_COUNTED = "bellwether.agent_rate_counted"
-
-
 class AgentRateThrottle(_ScopedRateThrottle):
     """Per agent (its token), however many hosts share an address."""
 
     scope = "agent"
-
-    def allow_request(self, request, view):
-        # (The bundle edge asks with a caller of its own, not a DRF request.)
-        scope = getattr(getattr(request, "_request", None), "scope", None) or {}
-        if scope.get(AGENT_RATE_COUNTED):
-            return True  # the edge counted it (and would have refused it over the rate)
-        return super().allow_request(request, view)
 
     def ident(self, request):
         agent = getattr(request.user, "agent", None)

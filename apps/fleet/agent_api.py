@@ -1,5 +1,5 @@
-"""The agent protocol (docs/design.md): enroll, reports, drift. The poll and the
-bundle are answered in front of Django (agentapi)."""
+"""The agent protocol (docs/design.md): enroll, drift. The poll, the bundle and
+reports are answered in front of Django (agentapi)."""
 
 
 from drf_spectacular.utils import extend_schema
@@ -8,11 +8,9 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core import metrics
 from apps.core.fields import LabelsField, NameField, ShownTextField, WholeNumberField
 from apps.fleet import drift, enrollment, rules
 from apps.fleet.authentication import AgentTokenAuthentication
-from apps.releases import services as releases
 
 
 class AgentAPIView(APIView):
@@ -70,41 +68,6 @@ class HealthSerializer(serializers.Serializer):
             if wrong:
                 raise serializers.ValidationError(wrong)
         return super().to_internal_value(data)
-
-
-class ReportApi(AgentAPIView):
-    class ReportRequestSerializer(serializers.Serializer):
-        deployment_id = serializers.UUIDField(allow_null=True, required=False, default=None)
-        snapshot = WholeNumberField(min_value=1)
-        checksum = serializers.CharField(max_length=71)
-        status = serializers.ChoiceField(["succeeded", "warning", "failed"])
-        message = ShownTextField(max_length=4000, allow_blank=True, required=False,
-                                 default="", trim_whitespace=False)
-        health = HealthSerializer(required=False, allow_null=True, default=None)
-
-    class ReportResponseSerializer(serializers.Serializer):
-        deployment_id = serializers.UUIDField()
-        state = serializers.CharField()
-        duplicate = serializers.BooleanField()
-
-    @extend_schema(request=ReportRequestSerializer, responses={201: ReportResponseSerializer,
-                                                       200: ReportResponseSerializer},
-                   summary="Report the result of applying a snapshot")
-    def post(self, request):
-        data = self.ReportRequestSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        v = data.validated_data
-        deployment, created = releases.report_intake(
-            agent=self.agent, deployment_id=v["deployment_id"], number=v["snapshot"],
-            checksum=v["checksum"], status=v["status"], message=v["message"],
-            health=None if v["health"] is None else dict(v["health"]))
-        if created:
-            metrics.report_accepted(v["status"])
-        return Response(
-            {"deployment_id": str(deployment.pk), "state": deployment.state,
-             "duplicate": not created},
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-        )
 
 
 class _StrictNameField(NameField):

@@ -1,7 +1,7 @@
 """Agents' reports, recorded a batch at a time.
 
-The API view records one report; the report edge (agentapi.report_edge) records
-the reports a process received meanwhile as one batch. Either way a batch costs the
+The reports route (agentapi.reports) records the reports a process received
+meanwhile as one batch, or one alone. Either way a batch costs the
 same few queries however many reports it holds: its agents locked (in primary-key
 order, as every writer locks them: apps.core.locks), the pushes it names locked, the
 snapshots it names and the earlier pulled reports it may repeat read, then one

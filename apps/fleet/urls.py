@@ -25,6 +25,5 @@ urlpatterns = [
          name="agent-pin-release"),
     # The agent protocol (docs/design.md)
     path("agent/enroll", agent_api.EnrollApi.as_view(), name="agent-enroll"),
-    path("agent/reports", agent_api.ReportApi.as_view(), name="agent-reports"),
     path("agent/drift", agent_api.DriftApi.as_view(), name="agent-drift"),
 ]

@@ -178,31 +178,3 @@ def test_a_proxy_on_a_private_network_is_believed_by_default(rf, peer):
     request = rf.get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR="203.0.113.5")
     with override_settings(BELLWETHER_PROXY_COUNT=1):
         assert throttling.client_ip(request) == "203.0.113.5"
-
-
-def _agent_request(agent_pk: int, **scope):
-    """A DRF request of agent `agent_pk` as Django's ASGI handler builds it."""
-    from io import BytesIO
-    from types import SimpleNamespace
-
-    from django.core.handlers.asgi import ASGIRequest
-    from rest_framework.request import Request
-
-    request = Request(ASGIRequest({
-        "type": "http", "method": "POST", "path": REPORTS, "query_string": b"",
-        "headers": [(b"bellwether.agent_rate_counted", b"1")], **scope}, BytesIO()))
-    request.user = SimpleNamespace(agent=SimpleNamespace(pk=agent_pk), is_authenticated=True)
-    return request
-
-
-def test_a_request_the_edge_counted_is_not_counted_again():
-    """agentapi.report_edge counts a report, then hands the ones it cannot record
-    to Django with the scope marked: Django lets it through uncounted. A header of
-    that name (a client's) marks nothing."""
-    counted = {throttling.AGENT_RATE_COUNTED: True}
-    with _rates(agent="2/minute"):
-        assert all(throttling.AgentRateThrottle().allow_request(_agent_request(7, **counted),
-                                                                None) for _ in range(5))
-        by_client = [throttling.AgentRateThrottle().allow_request(_agent_request(7), None)
-                     for _ in range(3)]
-    assert by_client == [True, True, False]

@@ -124,7 +124,7 @@ def test_a_bundle_waits_for_the_polls_its_process_woke_before_it(agent):
 
         woken = longpoll.wait_for_change("another-agent", 0, 60)
         longpoll._waiters.wake(["another-agent"])
-        answering = asyncio.create_task(bundle.BundleRoute(None)(scope, receive, send))
+        answering = asyncio.create_task(bundle.answer_bundle(scope, receive, send))
         await asyncio.sleep(0.1)
         waited = not messages
         longpoll.answered(woken)  # the woken poll read its answer
@@ -163,7 +163,7 @@ def test_requests_arriving_during_the_first_read_wait_for_it(agent, django_asser
             async def send(message):
                 messages.append(message)
 
-            await bundle.BundleRoute(None)(scope, receive, send)
+            await bundle.answer_bundle(scope, receive, send)
             return messages[0]["status"], b"".join(m.get("body", b"") for m in messages[1:])
         return await asyncio.gather(*(one(scope) for scope in scopes))
 
