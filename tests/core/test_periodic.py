@@ -106,7 +106,8 @@ def test_run_due_survives_a_failing_task():
     assert run_due(schedule, {}, now=0.0) == ["broken"]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres  # the test's in-memory SQLite shares one cache between threads:
+@pytest.mark.django_db(transaction=True)  # a thread's write fails "table is locked"
 def test_periodic_loop_thread_renders_stuck_publication(environment):
     publication = _stuck_publication(environment, timedelta(minutes=10))
     loop = start_periodic_loop(
