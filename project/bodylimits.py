@@ -7,22 +7,18 @@ when it breaks off (a malformed chunk, a body shorter than its `Content-Length`:
 the server reports either as a disconnect, and Django would stop without an
 answer, leaving the server to send its own `500`).
 
-- `BoundedBodyASGI`: the ASGI application (granian in production, which hands the
-  body on as it arrives). The body is kept in memory up to SPOOL_BYTES, then in a
-  temporary file, and handed on in chunks; one sent without `Content-Length`
-  (chunked) gets its length, so Django and DRF read it instead of taking it for
-  empty. Received before the request waits for its turn in Django
-  (project/admission.py), a client sending slowly holds no place there.
-- `BoundedBodyWSGI`: the same bounds for WSGI servers (`project/wsgi.py`); a
-  chunked body the server cannot delimit (`wsgi.input_terminated` unset) is
-  refused with `411`.
+`BoundedBodyASGI` wraps the ASGI application (granian in production hands the
+body on as it arrives). The body is kept in memory up to SPOOL_BYTES, then in a
+temporary file, and handed on in chunks; one sent without `Content-Length`
+(chunked) gets its length, so Django and DRF read it instead of taking it for
+empty. Received before the request waits for its turn in Django
+(project/admission.py), a client sending slowly holds no place there.
 
 `manage.py runserver` (embedded mode) is Daphne, a development server: Twisted
 receives a whole body before the application sees any of it.
 """
 
 import asyncio
-import io
 import json
 import tempfile
 
@@ -136,36 +132,3 @@ class BoundedBodyASGI:
                     *[(n, v) for n, v in scope["headers"] if n != b"transfer-encoding"],
                     (b"content-length", str(spool.tell()).encode())]}
             return await self.app(scope, _replay(spool, receive), send)
-
-
-# --- WSGI ----------------------------------------------------------------------
-
-class BoundedBodyWSGI:
-    def __init__(self, app):
-        self.app = app
-
-    def __call__(self, environ, start_response):
-        limit = body_limit()
-        length = declared_length(environ.get("CONTENT_LENGTH") or None)
-        chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
-        if length == -1:
-            return _wsgi_answer(start_response, "400 Bad Request",
-                                envelope("parse_error", "Bad Content-Length."))
-        if length is not None and length > limit:
-            return _wsgi_answer(start_response, "413 Content Too Large", too_large_body())
-        if length is None and chunked:
-            if not environ.get("wsgi.input_terminated"):
-                return _wsgi_answer(start_response, "411 Length Required", envelope(
-                    "length_required", "Send the body with a Content-Length."))
-            body = environ["wsgi.input"].read(limit + 1)
-            if len(body) > limit:
-                return _wsgi_answer(start_response, "413 Content Too Large", too_large_body())
-            environ = {**environ, "wsgi.input": io.BytesIO(body),
-                       "CONTENT_LENGTH": str(len(body))}
-        return self.app(environ, start_response)
-
-
-def _wsgi_answer(start_response, status: str, body: bytes):
-    start_response(status, [("Content-Type", "application/json"),
-                            ("Content-Length", str(len(body))), ("Connection", "close")])
-    return [body]

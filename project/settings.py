@@ -118,7 +118,6 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "project.urls"
-WSGI_APPLICATION = "project.wsgi.application"
 ASGI_APPLICATION = "project.asgi.application"
 
 TEMPLATES = [

@@ -4,14 +4,13 @@ slowly is refused before the application runs, and a chunked body reaches Django
 with its length."""
 
 import asyncio
-import io
 import json
 
 import pytest
 from asgiref.sync import async_to_sync
 
 from project.admission import DjangoAdmission
-from project.bodylimits import BoundedBodyASGI, BoundedBodyWSGI
+from project.bodylimits import BoundedBodyASGI
 
 LIMIT = 1000
 
@@ -188,41 +187,3 @@ def test_slow_bodies_hold_no_place_in_django_and_are_408_after_the_deadline(sett
     assert {answer[0]["status"] for answer in slow} == {408}
     assert json.loads(slow[0][1]["body"])["error"]["code"] == "request_timeout"
     assert inner.most == 1  # the slow ones never entered
-
-
-def wsgi_call(environ):
-    seen = {}
-
-    def app(environ, start_response):
-        seen["length"] = environ.get("CONTENT_LENGTH")
-        seen["body"] = environ["wsgi.input"].read()
-        start_response("200 OK", [])
-        return [b"ok"]
-
-    statuses = []
-    BoundedBodyWSGI(app)(environ, lambda status, headers: statuses.append(status))
-    return statuses[0], seen
-
-
-def test_wsgi_refuses_a_declared_length_over_the_limit():
-    status, seen = wsgi_call({"CONTENT_LENGTH": "5000", "wsgi.input": io.BytesIO(b"x" * 5000)})
-    assert status.startswith("413") and seen == {}
-
-
-def test_wsgi_reads_a_chunked_body_the_server_delimits_and_gives_it_its_length():
-    status, seen = wsgi_call({"HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input_terminated": True,
-                              "wsgi.input": io.BytesIO(b'{"enabled": false}')})
-    assert status.startswith("200")
-    assert seen == {"length": "18", "body": b'{"enabled": false}'}
-
-
-def test_wsgi_refuses_an_oversized_chunked_body():
-    status, seen = wsgi_call({"HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input_terminated": True,
-                              "wsgi.input": io.BytesIO(b"x" * 5000)})
-    assert status.startswith("413") and seen == {}
-
-
-def test_wsgi_refuses_a_chunked_body_it_cannot_delimit_with_411():
-    status, seen = wsgi_call({"HTTP_TRANSFER_ENCODING": "chunked",
-                              "wsgi.input": io.BytesIO(b"5\r\nhello\r\n0\r\n\r\n")})
-    assert status.startswith("411") and seen == {}
