@@ -22,6 +22,8 @@ PROBE = r"""
 import json, sys, time
 import django
 django.setup()
+from tests import agentroutes
+agentroutes.install()  # the agents' routes through the ASGI stack, as served
 from django.core.management import call_command
 from apps.snapshots.models import Publication
 from apps.rollouts.models import Rollout
