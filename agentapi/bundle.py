@@ -7,14 +7,14 @@ used dropped first. A request is answered from them on the event loop, with no S
 and no thread, when it
 
 - is a GET with no query string, accepting gzip, with no precondition but
-  If-None-Match (agentapi.edge reads the headers);
-- presents an agent token its cached poll state vouches for (`edge.vouched_state`:
+  If-None-Match (agentapi.cached reads the headers);
+- presents an agent token its cached poll state vouches for (`cached.vouched_state`:
   an allowed Host, an address not refused, HTTPS when required, no unsettled poll
   debt — so a revoked, rotated or decommissioned token is refused from its next
   request) and asks for the snapshot that state desires, by number and checksum (a
   snapshot an agent desires cannot be removed: apps.releases.retention; any other
   number is read from the database, 404 once removed);
-- is within the agent's API rate (`edge.within_rate`).
+- is within the agent's API rate (`cached.within_rate`).
 
 The first such request for a snapshot in this process reads its bytes on a thread
 (admission lends it); the others arriving meanwhile wait for that read. Every other
@@ -32,7 +32,7 @@ from collections import OrderedDict
 from django.http import HttpResponse, HttpResponseNotModified
 from django.utils.cache import get_conditional_response
 
-from agentapi import checks, edge, longpoll
+from agentapi import cached, checks, longpoll
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.fleet import rules
@@ -169,16 +169,16 @@ async def _from_kept(scope) -> HttpResponse | None:
     number = requested_number(scope["path"])
     if scope["method"] != "GET" or scope.get("query_string"):
         return None
-    headers, encoding = edge._headers(scope), edge.headers_once(scope, _ALSO_READ)
+    headers, encoding = cached._headers(scope), cached.headers_once(scope, _ALSO_READ)
     if headers is None or encoding is None or not accepts_gzip(encoding.get(b"accept-encoding")):
         return None  # the identity bytes are the database's: agents ask for gzip
-    vouched = await edge.vouched_state(scope, headers)
+    vouched = await cached.vouched_state(scope, headers)
     desired = None if vouched is None else desired_snapshot(vouched[1])
     if desired is None or desired[0] != number or vouched[1].get("environment_id") is None:
         return None
     await longpoll.woken_polls_first()
     body = await kept_bundle((vouched[1]["environment_id"], number, desired[1]))
-    if body is None or not await edge.within_rate(vouched[1]["agent_id"]):
+    if body is None or not await cached.within_rate(vouched[1]["agent_id"]):
         return None
     etag, asked = bundle_etag(desired[1], True), headers.get(b"if-none-match")
     matched = asked is not None and rules.if_none_match_matches(asked, etag)

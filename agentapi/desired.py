@@ -1,5 +1,5 @@
 """GET /api/v1/agent/desired answered from the database (agentapi.checks runs the
-route's checks first), for the polls the cache cannot answer: agentapi.edge answers
+route's checks first), for the polls the cache cannot answer: agentapi.cached answers
 the rest from the poll state this writes.
 """
 

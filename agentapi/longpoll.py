@@ -4,7 +4,7 @@ A change's transaction drops the cached poll states of the agents it concerns on
 commit and announces their token keys (apps.fleet.announcements): on Redis, so
 every web node hears it, or in this process in embedded mode. Each process holds
 its waiting polls in `_Waiters` (a future per poll, no timer, no thread, no
-query) and wakes those whose token key was announced; the edge (agentapi.edge)
+query) and wakes those whose token key was announced; the poll (agentapi.cached)
 then decides again from the cache.
 
 One task per process and event loop listens on Redis; when it loses Redis it
@@ -14,7 +14,7 @@ seconds, so an agent held a minute is not taken for offline.
 
 Woken polls are answered first: after a publish a process wakes thousands of
 polls a chunk at a time while the agents woken first already ask for the bundle
-and report; a bundle or report the edges would answer waits (`woken_polls_first`,
+and report; a bundle or report answered from the cache waits (`woken_polls_first`,
 at most WOKEN_FIRST_S) until the polls of the wakes pending when it arrived have
 read their answers (not those woken after it), so the last agent hears of the
 change as soon as the cores allow, not after the bundles of the first.
@@ -245,7 +245,7 @@ def answered(woken: asyncio.Future | None) -> None:
 
 async def woken_polls_first() -> None:
     """Return once the polls of the wakes pending now have read their answers, or
-    after WOKEN_FIRST_S: what a bundle or report answered by an edge awaits first."""
+    after WOKEN_FIRST_S: what a bundle or report answered from the cache awaits first."""
     await _waiters.woken_first()
 
 

@@ -36,7 +36,7 @@ class DesiredApi(AgentAPIView):
             description="Not modified (If-None-Match matched)")},
         summary="The agent's desired snapshot (send If-None-Match)")
     def get(self, request):
-        raise NotImplementedError("answered by agentapi.edge, in front of Django")
+        raise NotImplementedError("answered by agentapi.cached, in front of Django")
 
 
 class BundleApi(AgentAPIView):

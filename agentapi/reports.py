@@ -6,8 +6,8 @@ thousand reports queue for minutes. So a report is recorded with the others that
 arrived meanwhile when it
 
 - is JSON (`Content-Type: application/json`) of at most MAX_BATCHED_BODY bytes;
-- presents an agent token its cached poll state vouches for (`edge.vouched_state`)
-  and is within the agent's API rate (`edge.within_rate`);
+- presents an agent token its cached poll state vouches for (`cached.vouched_state`)
+  and is within the agent's API rate (`cached.within_rate`);
 - arrives while tasks are queued, not run inline (embedded mode runs a report's
   rollout reconcile in its request: in a batch it would hold every other report);
 
@@ -34,7 +34,7 @@ from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from agentapi import checks, edge, longpoll
+from agentapi import cached, checks, longpoll
 from apps.core import metrics
 from apps.core.dispatch import tasks_inline
 from apps.core.events import serving_loop_is
@@ -206,11 +206,11 @@ async def _from_batch(scope, body: bytes) -> tuple[HttpResponse | None, bool]:
     """(the answer from a batch or None, whether the agent's rate counted it)."""
     if scope["method"] != "POST" or tasks_inline() or len(body) > MAX_BATCHED_BODY:
         return None, False
-    headers, content = edge._headers(scope), edge.headers_once(scope, _CONTENT_TYPE)
+    headers, content = cached._headers(scope), cached.headers_once(scope, _CONTENT_TYPE)
     if headers is None or content is None or content.get(b"content-type") != "application/json":
         return None, False
-    vouched = await edge.vouched_state(scope, headers)
-    if vouched is None or not await edge.within_rate(vouched[1]["agent_id"]):
+    vouched = await cached.vouched_state(scope, headers)
+    if vouched is None or not await cached.within_rate(vouched[1]["agent_id"]):
         return None, False
     await longpoll.woken_polls_first()
     return await batch_recorded(vouched[1]["agent_id"], vouched[0], body), True

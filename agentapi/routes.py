@@ -1,9 +1,9 @@
 """The agents' routes, each answered in this package alone, in front of the rest of
-the site: the poll (agentapi.edge), a snapshot's bundle (agentapi.bundle) and
+the site: the poll (agentapi.cached), a snapshot's bundle (agentapi.bundle) and
 reports (agentapi.reports, their bodies received by project.bodylimits first)."""
 
 from agentapi.bundle import BUNDLE_PATH, answer_bundle
-from agentapi.edge import DESIRED_PATH, answer_poll
+from agentapi.cached import DESIRED_PATH, answer_poll
 from agentapi.reports import REPORTS_PATH, answer_report
 from project.bodylimits import BoundedBodyASGI
 

@@ -11,7 +11,7 @@ thread, no connection) and are answered 503 `unavailable` with Retry-After only
 after BELLWETHER_DJANGO_QUEUE_S seconds in the queue. Liveness (/healthz),
 readiness (/readyz: a load balancer must hear from a busy node) and static files
 are never queued. Websockets and the poll's 304 (answered in front,
-agentapi.edge) do not pass here.
+agentapi.cached) do not pass here.
 
 An admitted request runs its synchronous part (views, middleware, the ORM) on the
 thread it was lent, one of BELLWETHER_DJANGO_CONCURRENCY threads that live as long

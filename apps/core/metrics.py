@@ -17,7 +17,7 @@ POLLS = Counter("bellwether_agent_polls", "Agent polls of their desired state, b
 POLLS_FROM_DATABASE = Counter(
     "bellwether_agent_polls_from_database",
     "Agent polls answered from the database, not the cache, by why "
-    "(agentapi.edge.Uncached)",
+    "(agentapi.cached.Uncached)",
     ["reason"])
 REPORTS = Counter("bellwether_agent_reports", "Agent reports accepted, by the status reported",
                   ["status"])
@@ -39,7 +39,7 @@ def poll_outcome(status: int) -> str:
 
 @functools.cache
 def _polls(outcome: str):
-    """The poll counter's child for `outcome`, looked up once (the edge counts every poll)."""
+    """The poll counter's child for `outcome`, looked up once (agentapi counts every poll)."""
     return POLLS.labels(outcome)
 
 

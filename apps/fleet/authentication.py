@@ -31,7 +31,7 @@ class AgentPrincipal:
 
 def agent_token_in(authorization: str) -> tuple[str, str] | None:
     """(key, secret) of the agent token an `Authorization` header presents, or None:
-    the one reading of it, for Django's views and agentapi's edges alike."""
+    the one reading of it, for Django's views and agentapi alike."""
     scheme, _, presented = authorization.partition(" ")
     if scheme.lower() != "bearer":
         return None

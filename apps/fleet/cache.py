@@ -71,15 +71,14 @@ def poll_state(token_key: str) -> dict | None:
 
 
 class _AsyncRedis:
-    """The edges' reads and writes without a thread (agentapi.edge,
-    agentapi.bundle): through redis.asyncio, on the event loop the edges
-    run on. Reads go out as one MGET, writes as one pipeline, at most one of each
-    in flight: what is asked meanwhile waits for it and goes out together next, so
-    that under load many requests share a round trip and the connections stay two,
-    however many requests wait. redis-py spends about 0.1 ms of CPU on a command sent
-    alone, a few microseconds on a key of an MGET; and its pool opens at most 100
-    connections, refusing the next command (after a publish every agent's bundle and
-    report read and write its API rate at once)."""
+    """agentapi's reads and writes without a thread (agentapi.cached, agentapi.bundle): through
+    redis.asyncio, on the event loop they run on. Reads go out as one MGET, writes as
+    one pipeline, at most one of each in flight: what is asked meanwhile waits for it
+    and goes out together next, so that under load many requests share a round trip and
+    the connections stay two, however many requests wait. redis-py spends about 0.1 ms
+    of CPU on a command sent alone, a few microseconds on a key of an MGET; and its pool
+    opens at most 100 connections, refusing the next command (after a publish every
+    agent's bundle and report read and write its API rate at once)."""
 
     def __init__(self):
         self._for: tuple | None = None  # (backend, loop) the client and queues are of
@@ -165,7 +164,7 @@ class _AsyncRedis:
 
 
 class CacheUnavailable(Exception):
-    """Redis failed a read or write of the edges (logged once per round trip)."""
+    """Redis failed a read or write of agentapi (logged once per round trip)."""
 
 
 _FAILED = object()
@@ -201,7 +200,7 @@ async def poll_state_async(token_key: str) -> dict | None:
 def poll_state_of(*, token_hash: str, agent_id: int, environment_id: int, etag: str,
                   generation: int | None = None, body: bytes | None = None) -> dict:
     """What the cache keeps of an agent's poll answer: whose token it is (the agent
-    and its environment, which never changes: the bundle edge's check), its ETag
+    and its environment, which never changes: the bundle route's check), its ETag
     and rendered body, and the agent's generation it was computed at (a poll debt
     trusts an answer computed at the generation its change reached, or later; one
     of unknown generation, never)."""
@@ -389,8 +388,8 @@ def heartbeats(agent_ids) -> dict[int, float]:
 
 
 def async_redis():
-    """(the Redis cache backend, the edges' batched client: `_AsyncRedis`), for the
-    edges' other reads and writes (agentapi.bundle); None when the cache is
+    """(the Redis cache backend, agentapi's batched client: `_AsyncRedis`), for the
+    agentapi's other reads and writes (agentapi.bundle); None when the cache is
     not Redis (local memory is used directly: no I/O)."""
     backend = _cache()
     if not isinstance(backend, RedisCache):

@@ -20,7 +20,7 @@ def heartbeat_record(agent_id: int, renew: str | None = None) -> None:
     """Record an agent's poll (renewing the poll state of token key `renew`): into the
     cache's buffer; the heartbeats the cache refused (only while it fails) straight
     to the database, so agents do not turn offline meanwhile. For the view and the
-    poll edge alike."""
+    poll answered from the cache alike."""
     refused = cache.record_heartbeat(agent_id, renew)
     if refused:
         try:

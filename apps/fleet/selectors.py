@@ -88,7 +88,7 @@ def desired_answer_of(*, snapshot: tuple[int, str, str] | None, deployment_id, m
 
 def desired_body_bytes(body: dict) -> bytes:
     """The desired body as the API renders it to an agent (DRF's JSON renderer), kept
-    with the cached answer so the poll edge can send it."""
+    with the cached answer so agentapi can send it."""
     return JSONRenderer().render(body)
 
 

@@ -1,7 +1,7 @@
 """End to end against the production shape (README "Production shape"): granian serving
-project.asgi with Redis as the cache and DEBUG off. The agent poll's 304 is answered
-by the edge in front of Django (agentapi/edge.py); everything it must not answer
-reaches Django and is answered as before."""
+project.asgi with Redis as the cache and DEBUG off. The agents' routes are answered
+in front of Django (agentapi), from the cache or from the database; everything else
+reaches Django."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def _polled_on_both(nodes, auth, bundle_url) -> str:
 @pytest.mark.parametrize("change", [_revoke, _rotate, _decommission])
 def test_a_token_refused_by_a_change_is_refused_on_every_node_from_its_next_request(
         production, another_node, agent, first, superuser, change):
-    """The poll, bundle and report edges of both nodes refuse the old token from the
+    """The poll, bundle and report routes of both nodes refuse the old token from the
     first request after the change commits; a rotated token's new one is answered."""
     auth = {"Authorization": f"Bearer {agent.token}"}
     bundle_url = f"/api/v1/agent/snapshots/{first.number}/bundle"
@@ -237,12 +237,12 @@ def post_report(server: Server, token: str, report: dict):
 
 def test_reports_sent_at_once_are_recorded_in_batches_and_refusals_answered_by_django(
         production, environment, first, superuser):
-    """Twenty agents report at the same moment: the report edge records them (after
+    """Twenty agents report at the same moment: the reports route records them (after
     Django answered the first and taught it its headers); a report the API refuses is
     Django's 400 with the envelope, and writes nothing."""
     agents = [factories.enrolled_agent(environment, f"web-{i}", actor=superuser)
               for i in range(21)]
-    for enrolled in agents:  # the poll state the edge vouches for tokens with
+    for enrolled in agents:  # the poll state that vouches for their tokens
         assert get(production, "/api/v1/agent/desired",
                    {"Authorization": f"Bearer {enrolled.token}"})[0] == 200
     report = {"deployment_id": None, "snapshot": first.number, "checksum": first.checksum,

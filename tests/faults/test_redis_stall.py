@@ -1,7 +1,7 @@
 """A stalled Redis (its process stopped with SIGSTOP) never holds a caller longer
 than REDIS_TIMEOUT_S: the cache, the channel layer and the broker give up, each in
 a process configured exactly as production configures it (settings from the
-environment); the agent edges' batched reads (apps.fleet.cache._AsyncRedis) give
+environment); agentapi's batched reads (apps.fleet.cache._AsyncRedis) give
 up within two (a read asked while one is in flight waits for it first) and send
 the request to Django."""
 

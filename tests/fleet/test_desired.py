@@ -542,7 +542,7 @@ def test_unknown_agent_token_key_is_not_confused_with_a_cached_one(enroll, first
     assert poll(agent.client).status_code == 200
 
 
-# -- long-poll: what Django answers (the wait itself is the edge's, tests/fleet/test_edge.py) --
+# -- long-poll: what the database answers (the wait: tests/fleet/test_cached_poll.py) --
 
 
 @pytest.mark.parametrize("wait", ["abc", "-1", "1.5", "", "٣", "1e3"])

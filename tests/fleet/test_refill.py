@@ -2,7 +2,7 @@
 pushes, pins) writes their new poll answers to the cache on commit, computed for
 all of them at once, and its poll debt trusts answers of the generation it reached;
 the poll's route sends such an answer from the cache. No agent gets a
-stale or wrong answer meanwhile: the edge's answer is always the database's."""
+stale or wrong answer meanwhile: the cache's answer is always the database's."""
 
 import threading
 import time
@@ -12,8 +12,8 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from agentapi import edge, longpoll
-from agentapi.edge import DESIRED_PATH
+from agentapi import cached, longpoll
+from agentapi.cached import DESIRED_PATH
 from apps.fleet import announcements, enrollment, polldebt, refill, rules, selectors, services
 from apps.fleet import cache as fleet_cache
 from apps.fleet.models import Agent, PollInvalidation
@@ -39,7 +39,7 @@ def clock(monkeypatch):
     """The process's poll debts on a clock the test moves; heartbeats not due."""
     tick = Clock()
     monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=tick))
-    monkeypatch.setattr(edge, "_sent", {})
+    monkeypatch.setattr(cached, "_sent", {})
     fleet_cache._heartbeats._flushed_at = time.time() + 3600
     return tick
 
@@ -238,7 +238,7 @@ def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
     old = _warm([agent])["web-1"]
     _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
                               django_capture_on_commit_callbacks)
-    monkeypatch.setattr(edge, "REFILL_WAIT_S", 0.5)
+    monkeypatch.setattr(cached, "REFILL_WAIT_S", 0.5)
     to_django()  # the set-up's polls
 
     started = time.monotonic()
@@ -262,7 +262,7 @@ def test_a_held_poll_waits_for_a_slow_refill_while_the_refill_is_heard_from(
     keys = _published_refill_pending(agent, environment, superuser, clock, monkeypatch,
                                      django_capture_on_commit_callbacks)
     refilled = selectors.poll_states_of(keys)
-    monkeypatch.setattr(edge, "REFILL_WAIT_S", 0.5)
+    monkeypatch.setattr(cached, "REFILL_WAIT_S", 0.5)
 
     def slow_refill():
         for chunk in range(8):  # 1.6 s of other agents' chunks, one every 0.2 s

@@ -1,4 +1,4 @@
-"""The edges' Redis reads and writes (apps.fleet.cache._AsyncRedis), on a real Redis:
+"""agentapi's Redis reads and writes (apps.fleet.cache._AsyncRedis), on a real Redis:
 what one event-loop turn asks for shares one round trip, whatever the number of
 requests at once — after a publish every agent's bundle and report count their API
 rate at the same moment, more requests than redis-py's pool has connections."""
@@ -11,7 +11,7 @@ import pytest
 from django.core.cache import cache as django_cache
 from django.core.cache.backends.redis import RedisCache
 
-from agentapi import edge
+from agentapi import cached
 from apps.core.breaker import best_effort_redis
 from apps.core.throttling import AgentRateThrottle
 from apps.fleet import cache as fleet_cache
@@ -74,7 +74,7 @@ def test_the_rates_of_more_agents_than_a_pool_has_connections_are_all_counted(
     counted = Counted(monkeypatch)
 
     async def storm():
-        return await asyncio.gather(*(edge.within_rate(agent_id)
+        return await asyncio.gather(*(cached.within_rate(agent_id)
                                       for agent_id in range(1, MORE_THAN_A_POOL + 1)))
 
     allowed = asyncio.run(storm())
@@ -87,23 +87,23 @@ def test_the_rates_of_more_agents_than_a_pool_has_connections_are_all_counted(
 
 def test_an_agent_over_its_rate_is_refused_across_round_trips(agent_rate):
     async def one_after_another():
-        return [await edge.within_rate(7) for _ in range(4)]
+        return [await cached.within_rate(7) for _ in range(4)]
 
     assert asyncio.run(one_after_another()) == [True, True, True, False]
     assert len(history(7)) == 3
 
 
 def test_one_agents_requests_sent_at_once_are_each_counted(agent_rate):
-    """Twenty requests of one agent at once (a token used to flood the edges): each
+    """Twenty requests of one agent at once (a token used to flood the routes): each
     counted, so three pass, not all of them on one shared read of the count."""
     async def at_once():
-        return await asyncio.gather(*(edge.within_rate(9) for _ in range(20)))
+        return await asyncio.gather(*(cached.within_rate(9) for _ in range(20)))
 
     allowed = asyncio.run(at_once())
 
     assert allowed.count(True) == 3
     assert len(history(9)) == 3
-    assert not edge._counting
+    assert not cached._counting
 
 
 def test_poll_states_read_at_once_share_one_round_trip(empty_cache, monkeypatch):
@@ -154,7 +154,7 @@ def test_a_redis_down_lets_requests_through_and_is_logged_once_per_round_trip(
     async def storm():
         states = await asyncio.gather(*(fleet_cache.poll_state_async(f"key{i:013d}")
                                         for i in range(50)))
-        allowed = await asyncio.gather(*(edge.within_rate(i) for i in range(50)))
+        allowed = await asyncio.gather(*(cached.within_rate(i) for i in range(50)))
         return states, allowed
 
     states, allowed = asyncio.run(storm())

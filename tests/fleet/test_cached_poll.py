@@ -1,4 +1,4 @@
-"""The poll's route (agentapi/edge.py): its 304 and 200 answered from the cache on the
+"""The poll's route (agentapi/cached.py): its 304 and 200 answered from the cache on the
 event loop, every other poll from the database (agentapi/desired.py), counted by why;
 what the database's answers say (401 with the envelope, 200, 429, 400) is
 tests/fleet/test_desired.py's."""
@@ -13,8 +13,8 @@ from django.core.cache.backends.redis import RedisCache
 from django.db import DatabaseError
 from django.test.utils import override_settings
 
-from agentapi import edge, longpoll
-from agentapi.edge import DESIRED_PATH
+from agentapi import cached, longpoll
+from agentapi.cached import DESIRED_PATH
 from apps.core import throttling
 from apps.fleet import announcements, enrollment, polldebt
 from apps.fleet import cache as fleet_cache
@@ -558,10 +558,10 @@ def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
         return call_edge(headers=headers)[0]
 
     assert polled("testserver") == 304
-    assert (True, False) in edge._decided.values()
-    for i in range(edge.DECISIONS_REMEMBERED * 3):
+    assert (True, False) in cached._decided.values()
+    for i in range(cached.DECISIONS_REMEMBERED * 3):
         assert polled(f"evil-{i}.example") == DATABASE
-        assert len(edge._decided) <= edge.DECISIONS_REMEMBERED
+        assert len(cached._decided) <= cached.DECISIONS_REMEMBERED
     assert polled("testserver") == 304
     with override_settings(ALLOWED_HOSTS=["elsewhere.example"]):
         assert polled("testserver") == DATABASE

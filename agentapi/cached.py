@@ -46,7 +46,7 @@ from apps.fleet.authentication import agent_token_in
 DESIRED_PATH = "/api/v1/agent/desired"
 # The headers the decision reads; each must come at most once.
 _READ = frozenset({b"authorization", b"if-none-match", b"host", b"x-forwarded-for",
-                   b"x-forwarded-proto", b"accept"})
+                   b"x-forwarded-proto"})
 # Preconditions evaluated before If-None-Match (412): by the database's answer.
 _PRECONDITIONS = frozenset({b"if-match", b"if-unmodified-since"})
 
@@ -126,7 +126,7 @@ def _first_sent(key: str, etag: str) -> bool:
 
 
 class Current(NamedTuple):
-    """What the edge answers 304 with, and whose change would end a wait; with a
+    """What the cache answers 304 with, and whose change would end a wait; with a
     body, the 200 it answers instead (the If-None-Match names an older answer)."""
 
     key: str
@@ -195,7 +195,7 @@ def headers_once(scope, names: frozenset[bytes]) -> dict[bytes, str] | None:
 async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     """(token key, its cached poll state) when the cache vouches for the presented
     agent token — an allowed Host, an address not refused, HTTPS when required, the
-    secret matching, no unsettled poll debt — or None. Every edge answer passes it
+    secret matching, no unsettled poll debt — or None. Every answer from the cache passes it
     (the poll's, agentapi.bundle, agentapi.reports): a token the cache does not
     vouch for is checked in the database (agentapi.checks), so a revoked, rotated
     or decommissioned token is refused (401) from its next request."""
@@ -324,7 +324,7 @@ _counting: dict[str, asyncio.Future] = {}
 
 class _ReadAhead:
     """The throttle's cache for one decision: the history read beforehand, the write
-    kept to be sent after (the edge's cache calls are asynchronous, DRF's are not)."""
+    kept to be sent after (these cache calls are asynchronous, DRF's are not)."""
 
     def __init__(self, history: list):
         self.history, self.written = history, None
