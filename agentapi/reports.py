@@ -61,8 +61,17 @@ BATCH_GATHER_S = 0.05
 RATE_COUNTED = "bellwether.agent_rate_counted"
 
 
+class UUIDTextField(serializers.UUIDField):
+    """A UUID sent as text (DRF would take the number 5 for a UUID)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
 class ReportSerializer(serializers.Serializer):
-    deployment_id = serializers.UUIDField(allow_null=True, required=False, default=None)
+    deployment_id = UUIDTextField(allow_null=True, required=False, default=None)
     snapshot = WholeNumberField(min_value=1)
     checksum = serializers.CharField(max_length=71)
     status = serializers.ChoiceField(["succeeded", "warning", "failed"])

@@ -29,9 +29,13 @@ def body_limit() -> int:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
-def envelope(code: str, message: str) -> bytes:
-    """The API's error envelope (apps.core.errors) for an answer made before Django."""
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
+def envelope(code: str, message: str, field: str | None = None) -> bytes:
+    """The API's error envelope (apps.core.errors) for an answer made before Django,
+    naming the header at fault when there is one."""
+    error = {"code": code, "message": f"{field}: {message}" if field else message}
+    if field:
+        error["details"] = [{"field": field, "message": message}]
+    return json.dumps({"error": error}).encode()
 
 
 def too_large_body() -> bytes:
@@ -47,6 +51,20 @@ def declared_length(value: bytes | str | None) -> int | None:
     if len(parts) != 1 or not all(part.isdigit() and part.isascii() for part in parts):
         return -1
     return int(parts.pop())
+
+
+def refused_coding(headers) -> tuple[int, bytes] | None:
+    """(status, envelope) for a body in a coding nothing here decodes: a transfer
+    coding other than chunked (400: the server would pass it on undecoded) or a
+    content coding other than identity (415); None when the body is plain."""
+    for name, value in headers:
+        name, value = name.lower(), value.decode("latin-1").strip().lower()
+        if name == b"transfer-encoding" and value != "chunked":
+            return 400, envelope("invalid", "only chunked is accepted", "Transfer-Encoding")
+        if name == b"content-encoding" and value not in ("", "identity"):
+            return 415, envelope("unsupported_media_type", "bodies are accepted uncompressed",
+                                 "Content-Encoding")
+    return None
 
 
 # --- ASGI ----------------------------------------------------------------------
@@ -113,9 +131,14 @@ class BoundedBodyASGI:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         limit = body_limit()
-        length = declared_length(dict(scope.get("headers") or []).get(b"content-length"))
+        headers = scope.get("headers") or []
+        refused = refused_coding(headers)
+        if refused is not None:
+            return await _answer(send, *refused)
+        length = declared_length(dict(headers).get(b"content-length"))
         if length == -1:
-            return await _answer(send, 400, envelope("parse_error", "Bad Content-Length."))
+            return await _answer(send, 400, envelope("parse_error", "not a single whole number",
+                                                     "Content-Length"))
         if length is not None and length > limit:
             return await _answer(send, 413, too_large_body())
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:

@@ -83,6 +83,17 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+MAX_NUMBER_DIGITS = 100
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer of at most MAX_NUMBER_DIGITS digits (Python refuses over 4,300
+    with a message about its own limits; no field here takes one that long)."""
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number of more than {MAX_NUMBER_DIGITS} digits")
+    return int(text)
+
+
 class BoundedJSONParser(JSONParser):
     """JSON whose nesting cannot exhaust the stack (the json module recurses), without
     NaN or Infinity (not JSON; PostgreSQL refuses them in json columns), and without
@@ -92,13 +103,15 @@ class BoundedJSONParser(JSONParser):
         data = _read_limited(stream, parser_context)
         try:
             value = json.loads(data.decode("utf-8"), parse_constant=_no_constant,
-                               object_pairs_hook=_unique_keys)
+                               parse_int=_bounded_int, object_pairs_hook=_unique_keys)
         except _DuplicateKey as exc:
             key = exc.key.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
             raise ValidationError({key or "body": ["this key is given more than once"]}) from None
         except RecursionError:
             raise ParseError("JSON nested too deeply.") from None
-        except (ValueError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError:
+            raise ParseError("The body is not UTF-8 text (JSON is UTF-8).") from None
+        except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
         return _storable(value)
 

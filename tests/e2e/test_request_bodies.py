@@ -215,6 +215,25 @@ def test_a_body_that_breaks_off_is_400_with_the_envelope_never_a_500(bounded_ser
     assert body is None or body["error"]["code"] == "parse_error", body
 
 
+CODED_BODIES = {
+    "a transfer coding but chunked": (b"Transfer-Encoding: gzip, chunked\r\n", 400,
+                                      "Transfer-Encoding"),
+    "a content coding": (b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 415,
+                         "Content-Encoding"),
+}
+
+
+@pytest.mark.parametrize(("headers", "status", "field"), CODED_BODIES.values(),
+                         ids=CODED_BODIES)
+def test_a_body_in_a_coding_nothing_decodes_is_refused_naming_the_header(
+        bounded_server, headers, status, field):
+    head = (b"POST /api/v1/agent/reports HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\n" + headers + b"\r\n")
+    answered, body = status_and_body(exchange(bounded_server, head, [b"2\r\n{}\r\n0\r\n\r\n"]))
+    assert answered == status, body
+    assert [detail["field"] for detail in body["error"]["details"]] == [field]
+
+
 def head_with(extra: bytes) -> bytes:
     return b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"Connection: close\r\n\r\n"
 

@@ -382,3 +382,34 @@ def test_a_report_naming_another_agents_push_locks_nothing_of_it(agents, first, 
         [result] = reports.reports_record([report])
 
     assert found.pushes == {} and result.status == 404
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (b'{"deployment_id": 5, "snapshot": 1, "checksum": "x", "status": "failed"}',
+     "deployment_id"),
+    (b'{"snapshot": 1' + b"9" * 5000 + b', "checksum": "x", "status": "failed"}', None),
+    (b'{"snapshot": 1, "checksum": "x", "status": "failed", "message": "\xe9"}', None),
+])
+def test_a_number_for_an_id_a_number_too_long_or_not_utf8_is_a_clear_400(agents, body, field):
+    answer = posted(agents[0], body)
+
+    error = json.loads(answer[2])["error"]
+    assert answer[0] == 400, error
+    assert "int_max_str_digits" not in error["message"] and "codec" not in error["message"]
+    if field:
+        assert error["details"][0]["field"] == field
+
+
+@pytest.mark.parametrize(("header", "status", "field"), [
+    (("transfer-encoding", "gzip, chunked"), 400, "Transfer-Encoding"),
+    (("content-encoding", "gzip"), 415, "Content-Encoding"),
+    (("content-encoding", "identity"), 201, None),
+])
+def test_a_body_in_a_coding_nothing_decodes_is_refused_naming_the_header(agents, first,
+                                                                       header, status, field):
+    answer = posted(agents[0], body_of(first), headers=[header])
+
+    assert answer[0] == status
+    if field:
+        assert json.loads(answer[2])["error"]["details"][0]["field"] == field
+        assert not Deployment.objects.filter(agent=agents[0].agent).exists()
