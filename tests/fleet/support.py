@@ -12,6 +12,16 @@ def bundle_url(number: int) -> str:
     return f"/api/v1/agent/snapshots/{number}/bundle"
 
 
+def unvouched_authorization(token: str, case: str) -> str | None:
+    """The Authorization header of an agent holding `token`, in a `case` no cache can
+    vouch for (None: no header)."""
+    key = token.split(".")[0]
+    return {"no Authorization": None, "Basic": "Basic " + token,
+            "a user token": f"Bearer {token}".replace("bwa_", "bwu_"),
+            "a wrong secret": f"Bearer {key}.{'x' * 43}",
+            "an unknown key": f"Bearer {token}".replace(key, "bwa_000000000000")}[case]
+
+
 def deploy_url(number: int) -> str:
     return f"{ENV}/snapshots/{number}/deploy"
 
