@@ -298,7 +298,7 @@ async def _held_rss(fleet: Fleet, count: int, rss) -> tuple[int, list]:
 
 
 def polls_from_database(url: str) -> Counter | None:
-    """The polls the servers' edges handed to Django so far, by why, as the web node
+    """The polls the servers answered from the database so far, by why, as the web node
     at `url` counts them (every process of BenchServers shares one
     PROMETHEUS_MULTIPROC_DIR, so one node's /metrics counts all); None when it does
     not say (/metrics not open to this address, an older server)."""
@@ -454,7 +454,7 @@ def print_result(args, result: dict, nodes: int) -> int:
           f"max {lag['max'] * 1000:.0f} ms (included in every time above)")
     before, after = result["to_django"]
     if before is not None and after is not None:
-        print("polls the poll edge handed to Django, by why: before the publish "
+        print("polls answered from the database, by why: before the publish "
               f"{dict(before.most_common()) or 'none'}; after it "
               f"{dict((after - before).most_common()) or 'none'}")
     if result["setup_errors"]:
@@ -514,7 +514,7 @@ def parse_args(argv=None):
     parser.add_argument("--ports", type=port_range, help="ports for the web nodes, A-B")
     parser.add_argument("--agent-rate", default="600/minute", metavar="RATE",
                         help="each agent's API rate in the servers it starts (default "
-                             "600/minute, the servers' own default: the edges count it in "
+                             "600/minute, the servers' own default: agentapi counts it in "
                              "Redis for every bundle and report; 'off' counts nothing)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the servers it starts, e.g. DATABASE_POOL_SIZE=20")

@@ -3,7 +3,7 @@
 N plain pollers (bench/fleet.py's simulated agents: enroll, GET
 /api/v1/agent/desired with If-None-Match every --interval seconds, fetch the
 bundle and report when the desired snapshot changes) against granian web nodes
-(the README's production server, the poll edge in front of Django) over
+(the README's production server, the agents' routes in front of Django) over
 PostgreSQL + Redis, long-poll off (BELLWETHER_LONG_POLL_MAX_S=0). Once every agent
 has reported snapshot #1 and polled again, the script records the latency of
 every desired GET for --steady seconds, then changes the config and publishes
@@ -97,8 +97,8 @@ class TimedConnection(Connection):
         except Exception:
             self.samples.append((started, POLL_TIMEOUT_S, "error"))
             raise
-        # Django's answers carry its request id; the edge's never do.
-        source = " via Django" if "x-request-id" in answer[1] else ""
+        # Answers from the database carry a request id; the cache's never do.
+        source = " from the database" if "x-request-id" in answer[1] else ""
         self.samples.append((started, time.monotonic() - started, f"{answer[0]}{source}"))
         return answer
 
