@@ -197,7 +197,7 @@ class _Waiters:
             # Written by a thread (one per process, every HEARTBEAT_S): the batch
             # write is the cache's synchronous client. A batch it refuses stays
             # buffered; while the cache fails the waiters are woken and their
-            # polls go to Django, which saves heartbeats to the database.
+            # polls are answered from the database, which saves their heartbeats.
             if agents:
                 await asyncio.to_thread(_record_heartbeats, agents)
 

@@ -235,11 +235,11 @@ def post_report(server: Server, token: str, report: dict):
         return exc.code, json.loads(exc.read())
 
 
-def test_reports_sent_at_once_are_recorded_in_batches_and_refusals_answered_by_django(
+def test_reports_sent_at_once_are_recorded_in_batches_and_refusals_answered_alone(
         production, environment, first, superuser):
-    """Twenty agents report at the same moment: the reports route records them (after
-    Django answered the first and taught it its headers); a report the API refuses is
-    Django's 400 with the envelope, and writes nothing."""
+    """Twenty agents report at the same moment: the reports route records them in
+    batches; a report a batch refuses is answered from the database, 400 with the
+    envelope, and writes nothing."""
     agents = [factories.enrolled_agent(environment, f"web-{i}", actor=superuser)
               for i in range(21)]
     for enrolled in agents:  # the poll state that vouches for their tokens

@@ -50,7 +50,7 @@ def _to_django() -> collections.Counter:
 
 @pytest.fixture
 def to_django():
-    """to_django() -> the polls the poll edge handed to Django, by reason, since the
+    """to_django() -> the polls answered from the database, by reason, since the
     test began or since the last call."""
     seen = [_to_django()]
 

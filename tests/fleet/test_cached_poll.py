@@ -398,7 +398,7 @@ def test_a_change_announced_during_the_wait_ends_it_and_django_answers(warm):
 def test_a_held_poll_owing_a_change_that_refills_nothing_goes_to_django_at_once(
         warm, monkeypatch, to_django):
     """A debt naming no generation (a mode, labels, a revoke: the answer is dropped,
-    never refilled) sends a held poll to Django at once, not to wait for a refill."""
+    never refilled) sends a held poll to the database at once, not to wait for a refill."""
     monkeypatch.setattr(polldebt._debts, "_keys", frozenset({_key(warm)}))
 
     status, _, took = _long_poll(warm, b"wait=20")
@@ -520,7 +520,7 @@ def test_bundles_and_reports_wait_for_the_polls_woken_before_them(monkeypatch):
 
 def test_a_woken_long_poll_says_it_has_read_its_answer(warm):
     """The edge's held poll, woken by a change, leaves nothing for bundles and
-    reports to wait for — answered or gone to Django."""
+    reports to wait for — answered or gone to the database."""
     def change():
         fleet_cache.forget_poll_states([_key(warm)])
         announcements.announce([_key(warm)])
