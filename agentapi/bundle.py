@@ -32,7 +32,7 @@ from collections import OrderedDict
 from django.http import HttpResponse, HttpResponseNotModified
 from django.utils.cache import get_conditional_response
 
-from agentapi import cached, checks, longpoll
+from agentapi import cached, checks
 from apps.core.compression import accepts_gzip
 from apps.core.errors import NotFound
 from apps.fleet import rules
@@ -176,7 +176,6 @@ async def _from_kept(scope) -> HttpResponse | None:
     desired = None if vouched is None else desired_snapshot(vouched[1])
     if desired is None or desired[0] != number or vouched[1].get("environment_id") is None:
         return None
-    await longpoll.woken_polls_first()
     body = await kept_bundle((vouched[1]["environment_id"], number, desired[1]))
     if body is None or not await cached.within_rate(vouched[1]["agent_id"]):
         return None

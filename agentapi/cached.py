@@ -271,29 +271,24 @@ async def held_answer(scope) -> Current | Uncached:
     if isinstance(wait, tuple):
         return Uncached("request")
     loop = asyncio.get_running_loop()
-    deadline, refilling_since, woken = loop.time() + wait, None, None
-    try:
-        while True:
-            current = await current_answer(scope)
-            longpoll.answered(woken)  # read: bundles and reports waiting for it may go
-            woken = None
-            refilling = isinstance(current, Refilling)
-            if refilling:
-                refilling_since = refilling_since or loop.time()
-                quiet_since = max(refilling_since, longpoll.heard_at())
-                until = min(quiet_since + REFILL_WAIT_S, deadline)
-            elif isinstance(current, Uncached) or current.body is not None or not wait:
-                return current
-            else:
-                refilling_since, until = None, deadline
-            remaining = until - loop.time()
-            if remaining <= 0:
-                return Uncached("refilling" if wait else "stale") if refilling else current
-            woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
-            if not await woken and not refilling:
-                return current
-    finally:
-        longpoll.answered(woken)
+    deadline, refilling_since = loop.time() + wait, None
+    while True:
+        current = await current_answer(scope)
+        refilling = isinstance(current, Refilling)
+        if refilling:
+            refilling_since = refilling_since or loop.time()
+            quiet_since = max(refilling_since, longpoll.heard_at())
+            until = min(quiet_since + REFILL_WAIT_S, deadline)
+        elif isinstance(current, Uncached) or current.body is not None or not wait:
+            return current
+        else:
+            refilling_since, until = None, deadline
+        remaining = until - loop.time()
+        if remaining <= 0:
+            return Uncached("refilling" if wait else "stale") if refilling else current
+        woken = longpoll.wait_for_change(current.key, current.agent_id, remaining)
+        if not await woken and not refilling:
+            return current
 
 
 async def answer_poll(scope, receive, send) -> None:

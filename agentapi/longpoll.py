@@ -11,13 +11,6 @@ One task per process and event loop listens on Redis; when it loses Redis it
 wakes every waiter (a change announced meanwhile would be missed), and each
 re-checks. It also records the waiting agents' heartbeats every FLUSH_S
 seconds, so an agent held a minute is not taken for offline.
-
-Woken polls are answered first: after a publish a process wakes thousands of
-polls a chunk at a time while the agents woken first already ask for the bundle
-and report; a bundle or report answered from the cache waits (`woken_polls_first`,
-at most WOKEN_FIRST_S) until the polls of the wakes pending when it arrived have
-read their answers (not those woken after it), so the last agent hears of the
-change as soon as the cores allow, not after the bundles of the first.
 """
 
 import asyncio
@@ -36,8 +29,6 @@ logger = logging.getLogger(__name__)
 RECONNECT_S = 1.0
 HEARTBEAT_S = 5.0
 TICK_S = 1.0  # the resolution of a wait's end
-# How long a bundle or report waits at most for the polls woken before it.
-WOKEN_FIRST_S = 1.0
 
 
 class _Waiters:
@@ -53,16 +44,12 @@ class _Waiters:
         self._due: dict[int, list[tuple[str, asyncio.Future]]] = {}
         self._listener: asyncio.Task | None = None
         self._lock = threading.Lock()
-        # The polls woken whose answers are not read yet, by wake, and the wakes
-        # with such polls: a bundle or report waits for those, not for later ones.
-        self._unanswered: dict[asyncio.Future, _Wake] = {}
-        self._pending: set[_Wake] = set()
         self._heard_at = -math.inf  # when the last announcement arrived (loop time)
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
             self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
-            self._unanswered, self._pending, self._heard_at = {}, set(), -math.inf
+            self._heard_at = -math.inf
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
@@ -108,39 +95,10 @@ class _Waiters:
         with self._lock:
             self._heard_at = self._loop.time()
             keys = list(self._by_key) if token_keys is None else token_keys
-            wake = _Wake()
             for key in keys:
                 for woken in self._by_key.pop(key, {}):
                     if not woken.done():
                         woken.set_result(True)
-                        self._unanswered[woken] = wake
-                        wake.unanswered += 1
-            if wake.unanswered:
-                self._pending.add(wake)
-
-    def answered(self, woken: asyncio.Future | None) -> None:
-        """On the loop: the poll of `woken` read its answer (or left)."""
-        wake = self._unanswered.pop(woken, None)
-        if wake is not None:
-            wake.unanswered -= 1
-            if wake.unanswered <= 0:
-                self._done(wake)
-
-    def _done(self, wake: "_Wake") -> None:
-        self._pending.discard(wake)
-        wake.read.set()
-
-    async def woken_first(self) -> None:
-        if self._loop is not asyncio.get_running_loop() or not self._pending:
-            return
-        before = list(self._pending)  # a few: one per announcement still being read
-        try:
-            async with asyncio.timeout(WOKEN_FIRST_S):
-                for wake in before:
-                    await wake.read.wait()
-        except TimeoutError:  # a slower storm, or polls that never said: not waited for again
-            for wake in before:
-                self._done(wake)
 
     def wake_threadsafe(self, token_keys) -> None:
         loop = self._loop
@@ -202,17 +160,6 @@ class _Waiters:
                 await asyncio.to_thread(_record_heartbeats, agents)
 
 
-class _Wake:
-    """One wake of held polls: how many of them have not read their answers yet
-    (`read` is set when none is left, or when the wait for them timed out)."""
-
-    __slots__ = ("read", "unanswered")
-
-    def __init__(self):
-        self.unanswered = 0
-        self.read = asyncio.Event()
-
-
 def _record_heartbeats(agent_ids) -> None:
     """A held poll's agent is seen; its poll state is not renewed (only a poll that
     read it renews it, while `renewal_key` gives its key)."""
@@ -226,8 +173,7 @@ _waiters = _Waiters()
 def wait_for_change(token_key: str, agent_id: int, seconds: float) -> asyncio.Future:
     """To await: hold a poll until its agent's desired state may have changed
     (True) or `seconds` pass (False, up to TICK_S later). Costs a future, no timer,
-    no thread and no query. A poll woken (True) says `answered(future)` once it has
-    read its answer."""
+    no thread and no query."""
     return _waiters.wait(token_key, agent_id, seconds)
 
 
@@ -236,17 +182,6 @@ def heard_at() -> float:
     any agents; -inf if never. A refill announces its chunks as it writes them:
     while announcements keep coming, a refill is under way."""
     return _waiters.heard_at()
-
-
-def answered(woken: asyncio.Future | None) -> None:
-    """The poll held by `woken` has read its answer, or left (None: nothing)."""
-    _waiters.answered(woken)
-
-
-async def woken_polls_first() -> None:
-    """Return once the polls of the wakes pending now have read their answers, or
-    after WOKEN_FIRST_S: what a bundle or report answered from the cache awaits first."""
-    await _waiters.woken_first()
 
 
 # Announcements made in this process (embedded mode) wake its polls.

@@ -34,7 +34,7 @@ from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from agentapi import cached, checks, longpoll
+from agentapi import cached, checks
 from apps.core import metrics
 from apps.core.dispatch import tasks_inline
 from apps.core.events import serving_loop_is
@@ -221,7 +221,6 @@ async def _from_batch(scope, body: bytes) -> tuple[HttpResponse | None, bool]:
     vouched = await cached.vouched_state(scope, headers)
     if vouched is None or not await cached.within_rate(vouched[1]["agent_id"]):
         return None, False
-    await longpoll.woken_polls_first()
     return await batch_recorded(vouched[1]["agent_id"], vouched[0], body), True
 
 

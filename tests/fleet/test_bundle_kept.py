@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test.utils import override_settings
 
-from agentapi import bundle, longpoll
+from agentapi import bundle
 from apps.core import throttling
 from apps.fleet import cache as fleet_cache
 from apps.fleet import enrollment, polldebt
@@ -104,36 +104,6 @@ def test_the_kept_answer_is_the_databases_answer_to_the_same_request(agent, firs
     assert kept[0] == (304 if case in ("match", "weak", "list", "star") else 200)
     assert kept[1]["etag"] == etag and kept[1]["vary"] == "Accept-Encoding"
     assert kept[1]["cache-control"] == "private, max-age=31536000, immutable"
-
-
-def test_a_bundle_waits_for_the_polls_its_process_woke_before_it(agent):
-    """After a publish the polls woken first are answered before the bundles their
-    agents then ask for (agentapi.longpoll.woken_polls_first)."""
-    fetched(agent.headers)  # kept now
-    scope = scope_of({"REQUEST_METHOD": "GET", "PATH_INFO": bundle_url(1)})
-    scope["headers"] = [(n.lower().encode(), v.encode()) for n, v in agent.headers]
-
-    async def scenario():
-        messages = []
-
-        async def receive():
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message):
-            messages.append(message)
-
-        woken = longpoll.wait_for_change("another-agent", 0, 60)
-        longpoll._waiters.wake(["another-agent"])
-        answering = asyncio.create_task(bundle.answer_bundle(scope, receive, send))
-        await asyncio.sleep(0.1)
-        waited = not messages
-        longpoll.answered(woken)  # the woken poll read its answer
-        await asyncio.wait_for(answering, 5)
-        for task in asyncio.all_tasks() - {asyncio.current_task()}:
-            task.cancel()
-        return waited, messages[0]["status"]
-
-    assert async_to_sync(scenario)() == (True, 200)
 
 
 def test_another_agent_of_the_environment_costs_no_query(agent, django_assert_num_queries):

@@ -479,69 +479,6 @@ def test_a_held_poll_has_no_timer_its_wait_ends_with_its_second_bucket():
     asyncio.run(scenario())
 
 
-def test_bundles_and_reports_wait_for_the_polls_woken_before_them(monkeypatch):
-    """After an announcement, woken_polls_first returns once every woken poll has
-    read its answer or left; not at all when nothing was woken; and after
-    WOKEN_FIRST_S when a woken poll never says (nothing waits on it again)."""
-    monkeypatch.setattr(longpoll, "WOKEN_FIRST_S", 0.2)
-
-    async def no_listener(self):  # woken by this test only (not by Redis's wake-all)
-        await asyncio.Event().wait()
-    monkeypatch.setattr(longpoll._Waiters, "_background", no_listener)
-
-    async def scenario():
-        waiters = longpoll._Waiters()
-        one, two, silent = (waiters.wait(k, i, 60) for i, k in enumerate(("k1", "k2", "k3")))
-        await asyncio.wait_for(waiters.woken_first(), 0.05)  # nothing woken: at once
-
-        waiters.wake(["k1", "k2"])
-        behind = asyncio.create_task(waiters.woken_first())
-        await asyncio.sleep(0.01)
-        waiters.answered(one)
-        later = waiters.wait("k4", 4, 60)
-        waiters.wake(["k4"])  # woken after the bundle arrived: not waited for
-        await asyncio.sleep(0.01)
-        assert not behind.done()
-        waiters.answered(two)
-        await asyncio.wait_for(behind, 0.05)
-        waiters.answered(later)
-
-        waiters.wake(["k3"])  # woken, and never says it has read its answer
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await waiters.woken_first()
-        assert 0.15 <= loop.time() - started < 1
-        await asyncio.wait_for(waiters.woken_first(), 0.05)  # not again
-        assert silent.result() is True and not waiters._pending
-        for task in asyncio.all_tasks() - {asyncio.current_task()}:
-            task.cancel()
-    asyncio.run(scenario())
-
-
-def test_a_woken_long_poll_says_it_has_read_its_answer(warm):
-    """The edge's held poll, woken by a change, leaves nothing for bundles and
-    reports to wait for — answered or gone to the database."""
-    def change():
-        fleet_cache.forget_poll_states([_key(warm)])
-        announcements.announce([_key(warm)])
-
-    woken = []
-    wake = longpoll._Waiters.wake
-
-    def noting(self, keys):
-        wake(self, keys)
-        woken.append(set(self._unanswered))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(longpoll._Waiters, "wake", noting)
-        status, _, _ = _long_poll(warm, b"wait=20", during=change)
-
-    assert status == DATABASE
-    # The poll was woken (also by the Redis listener's wake-all when it subscribes,
-    # which on a loaded machine may come after the answer, finding none)...
-    assert woken and max(map(len, woken)) == 1, woken
-    assert not longpoll._waiters._unanswered and not longpoll._waiters._pending  # ...said so
-
-
 def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
     """Django's ALLOWED_HOSTS decision is remembered per Host header (and scheme): a
     client sending ever new Host values empties the memory rather than grow it, and
