@@ -25,6 +25,7 @@ answered 304.
 """
 
 import asyncio
+import functools
 import time
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -59,10 +60,19 @@ def _headers(scope) -> dict[bytes, str] | None:
     return None if found is None or _PRECONDITIONS & found.keys() else found
 
 
-def _decided_by_django(host: str | None, forwarded_proto: str | None,
-                       scheme: str | None) -> tuple[bool, bool]:
-    """(the Host is allowed, the request came over HTTPS), as Django's own
-    HttpRequest.get_host() and is_secure() decide them."""
+def host_and_scheme(scope, headers) -> tuple[bool, bool]:
+    """(the Host is allowed, the request came over HTTPS) for this request."""
+    return _decided(headers.get(b"host"), headers.get(b"x-forwarded-proto"),
+                    scope.get("scheme"))
+
+
+# Remembered by what they are decided on: a fleet sends the same one or two, and the
+# headers are the client's to choose (so a bounded memory), forgotten when settings
+# change (ALLOWED_HOSTS, DEBUG and SECURE_PROXY_SSL_HEADER decide them).
+@functools.lru_cache(maxsize=64)
+def _decided(host: str | None, forwarded_proto: str | None,
+             scheme: str | None) -> tuple[bool, bool]:
+    """As Django's own HttpRequest.get_host() and is_secure() decide them."""
     request = HttpRequest()
     request._get_scheme = lambda: scheme or "http"  # what ASGIRequest reads from the scope
     request.META = {name: value for name, value in (
@@ -74,31 +84,9 @@ def _decided_by_django(host: str | None, forwarded_proto: str | None,
     return allowed, request.is_secure()
 
 
-def host_and_scheme(scope, headers) -> tuple[bool, bool]:
-    """Django's decisions for this request's Host and scheme, remembered by what they
-    are decided on: a fleet sends the same one or two (at most DECISIONS_REMEMBERED,
-    then forgotten together, since the headers are the client's to choose; all of
-    them when settings change)."""
-    asked = (headers.get(b"host"), headers.get(b"x-forwarded-proto"), scope.get("scheme"))
-    decided = _decided.get(asked)
-    if decided is None:
-        if len(_decided) >= DECISIONS_REMEMBERED:
-            _decided.clear()
-        decided = _decided[asked] = _decided_by_django(*asked)
-    return decided
-
-
-def is_secure(scope, headers) -> bool:
-    return host_and_scheme(scope, headers)[1]
-
-
-DECISIONS_REMEMBERED = 64
-_decided: dict[tuple, tuple[bool, bool]] = {}
-
-
 @receiver(setting_changed)
 def _settings_changed(**kwargs):
-    _decided.clear()  # ALLOWED_HOSTS, DEBUG and SECURE_PROXY_SSL_HEADER decide them
+    _decided.cache_clear()
 
 
 def _address_refused(scope, headers) -> bool:
