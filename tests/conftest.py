@@ -196,7 +196,7 @@ def _kept_chain(django_db_setup, django_db_blocker):
 
 def _end_other_sessions() -> None:
     """End this worker's test database's other sessions before pytest-django drops it:
-    a thread of this process (an executor of an edge's test) may still hold one, and
+    a thread of this process (an executor of an agent route's test) may still hold one, and
     the database would stay behind with a warning."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -31,8 +31,8 @@ def _key(warm) -> str:
 DATABASE = "database"  # answered from the database (agentapi.desired: with a request id)
 
 
-def call_edge(*, headers=(), method="GET", path=DESIRED_PATH, query=b"", scheme="http",
-              client=("10.0.0.7", 50000), kind="http"):
+def stack_poll(*, headers=(), method="GET", path=DESIRED_PATH, query=b"", scheme="http",
+               client=("10.0.0.7", 50000), kind="http"):
     """(status, headers) of the HTTP stack's answer, the status DATABASE when the poll
     was answered from the database (HANDED_ON: handed on to Django)."""
     scope = {"type": kind, "method": method, "path": path, "query_string": query,
@@ -61,14 +61,14 @@ def warm(enroll, first, monkeypatch):
 
 @pytest.mark.parametrize("form", ["exact", "list", "star", "weak"])
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
-def test_a_matching_poll_is_304_from_the_edge_with_no_sql_and_a_heartbeat(
+def test_a_matching_poll_is_304_from_the_cache_with_no_sql_and_a_heartbeat(
         warm, form, method, django_assert_num_queries):
     header = {"exact": warm.etag, "list": f'"nope", {warm.etag}', "star": "*",
               "weak": f"W/{warm.etag}"}[form]
     fleet_cache._heartbeats._pending.clear()
 
     with django_assert_num_queries(0):
-        status, headers = call_edge(headers=[*warm.headers, ("If-None-Match", header)],
+        status, headers = stack_poll(headers=[*warm.headers, ("If-None-Match", header)],
                                     method=method)
 
     assert (status, headers["etag"], headers["cache-control"]) == (304, warm.etag, "no-cache")
@@ -123,12 +123,12 @@ def test_what_the_cache_cannot_answer_goes_to_the_database_counted_by_why(
     elif case == "no Host":
         del headers["Host"]
 
-    status, _ = call_edge(headers=[*headers.items(), *extra], method=method, path=path,
+    status, _ = stack_poll(headers=[*headers.items(), *extra], method=method, path=path,
                           query=query)
 
     if reason == 200:  # the cache's 200 (once per answer and token: then "changed")
         assert (status, to_django()) == (200, {})
-        assert call_edge(headers=[*headers.items(), *extra])[0] == DATABASE
+        assert stack_poll(headers=[*headers.items(), *extra])[0] == DATABASE
         assert to_django() == {"changed": 1}
         return
     assert status == (DATABASE if reason else HANDED_ON)
@@ -140,7 +140,7 @@ def test_a_revoked_token_goes_to_django_on_its_next_poll(warm, superuser, to_dja
     with django_capture_on_commit_callbacks(execute=True):
         enrollment.agent_token_revoke(agent=warm.agent, actor=superuser)
 
-    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert (status, to_django()) == (DATABASE, {"not_cached": 1})
 
@@ -152,7 +152,7 @@ def test_an_indebted_token_goes_to_django_whatever_the_cache_holds(warm, monkeyp
     key = warm.token.removeprefix("bwa_").split(".")[0]
     monkeypatch.setattr(polldebt._debts, "_keys", frozenset({key}))
 
-    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert (status, to_django()) == (DATABASE, {"stale": 1})
 
@@ -168,8 +168,8 @@ def test_debts_due_are_read_by_the_poll_that_finds_them_due(warm, monkeypatch, i
     monkeypatch.setattr(polldebt.selectors, "poll_debts", poll_debts)
     monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)  # due
 
-    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
-    again, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    again, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert (status, again) == ((DATABASE, DATABASE) if indebted else (304, 304))
     assert reads == [1]  # once per refresh interval, not per poll
@@ -188,7 +188,7 @@ def test_debts_the_database_cannot_read_keep_the_last_set_read(warm, monkeypatch
         monkeypatch.setattr(polldebt, "_debts", polldebt._Debts())
     monkeypatch.setattr(polldebt._debts, "clock", lambda: 10.0)
 
-    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert (status, to_django()) == ((304, {}) if read_before
                                      else (DATABASE, {"debt_unknown": 1}))
@@ -199,7 +199,7 @@ def test_a_heartbeat_flush_due_is_done_on_a_thread_and_the_poll_answered(warm):
     fleet_cache._heartbeats._pending.clear()
     django_cache.delete_many([f"fleet:seen:{warm.agent.pk}"])
 
-    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert status == 304
     assert fleet_cache._heartbeats.pending() == {}  # flushed to the cache
@@ -238,10 +238,10 @@ def test_polls_prolong_their_cached_answer_at_the_heartbeat_flush(warm, either_c
     django_cache.touch(f"fleet:poll:{key}", 60)  # its lifetime nearly out
     fleet_cache._heartbeats._flushed_at = time.time()
 
-    assert call_edge(headers=polled)[0] == 304
+    assert stack_poll(headers=polled)[0] == 304
     assert _lifetime(key) <= 60  # noted; the flush is not due yet
     fleet_cache._heartbeats._flushed_at = 0.0
-    assert call_edge(headers=polled)[0] == 304  # this poll flushes the buffer
+    assert stack_poll(headers=polled)[0] == 304  # this poll flushes the buffer
     assert _lifetime(key) > fleet_cache.POLL_STATE_TTL - 60
 
     fleet_cache.forget_poll_states([key])  # a change drops it after the poll
@@ -267,7 +267,7 @@ def test_a_cached_answer_is_renewed_only_for_its_tokens_span_after_its_write(war
     fleet_cache.store_poll_states({key: old})
     django_cache.touch(f"fleet:poll:{key}", 60)
     fleet_cache._heartbeats._flushed_at = 0.0
-    assert call_edge(headers=polled)[0] == 304  # still its answer, until it expires
+    assert stack_poll(headers=polled)[0] == 304  # still its answer, until it expires
     longpoll._record_heartbeats({warm.agent.pk})  # what a held poll's process does
     fleet_cache._heartbeats._flushed_at = 0.0
     longpoll._record_heartbeats({warm.agent.pk})
@@ -295,8 +295,8 @@ def test_the_renewal_span_is_spread_over_the_tokens():
 def test_an_address_refused_for_failed_authentications_goes_to_django(warm, to_django):
     throttling.blocked_addresses.block("10.0.0.7", time.time() + 60)
 
-    refused, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
-    other, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
+    refused, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    other, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)],
                          client=("10.0.0.8", 1))
 
     assert (refused, other, to_django()) == (DATABASE, 304, {"address": 1})
@@ -307,8 +307,8 @@ def test_the_refused_address_behind_a_proxy_is_the_forwarded_one(warm):
     throttling.blocked_addresses.block("203.0.113.9", time.time() + 60)
     headers = [*warm.headers, ("If-None-Match", warm.etag)]
 
-    refused, _ = call_edge(headers=[*headers, ("X-Forwarded-For", "203.0.113.9")])
-    other, _ = call_edge(headers=[*headers, ("X-Forwarded-For", "203.0.113.10")])
+    refused, _ = stack_poll(headers=[*headers, ("X-Forwarded-For", "203.0.113.9")])
+    other, _ = stack_poll(headers=[*headers, ("X-Forwarded-For", "203.0.113.10")])
 
     assert (refused, other) == (DATABASE, 304)
 
@@ -318,12 +318,12 @@ def test_the_refused_address_behind_a_proxy_is_the_forwarded_one(warm):
 def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm, to_django):
     headers = [*warm.headers, ("If-None-Match", warm.etag)]
 
-    plain, _ = call_edge(headers=headers)
-    https, _ = call_edge(headers=headers, scheme="https")
-    proxied, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "https")])
+    plain, _ = stack_poll(headers=headers)
+    https, _ = stack_poll(headers=headers, scheme="https")
+    proxied, _ = stack_poll(headers=[*headers, ("X-Forwarded-Proto", "https")])
     # As Django reads the header: the first of a list, around spaces.
-    listed, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", " https , http")])
-    last, _ = call_edge(headers=[*headers, ("X-Forwarded-Proto", "http, https")])
+    listed, _ = stack_poll(headers=[*headers, ("X-Forwarded-Proto", " https , http")])
+    last, _ = stack_poll(headers=[*headers, ("X-Forwarded-Proto", "http, https")])
 
     assert (plain, https, proxied, listed, last, to_django()) == (
         DATABASE, 304, 304, 304, DATABASE, {"insecure": 2})
@@ -332,7 +332,7 @@ def test_plain_http_goes_to_django_for_its_redirect_when_https_is_required(warm,
 def test_a_cache_entry_gone_goes_to_django(warm, to_django):
     fleet_cache.forget_poll_states([warm.token.removeprefix("bwa_").split(".")[0]])
 
-    status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+    status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert (status, to_django()) == (DATABASE, {"not_cached": 1})
 
@@ -342,14 +342,14 @@ def test_a_cache_down_goes_to_django(warm, to_django):
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens here
     }}):
-        status, _ = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)])
+        status, _ = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)])
 
     assert (status, to_django()) == (DATABASE, {"not_cached": 1})
 
 
 @pytest.mark.parametrize("kind", ["websocket", "lifespan"])
 def test_other_protocols_go_to_the_application(kind):
-    status, _ = call_edge(kind=kind)
+    status, _ = stack_poll(kind=kind)
 
     assert status == HANDED_ON
 
@@ -358,14 +358,14 @@ def test_other_protocols_go_to_the_application(kind):
 
 
 def _long_poll(warm, query, *, during=None, after_s=0.2):
-    """call_edge for a poll with `query`, running `during()` in a thread `after_s`
+    """stack_poll for a poll with `query`, running `during()` in a thread `after_s`
     seconds into the wait; returns (status, headers, seconds taken)."""
     timer = threading.Timer(after_s, during) if during else None
     started = time.monotonic()
     if timer:
         timer.start()
     try:
-        status, headers = call_edge(headers=[*warm.headers, ("If-None-Match", warm.etag)],
+        status, headers = stack_poll(headers=[*warm.headers, ("If-None-Match", warm.etag)],
                                     query=query)
     finally:
         if timer:
@@ -452,7 +452,7 @@ def test_long_polling_off_answers_at_once_and_advertises_nothing(warm):
 @pytest.mark.parametrize("query", [b"wait=abc", b"wait=-1", b"wait=1.5", b"wait=", b"wait",
                                    b"wait=1&wait=2", b"wait=1&x=2", b"WAIT=1", b"wait=%31",
                                    b"wait=\xd9\xa3"])
-def test_a_wait_the_edge_cannot_read_goes_to_django(warm, query, to_django):
+def test_a_wait_the_cache_cannot_read_goes_to_the_database(warm, query, to_django):
     status, _, took = _long_poll(warm, query)
 
     assert status == DATABASE and took < 5
@@ -486,7 +486,7 @@ def test_host_decisions_are_remembered_boundedly_and_follow_the_settings(warm):
     def polled(host):
         headers = [("Host", host), ("Authorization", f"Bearer {warm.token}"),
                    ("If-None-Match", warm.etag)]
-        return call_edge(headers=headers)[0]
+        return stack_poll(headers=headers)[0]
 
     assert polled("testserver") == 304
     bound = cached._decided.cache_info().maxsize

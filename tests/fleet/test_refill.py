@@ -50,7 +50,7 @@ def _debts_read(clock) -> None:
     polldebt.owes("")
 
 
-def _edge(agent, etag: str | None, *, method="GET", query=b""):
+def _poll_answer(agent, etag: str | None, *, method="GET", query=b""):
     """(status, headers, body) of the poll's route, the status DATABASE when the poll
     was answered from the database."""
     headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {agent.token}".encode())]
@@ -72,12 +72,12 @@ def _database_answer(agent) -> tuple[dict, str]:
     return selectors.desired_state_for(fresh)
 
 
-def _assert_edge_answers_as_the_database(agents, etags) -> None:
-    """Each agent's poll with its old ETag, at the edge: 304 only if its answer did
+def _assert_cache_answers_as_the_database(agents, etags) -> None:
+    """Each agent's poll with its old ETag, from the cache: 304 only if its answer did
     not change, 200 only with the database's body, else Django's to answer."""
     for agent in agents:
         body, etag = _database_answer(agent)
-        status, headers, sent = _edge(agent, etags[agent.agent.name])
+        status, headers, sent = _poll_answer(agent, etags[agent.agent.name])
         if status == 304:
             assert headers["etag"] == etags[agent.agent.name] == etag, agent.agent.name
         elif status == 200:
@@ -123,7 +123,7 @@ def test_after_a_publish_the_old_etag_is_answered_200_from_the_cache_with_no_sql
     _debts_read(clock)
 
     with django_assert_num_queries(0):
-        status, headers, body = _edge(agent, old)
+        status, headers, body = _poll_answer(agent, old)
     # Once per answer and process: a repeat is the database's (and the agent's rate's).
     again, from_database, database_body = stack_answer_of(agent, old)
 
@@ -133,8 +133,8 @@ def test_after_a_publish_the_old_etag_is_answered_200_from_the_cache_with_no_sql
     own = {"x-request-id", "content-length"}
     assert {n: v for n, v in headers.items() if n not in own} == {
         n: v for n, v in from_database.items() if n not in own}
-    assert _edge(agent, headers["etag"])[0] == 304
-    assert _edge(agent, old, method="HEAD")[0] == DATABASE  # the cache's 200s are GETs'
+    assert _poll_answer(agent, headers["etag"])[0] == 304
+    assert _poll_answer(agent, old, method="HEAD")[0] == DATABASE  # the cache's 200s are GETs'
 
 
 def stack_answer_of(agent, etag):
@@ -216,13 +216,13 @@ def test_a_held_poll_meeting_a_refill_under_way_waits_for_it_not_the_database(
 
 
 def _held_during(agent, old: str, refill) -> tuple[int, dict, bytes, float]:
-    """The edge's answer to the agent's held poll (If-None-Match: `old`, wait=20)
+    """The answer to the agent's held poll (If-None-Match: `old`, wait=20)
     while `refill` runs on a thread, and the seconds it took."""
     refilling = threading.Thread(target=refill)
     started = time.monotonic()
     refilling.start()
     try:
-        status, headers, body = _edge(agent, old, query=b"wait=20")
+        status, headers, body = _poll_answer(agent, old, query=b"wait=20")
     finally:
         refilling.join()
     return status, headers, body, time.monotonic() - started
@@ -242,11 +242,11 @@ def test_a_held_poll_whose_refill_does_not_come_goes_to_the_database(
     to_django()  # the set-up's polls
 
     started = time.monotonic()
-    assert _edge(agent, old, query=b"wait=20")[0] == DATABASE
+    assert _poll_answer(agent, old, query=b"wait=20")[0] == DATABASE
     assert 0.4 < time.monotonic() - started < 10  # not the 20 s asked for
     assert to_django() == {"refilling": 1}
     # The database's answer is the cache's now: the refill lost costs one query.
-    assert _edge(agent, old)[0] == 200
+    assert _poll_answer(agent, old)[0] == 200
     assert to_django() == {}
 
 
@@ -307,10 +307,10 @@ def test_a_pinned_agent_keeps_its_answer_through_a_publish(
         publish_variant(environment, superuser, workers=8)
     _debts_read(clock)
 
-    assert _edge(pinned, etags["web-1"])[0] == 304
-    status, _, body = _edge(follower, etags["web-2"])
+    assert _poll_answer(pinned, etags["web-1"])[0] == 304
+    status, _, body = _poll_answer(follower, etags["web-2"])
     assert status == 200 and b'"number":2' in body
-    _assert_edge_answers_as_the_database([pinned, follower], etags)
+    _assert_cache_answers_as_the_database([pinned, follower], etags)
 
 
 def test_wave_agents_get_their_waves_answer_and_the_others_theirs(
@@ -329,12 +329,12 @@ def test_wave_agents_get_their_waves_answer_and_the_others_theirs(
     # The canary is held on #2, the others on #1 (frozen by the rollout).
     assert _database_answer(agents[0])[0]["snapshot"]["number"] == 2
     assert {_database_answer(a)[0]["snapshot"]["number"] for a in agents[1:]} == {1}
-    status, _, body = _edge(agents[0], etags["web-1"])
+    status, _, body = _poll_answer(agents[0], etags["web-1"])
     assert status == 200 and b'"number":2' in body
-    _assert_edge_answers_as_the_database(agents, etags)
+    _assert_cache_answers_as_the_database(agents, etags)
 
 
-def test_a_token_revoked_right_after_a_publish_is_never_answered_by_the_edge(
+def test_a_token_revoked_right_after_a_publish_is_never_answered_from_the_cache(
         enroll, first, environment, superuser, clock, django_capture_on_commit_callbacks):
     agent = enroll()
     old = _warm([agent])["web-1"]
@@ -346,8 +346,8 @@ def test_a_token_revoked_right_after_a_publish_is_never_answered_by_the_edge(
         enrollment.agent_token_revoke(agent=agent.fresh(), actor=superuser)
     _debts_read(clock)
 
-    assert _edge(agent, old)[0] == DATABASE
-    assert _edge(agent, new)[0] == DATABASE
+    assert _poll_answer(agent, old)[0] == DATABASE
+    assert _poll_answer(agent, new)[0] == DATABASE
     assert poll(agent.client, new).status_code == 401
     # A refill that ran after the revocation committed writes nothing for the token.
     refill.refill_and_announce(keys)
@@ -369,7 +369,7 @@ def test_a_stale_write_back_after_the_refill_is_not_trusted_and_the_sweep_drops_
     _debts_read(clock)
 
     assert fleet_cache.poll_state(racer.agent.token_key) == before
-    assert _edge(racer, etags["web-1"])[0] == DATABASE  # which stores its answer
+    assert _poll_answer(racer, etags["web-1"])[0] == DATABASE  # which stores its answer
     assert fleet_cache.poll_state(racer.agent.token_key)["etag"] == _database_answer(racer)[1]
     PollInvalidation.objects.update(
         seen_at=timezone.now() - timedelta(seconds=rules.POLL_DEBT_GRACE_S + 1))
@@ -378,7 +378,7 @@ def test_a_stale_write_back_after_the_refill_is_not_trusted_and_the_sweep_drops_
     assert fleet_cache.poll_state(racer.agent.token_key) is None
     assert fleet_cache.poll_state(other.agent.token_key) == refilled
     _debts_read(clock)
-    assert _edge(other, refilled["etag"])[0] == 304
+    assert _poll_answer(other, refilled["etag"])[0] == 304
 
 
 def test_a_refill_the_database_fails_drops_the_answers(
