@@ -9,7 +9,6 @@ API rate (`AgentRateThrottle`), the error envelope (`apps.core.api.exception_han
 
 import io
 import logging
-import time
 from collections.abc import Callable
 
 from django.core.exceptions import DisallowedHost
@@ -20,12 +19,12 @@ from django.middleware.security import SecurityMiddleware
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 
-from apps.core import api, throttling
+from apps.core import api
 from apps.core.errors import ApplicationError
-from apps.core.throttling import AgentRateThrottle
+from apps.core.throttling import AgentRateThrottle, FailedAuthenticationMiddleware
 from apps.fleet.authentication import AgentTokenAuthentication
-from project import requestid
 from project.admission import Busy, admission, busy
+from project.requestid import RequestIdMiddleware
 
 Answer = Callable[[ASGIRequest], HttpResponse]
 
@@ -45,25 +44,17 @@ async def answered_on_thread(scope, send, methods: tuple[str, ...], answer: Answ
 
 def answered(scope, methods: tuple[str, ...], answer: Answer, body: bytes = b"") -> HttpResponse:
     """`answer(request)` once the route's checks pass, else the check's refusal;
-    with the request's id (logged with it too)."""
+    with the request's id (logged with it too), through the API's own middleware for
+    the request id and the addresses refused for failed authentications."""
     request = ASGIRequest(scope, io.BytesIO(body))
-    request_id = requestid.request_id_of(request)
-    token = requestid.current.set(request_id)
-    try:
-        response = _checked(request, methods, answer)
-    finally:
-        requestid.current.reset(token)
-    response[requestid.HEADER] = request_id
+    response = RequestIdMiddleware(FailedAuthenticationMiddleware(
+        lambda request: _checked(request, methods, answer)))(request)
     if request.method == "HEAD":
         response.content = b""
     return response
 
 
 def _checked(request, methods, answer) -> HttpResponse:
-    address = throttling.client_ip(request)
-    blocked = throttling.blocked_addresses.wait(address, time.time())
-    if blocked is not None:
-        return throttling.blocked_answer(blocked)
     if request.method not in methods:
         response = error_json(exceptions.MethodNotAllowed(request.method))
         response["Allow"] = ", ".join(methods)
@@ -79,8 +70,6 @@ def _checked(request, methods, answer) -> HttpResponse:
         response = error_json(exceptions.ValidationError({"Host": ["not allowed here"]}))
     except (ApplicationError, exceptions.APIException, OperationalError, InterfaceError) as exc:
         response = error_json(exc)
-    if throttling.presented_credential_refused(request, response):
-        throttling.authentication_failed(address)
     return response
 
 

@@ -9,7 +9,7 @@ then decides again from the cache.
 
 One task per process and event loop listens on Redis; when it loses Redis it
 wakes every waiter (a change announced meanwhile would be missed), and each
-re-checks. It also records the waiting agents' heartbeats every FLUSH_S
+re-checks. It also records the waiting agents' heartbeats every HEARTBEAT_S
 seconds, so an agent held a minute is not taken for offline.
 """
 

@@ -28,7 +28,7 @@ import io
 import logging
 import weakref
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.http import HttpResponse
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
@@ -43,6 +43,7 @@ from apps.core.parsers import BoundedJSONParser
 from apps.fleet.agent_api import HealthSerializer
 from apps.fleet.reports import Recorded, Report
 from apps.releases.services import report_intake, reports_intake
+from project.admission import connection_returned
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +139,7 @@ def _reports_of(batch: list[tuple[int, str, bytes]]) -> list[Report | None]:
 
 
 def _recorded(batch: list[tuple[int, str, bytes]]) -> list[HttpResponse | None]:
-    """Each report's answer, or None for the database's answer; on this thread's
-    own database connection, handed back to the pool after."""
+    """Each report's answer, or None for the database's answer."""
     reports = _reports_of(batch)
     valid = [report for report in reports if report is not None]
     try:
@@ -148,9 +148,6 @@ def _recorded(batch: list[tuple[int, str, bytes]]) -> list[HttpResponse | None]:
         logger.warning("%d report(s) not recorded in a batch; answered alone", len(valid),
                        exc_info=True)
         return [None] * len(batch)
-    finally:  # the executor's thread keeps no pooled connection between its jobs
-        if not connection.in_atomic_block:  # (a test's transaction holds it)
-            connection.close()
     answers = []
     for report in reports:
         result = None if report is None else next(results)
@@ -178,7 +175,9 @@ class _Batches:
         while self._waiting:
             batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
             try:
-                answers = await asyncio.to_thread(_recorded, [entry[:3] for entry in batch])
+                # (the executor's thread keeps no pooled connection between its jobs)
+                answers = await asyncio.to_thread(connection_returned, _recorded,
+                                                  [entry[:3] for entry in batch])
             except Exception:  # noqa: BLE001 - never leave a report unanswered
                 logger.exception("report batch failed; each answered alone")
                 answers = [None] * len(batch)
@@ -203,12 +202,12 @@ async def batch_recorded(agent_id: int, token_key: str, body: bytes) -> HttpResp
 
 async def _received(receive) -> bytes:
     """The request's body, as project.bodylimits hands it on."""
-    body = b""
+    parts = []
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        parts.append(message.get("body", b""))
         if message["type"] != "http.request" or not message.get("more_body", False):
-            return body
+            return b"".join(parts)
 
 
 async def _from_batch(scope, body: bytes) -> tuple[HttpResponse | None, bool]:

@@ -97,10 +97,12 @@ class Admission:
         database connection handed back to the pool after, as at the end of a
         request Django answers."""
         async with self.admitted():
-            return await sync_to_async(_connection_returned)(function, *args)
+            return await sync_to_async(connection_returned)(function, *args)
 
 
-def _connection_returned(function, *args):
+def connection_returned(function, *args):
+    """`function(*args)`, this thread's database connection handed back to the pool
+    after (but inside a transaction: a test's)."""
     try:
         return function(*args)
     finally:

@@ -85,9 +85,8 @@ def _django(handler, environ):
     return app
 
 
-def _answered(app, scope, body: bytes) -> tuple[dict, bytes]:
-    """(the start message, the body) of `app`'s answer, its thread hops on the test's
-    thread."""
+async def asgi_answer(app, scope, body: bytes = b"") -> tuple[dict, bytes]:
+    """(the start message, the body) of `app`'s answer to a request sending `body`."""
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     messages = []
 
@@ -97,9 +96,14 @@ def _answered(app, scope, body: bytes) -> tuple[dict, bytes]:
     async def send(message):
         messages.append(message)
 
-    with thread_hops_on_the_tests_thread():
-        async_to_sync(app)(scope, receive, send)
+    await app(scope, receive, send)
     return messages[0], b"".join(m.get("body", b"") for m in messages[1:])
+
+
+def _answered(app, scope, body: bytes) -> tuple[dict, bytes]:
+    """asgi_answer, its thread hops on the test's thread."""
+    with thread_hops_on_the_tests_thread():
+        return async_to_sync(asgi_answer)(app, scope, body)
 
 
 def through_the_stack(handler, environ) -> HttpResponse:

@@ -11,6 +11,7 @@ from asgiref.sync import async_to_sync
 
 from project.admission import DjangoAdmission
 from project.bodylimits import BoundedBodyASGI
+from tests.agentroutes import received_body
 
 LIMIT = 1000
 
@@ -24,15 +25,6 @@ def scope(headers):
     return {"type": "http", "method": "POST", "path": "/", "headers": headers}
 
 
-async def whole_body(receive) -> bytes:
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            return body
-
-
 class Recorder:
     """An ASGI app that reads the whole body and remembers what it got."""
 
@@ -42,7 +34,7 @@ class Recorder:
 
     async def __call__(self, scope, receive, send):
         self.headers = dict(scope["headers"])
-        self.body = await whole_body(receive)
+        self.body = await received_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -141,7 +133,7 @@ class Echo:
     async def __call__(self, scope, receive, send):
         self.inside += 1
         self.most = max(self.most, self.inside)
-        body = await whole_body(receive)
+        body = await received_body(receive)
         await asyncio.sleep(0.05)
         self.inside -= 1
         await send({"type": "http.response.start", "status": 200, "headers": []})

@@ -25,7 +25,13 @@ from apps.releases import services as releases
 from apps.releases.publishing import publication_abandon
 from apps.releases.services import snapshot_publish
 from apps.snapshots.models import Snapshot
-from tests.agentroutes import HANDED_ON, scope_of, stack_answer
+from tests.agentroutes import (
+    HANDED_ON,
+    asgi_answer,
+    scope_of,
+    stack_answer,
+    thread_hops_on_the_tests_thread,
+)
 from tests.factories import enrolled_agent, poll, publish_variant, rollback_publication
 from tests.fleet.support import bundle_url, unvouched_authorization
 
@@ -124,24 +130,13 @@ def test_requests_arriving_during_the_first_read_wait_for_it(agent, django_asser
         scopes.append(scope)
 
     async def all_at_once():
-        async def one(scope):
-            messages = []
+        return await asyncio.gather(*(asgi_answer(bundle.answer_bundle, scope)
+                                      for scope in scopes))
 
-            async def receive():
-                return {"type": "http.request", "body": b"", "more_body": False}
-
-            async def send(message):
-                messages.append(message)
-
-            await bundle.answer_bundle(scope, receive, send)
-            return messages[0]["status"], b"".join(m.get("body", b"") for m in messages[1:])
-        return await asyncio.gather(*(one(scope) for scope in scopes))
-
-    from tests.agentroutes import thread_hops_on_the_tests_thread
     with django_assert_num_queries(1), thread_hops_on_the_tests_thread():
         answers = async_to_sync(all_at_once)()
 
-    assert {status for status, _ in answers} == {200}
+    assert {start["status"] for start, _ in answers} == {200}
     assert len({body for _, body in answers}) == 1
 
 
@@ -359,8 +354,10 @@ def test_a_repeated_header_or_a_precondition_is_answered_from_the_database(agent
     assert source(answer) == (KEPT if header[0] == "Accept" else DATABASE)
 
 
-def test_an_address_refused_for_failed_authentications_is_refused(agent):
+def test_an_address_refused_for_failed_authentications_is_refused(agent, settings):
     fetched(agent.headers)
+    settings.BELLWETHER_THROTTLE_RATES = {**settings.BELLWETHER_THROTTLE_RATES,
+                                          "failed_auth": "60/minute"}  # (what blocks it)
     throttling.blocked_addresses.block("10.0.0.7", time.time() + 60)
 
     refused = fetched(agent.headers)

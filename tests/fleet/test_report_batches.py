@@ -18,7 +18,12 @@ from apps.fleet import enrollment, reports
 from apps.fleet.models import Agent, Deployment
 from apps.releases import services as releases
 from project.celery import app as celery_app
-from tests.agentroutes import HANDED_ON, stack_answer, thread_hops_on_the_tests_thread
+from tests.agentroutes import (
+    HANDED_ON,
+    asgi_answer,
+    stack_answer,
+    thread_hops_on_the_tests_thread,
+)
 from tests.factories import enrolled_agent
 from tests.fleet.support import REPORTS
 from tests.fleet.test_bundle_kept import polled
@@ -232,17 +237,8 @@ def test_concurrent_reports_are_recorded_in_one_batch(agents, first, monkeypatch
 
     async def one(agent):
         body = body_of(first)
-        pending = [{"type": "http.request", "body": body, "more_body": False}]
-        sent = []
-
-        async def receive():
-            return pending.pop() if pending else {"type": "http.disconnect"}
-
-        async def send(message):
-            sent.append(message)
-
-        await route.answer_report(scope_of(agent, body), receive, send)
-        return sent[0]["status"]
+        start, _ = await asgi_answer(route.answer_report, scope_of(agent, body), body)
+        return start["status"]
 
     async def all_at_once():
         return await asyncio.gather(*(one(a) for a in agents))
