@@ -28,60 +28,47 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_S = 1.0
 HEARTBEAT_S = 5.0
-TICK_S = 1.0  # the resolution of a wait's end
 
 
 class _Waiters:
     """The polls this process holds, by token key, on one event loop.
 
-    A held poll costs one future and two slots: one under its token key (woken by
-    an announcement), one in the bucket of the TICK_S second its wait ends (no timer
-    of its own: one task per process ends the due buckets' waits every TICK_S)."""
+    A held poll costs a future under its token key (woken by an announcement) and
+    the event loop's timer that ends its wait."""
 
     def __init__(self):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_key: dict[str, dict[asyncio.Future, int]] = {}
-        self._due: dict[int, list[tuple[str, asyncio.Future]]] = {}
         self._listener: asyncio.Task | None = None
         self._lock = threading.Lock()
         self._heard_at = -math.inf  # when the last announcement arrived (loop time)
 
     def _adopt(self, loop) -> None:
         if self._loop is not loop:  # a new loop (tests): nothing of the old one survives
-            self._loop, self._by_key, self._due, self._listener = loop, {}, {}, None
+            self._loop, self._by_key, self._listener = loop, {}, None
             self._heard_at = -math.inf
         if self._listener is None or self._listener.done():
             self._listener = loop.create_task(self._background())
 
     def wait(self, token_key: str, agent_id: int, seconds: float) -> asyncio.Future:
-        """A future that is True once `token_key` is announced, False about `seconds`
-        later (at most TICK_S late). Cancelling it (the client left) is cleaned up
-        with its bucket."""
+        """A future that is True once `token_key` is announced, False `seconds`
+        later. Cancelling it (the client left) is cleaned up when its time is up."""
         loop = asyncio.get_running_loop()
         with self._lock:
             self._adopt(loop)
             woken = loop.create_future()
             self._by_key.setdefault(token_key, {})[woken] = agent_id
-            bucket = math.ceil((loop.time() + seconds) / TICK_S)
-            self._due.setdefault(bucket, []).append((token_key, woken))
+        loop.call_later(seconds, self._end, token_key, woken)
         return woken
 
-    def _forget(self, token_key: str, woken: asyncio.Future) -> None:
-        waiting = self._by_key.get(token_key)
-        if waiting is not None:
-            waiting.pop(woken, None)
-            if not waiting:
-                del self._by_key[token_key]
-
-    def end_due(self, now: float) -> None:
-        """On the loop: end the waits whose bucket is due (False)."""
+    def _end(self, token_key: str, woken: asyncio.Future) -> None:
+        """On the loop: the wait's time is up (False), unless it ended before."""
         with self._lock:
-            due = [b for b in self._due if b * TICK_S <= now]
-            for bucket in due:
-                for token_key, woken in self._due.pop(bucket):
-                    self._forget(token_key, woken)
-                    if not woken.done():
-                        woken.set_result(False)
+            waiting = self._by_key.get(token_key)
+            if waiting is not None and waiting.pop(woken, None) is not None and not waiting:
+                del self._by_key[token_key]
+        if not woken.done():
+            woken.set_result(False)
 
     def heard_at(self) -> float:
         loop = asyncio.get_running_loop()
@@ -111,7 +98,7 @@ class _Waiters:
 
     async def _background(self) -> None:
         loop = asyncio.get_running_loop()
-        beats, ticks = loop.create_task(self._heartbeats()), loop.create_task(self._ticks())
+        beats = loop.create_task(self._heartbeats())
         try:
             backend = cache._cache()
             if isinstance(backend, RedisCache):
@@ -120,13 +107,6 @@ class _Waiters:
                 await asyncio.Event().wait()  # embedded: woken in-process only
         finally:
             beats.cancel()
-            ticks.cancel()
-
-    async def _ticks(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(TICK_S)
-            self.end_due(loop.time())
 
     async def _listen(self, url: str) -> None:
         while True:
@@ -172,8 +152,8 @@ _waiters = _Waiters()
 
 def wait_for_change(token_key: str, agent_id: int, seconds: float) -> asyncio.Future:
     """To await: hold a poll until its agent's desired state may have changed
-    (True) or `seconds` pass (False, up to TICK_S later). Costs a future, no timer,
-    no thread and no query."""
+    (True) or `seconds` pass (False). Costs a future and a timer, no thread and no
+    query."""
     return _waiters.wait(token_key, agent_id, seconds)
 
 
