@@ -17,12 +17,11 @@ and no thread, when it
 - is within the agent's API rate (`cached.within_rate`).
 
 The first such request for a snapshot in this process reads its bytes on a thread
-(admission lends it); the others arriving meanwhile wait for that read. Every other
+admission lends (those arriving meanwhile find them kept on theirs). Every other
 request is answered from the database after the route's checks (agentapi.checks:
 401, 404, 405, 429 with the error envelope). Both answers are `bundle_response`'s.
 """
 
-import asyncio
 import contextlib
 import json
 import re
@@ -43,7 +42,6 @@ BUNDLE_PATH = re.compile(r"/api/v1/agent/snapshots/([0-9]+)/bundle")
 METHODS = ("GET", "HEAD")
 MAX_NUMBER = 2**31 - 1  # a snapshot's number is a PositiveIntegerField
 KEPT_MAX_BYTES = 64 * 1024 * 1024
-FIRST_READ_WAIT_S = 10.0
 _ALSO_READ = frozenset({b"accept-encoding"})
 
 
@@ -133,35 +131,26 @@ class _Kept:
 
 
 _kept = _Kept(KEPT_MAX_BYTES)
-# The first reads under way, per key: after a publish every agent asks for the same
-# new bundle within a second; all but the first wait for its read.
-_reading: dict[tuple, asyncio.Future] = {}
+
+
+def _kept_or_read(key: tuple[int, int, str]) -> bytes | None:
+    """The gzip bytes of `key`, read (and kept) unless a request before this one
+    kept them meanwhile; None when the environment has no such ready snapshot."""
+    body = _kept.get(key)
+    if body is None:
+        stored_bundle(key[0], key[1], True)
+        body = _kept.get(key)
+    return body
 
 
 async def kept_bundle(key: tuple[int, int, str]) -> bytes | None:
-    """The gzip bytes of `key`, kept or read now (once, however many ask at once);
-    None when the environment has no such ready snapshot or the read failed."""
+    """The gzip bytes of `key`, kept or read now on a lent thread; None when the
+    environment has no such ready snapshot or the read failed."""
     body = _kept.get(key)
-    if body is not None:
-        return body
-    loop = asyncio.get_running_loop()
-    first = _reading.get(key)
-    if first is not None and first.get_loop() is loop:
-        # asyncio.timeout, not wait_for: thousands wait here after a publish, and
-        # wait_for costs a task-like wrapper each.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(FIRST_READ_WAIT_S):
-                await asyncio.shield(first)
-        return _kept.get(key)
-    reading = _reading[key] = loop.create_future()
-    try:
+    if body is None:
         with contextlib.suppress(Exception):  # (Busy too) the database's answer says why
-            await admission.run(stored_bundle, key[0], key[1], True)
-        return _kept.get(key)
-    finally:
-        if _reading.get(key) is reading:
-            del _reading[key]
-        reading.set_result(None)
+            body = await admission.run(_kept_or_read, key)
+    return body
 
 
 async def _from_kept(scope) -> HttpResponse | None:

@@ -29,23 +29,16 @@ project/bodylimits.py): a client sending its body slowly holds no place in Djang
 
 import asyncio
 import contextlib
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.db import connection
 
+from project.bodylimits import envelope, send_json
+
 UNQUEUED_PREFIXES = ("/healthz", "/readyz", "/static/")
-BUSY = json.dumps({"error": {"code": "unavailable",
-                             "message": "The server is busy; try again shortly."}}).encode()
-
-
-async def _answer(send, status: int, body: bytes, *headers) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), *headers,
-        (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+BUSY = envelope("unavailable", "The server is busy; try again shortly.")
 
 
 class Busy(Exception):
@@ -53,7 +46,7 @@ class Busy(Exception):
 
 
 async def busy(send) -> None:
-    await _answer(send, 503, BUSY, (b"retry-after", b"5"))
+    await send_json(send, 503, BUSY, (b"retry-after", b"5"))
 
 
 class Admission:

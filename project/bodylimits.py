@@ -80,12 +80,17 @@ class RefusedBody(Exception):
         self.status, self.body = status, body
 
 
-async def _answer(send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+async def send_json(send, status: int, body: bytes, *headers) -> None:
+    """Send an answer made before Django: `body` (JSON) with `headers`."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send, status: int, body: bytes) -> None:
+    """The body is not read: the connection closes after the answer."""
+    await send_json(send, status, body, (b"connection", b"close"))
 
 
 async def _received(receive, spool, limit: int) -> None:
@@ -134,22 +139,22 @@ class BoundedBodyASGI:
         headers = scope.get("headers") or []
         refused = refused_coding(headers)
         if refused is not None:
-            return await _answer(send, *refused)
+            return await _refuse(send, *refused)
         length = declared_length(dict(headers).get(b"content-length"))
         if length == -1:
-            return await _answer(send, 400, envelope("parse_error", "not a single whole number",
+            return await _refuse(send, 400, envelope("parse_error", "not a single whole number",
                                                      "Content-Length"))
         if length is not None and length > limit:
-            return await _answer(send, 413, too_large_body())
+            return await _refuse(send, 413, too_large_body())
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
             try:
                 await asyncio.wait_for(_received(receive, spool, limit),
                                        settings.BELLWETHER_BODY_RECEIVE_S)
             except TimeoutError:
-                return await _answer(send, 408, envelope(
+                return await _refuse(send, 408, envelope(
                     "request_timeout", "The request body did not arrive in time."))
             except RefusedBody as refused:
-                return await _answer(send, refused.status, refused.body)
+                return await _refuse(send, refused.status, refused.body)
             if length is None and spool.tell():
                 scope = {**scope, "headers": [
                     *[(n, v) for n, v in scope["headers"] if n != b"transfer-encoding"],

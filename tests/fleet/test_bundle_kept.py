@@ -120,7 +120,8 @@ def test_another_agent_of_the_environment_costs_no_query(agent, django_assert_nu
         assert source(fetched(other.headers)) == KEPT
 
 
-def test_requests_arriving_during_the_first_read_wait_for_it(agent, django_assert_num_queries):
+def test_requests_arriving_during_the_first_read_find_its_bytes_kept(
+        agent, django_assert_num_queries):
     """After a publish every agent asks for the same new bundle at once: one read."""
     others = [polled(enrolled_agent(agent.agent.environment, f"web-{i}")) for i in (2, 3, 4)]
     scopes = []
@@ -138,21 +139,6 @@ def test_requests_arriving_during_the_first_read_wait_for_it(agent, django_asser
 
     assert {start["status"] for start, _ in answers} == {200}
     assert len({body for _, body in answers}) == 1
-
-
-def test_a_first_read_left_on_a_loop_gone_fails_no_request_of_the_next(agent, first):
-    gone = asyncio.new_event_loop()
-    left = gone.create_future()
-    left.add_done_callback(lambda _: None)  # a request of that loop waited for it
-    gone.close()
-    bundle._reading[(agent.agent.environment_id, 1, first.checksum)] = left
-    try:
-        answer = fetched(agent.headers)
-    finally:
-        bundle._reading.clear()
-
-    assert (answer[0], source(answer)) == (200, KEPT)
-    assert not left.done()  # never resolved from another loop
 
 
 def published_and_polled(agents, environment, superuser, capture, *, workers):
@@ -385,12 +371,7 @@ def test_a_poll_state_not_naming_the_environment_leaves_the_bundle_to_the_databa
     assert source(fetched(agent.headers)) == DATABASE
 
 
-@pytest.mark.parametrize("counted_in", ["redis", "process"])
-def test_the_agents_api_rate_counts_kept_answers_too(agent, settings, monkeypatch, counted_in):
-    """Counted in Redis as DRF counts it, or, without Redis (embedded mode), by DRF's
-    throttle itself in this process's cache."""
-    if counted_in == "process":
-        monkeypatch.setattr(fleet_cache, "async_redis", lambda: None)
+def test_the_agents_api_rate_counts_kept_answers_too(agent, settings):
     settings.BELLWETHER_THROTTLE_RATES = {**settings.BELLWETHER_THROTTLE_RATES,
                                           "agent": "3/minute"}
 
