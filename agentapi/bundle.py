@@ -1,25 +1,11 @@
-"""GET /api/v1/agent/snapshots/<number>/bundle, a snapshot's files: answered here alone.
+"""GET /api/v1/agent/snapshots/<number>/bundle, a snapshot's files.
 
-A snapshot's content never changes: its gzip bytes are kept by what they are —
-(environment, number, checksum): a rollback's snapshot has an older one's checksum
-under a number of its own — at most KEPT_MAX_BYTES per process, the least recently
-used dropped first. A request is answered from them on the event loop, with no SQL
-and no thread, when it
-
-- is a GET with no query string, accepting gzip, with no precondition but
-  If-None-Match (agentapi.cached reads the headers);
-- presents an agent token its cached poll state vouches for (`cached.vouched_state`:
-  an allowed Host, an address not refused, HTTPS when required, no unsettled poll
-  debt — so a revoked, rotated or decommissioned token is refused from its next
-  request) and asks for the snapshot that state desires, by number and checksum (a
-  snapshot an agent desires cannot be removed: apps.releases.retention; any other
-  number is read from the database, 404 once removed);
-- is within the agent's API rate (`cached.within_rate`).
-
-The first such request for a snapshot in this process reads its bytes on a thread
-admission lends (those arriving meanwhile find them kept on theirs). Every other
-request is answered from the database after the route's checks (agentapi.checks:
-401, 404, 405, 429 with the error envelope). Both answers are `bundle_response`'s.
+The snapshot an agent's vouched poll state desires (a snapshot an agent desires
+cannot be removed: apps.releases.retention) is answered on the event loop from its
+gzip bytes, kept by what they are: (environment, number, checksum), at most
+KEPT_MAX_BYTES per process, least recently used dropped first. Every other request
+is answered from the database after the route's checks (agentapi.checks); both
+answers are `bundle_response`'s.
 """
 
 import contextlib

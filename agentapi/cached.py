@@ -1,27 +1,7 @@
-"""GET /api/v1/agent/desired, the agent's poll: answered here, in front of Django,
-on the event loop — from the cache when it can, else from the database.
-
-Django's ASGI handler runs every request through a thread whenever a middleware is
-synchronous (WhiteNoise is), which holds a web process to a few hundred polls a
-second. `answer_poll` answers every request to the poll's path itself: a GET or HEAD
-whose If-None-Match names the ETag of the agent's cached poll state (a well-formed
-agent token matching it, no poll debt the cached answer does not reflect:
-apps.fleet.polldebt, an allowed Host, an address not refused, HTTPS when required)
-is answered 304 with one cache read, no SQL and no thread (but for the periodic work
-of a process: the poll that finds the poll debts due reads them on a thread, once a
-second, and a heartbeat flush due runs on a thread, every few seconds). When the
-If-None-Match names another ETag, a GET is sent the cached answer as its 200 (once
-per answer and token in this process), so the polls after a change that refilled
-the cache do not all go to the database. Every other poll — no If-None-Match, a
-doubt, a refusal to give — is answered from the database (agentapi.desired) on a
-thread admission lends (project.admission), which writes the poll state the next
-polls are answered from.
-
-A poll with `?wait=N` (agentapi.longpoll) that would be answered 304 is held
-instead until the agent's token key is announced or N seconds (capped) pass: on an
-announcement it is decided again (still current: it waits on; a newer cached
-answer: its 200; otherwise the database's answer), at the end of the wait it is
-answered 304.
+"""GET /api/v1/agent/desired, the agent's poll, answered on the event loop: its 304
+(held first for `?wait=N`: agentapi.longpoll), or its 200, from the agent's cached
+poll state with one cache read when the cache vouches for the token, else from the
+database on a lent thread (agentapi.desired). docs/design.md, "The hot path".
 """
 
 import asyncio
@@ -95,22 +75,6 @@ def _address_refused(scope, headers) -> bool:
     return throttling.blocked_addresses.wait(address, time.time()) is not None
 
 
-SENT_REMEMBERED = 100_000
-_sent: dict[str, str] = {}  # token key -> the ETag last sent it with a 200 from the cache
-
-
-def _first_sent(key: str, etag: str) -> bool:
-    """Whether the cache's 200 of `etag` may go to this token: once per process; an
-    agent asking for the same 200 again (ignoring ETags) is answered from the
-    database, under the agent's API rate."""
-    if _sent.get(key) == etag:
-        return False
-    if len(_sent) >= SENT_REMEMBERED:
-        _sent.clear()
-    _sent[key] = etag
-    return True
-
-
 class Current(NamedTuple):
     """What the cache answers 304 with, and whose change would end a wait; with a
     body, the 200 it answers instead (the If-None-Match names an older answer)."""
@@ -138,10 +102,9 @@ class Refilling(NamedTuple):
 
 
 async def current_answer(scope) -> Current | Refilling | Uncached:
-    """The poll's cached answer when it is 304, or 200 with the cached body when it
-    may be sent (`_first_sent`), the heartbeat recorded; Refilling
-    when the cache's answer is stale and being replaced; else why the database
-    answers."""
+    """The poll's cached answer (304, or 200 with the cached body when If-None-Match
+    names another), its heartbeat recorded; Refilling when the cached answer is
+    stale and being replaced; else why the database answers."""
     if scope["method"] not in ("GET", "HEAD"):
         return Uncached("request")
     headers = _headers(scope)
@@ -160,9 +123,9 @@ async def current_answer(scope) -> Current | Refilling | Uncached:
     body = None
     if not rules.if_none_match_matches(headers[b"if-none-match"], state["etag"]):
         body = state.get("body")
-        if not (body and scope["method"] == "GET" and _first_sent(key, state["etag"])):
+        if not (body and scope["method"] == "GET"):
             return Uncached("changed")
-    _record_heartbeat(state["agent_id"], cache.renewal_key(key, state))
+    _record_heartbeat(state["agent_id"])
     return Current(key, state["agent_id"], state["etag"], body)
 
 
@@ -180,11 +143,8 @@ def headers_once(scope, names: frozenset[bytes]) -> dict[bytes, str] | None:
 
 async def vouched_state(scope, headers) -> tuple[str, dict] | None:
     """(token key, its cached poll state) when the cache vouches for the presented
-    agent token — an allowed Host, an address not refused, HTTPS when required, the
-    secret matching, no unsettled poll debt — or None. Every answer from the cache passes it
-    (the poll's, agentapi.bundle, agentapi.reports): a token the cache does not
-    vouch for is checked in the database (agentapi.checks), so a revoked, rotated
-    or decommissioned token is refused (401) from its next request."""
+    agent token (an allowed Host, an address not refused, HTTPS when required, the
+    secret matching, no unsettled poll debt), else None: the database decides."""
     checked = await _checked_state(scope, headers)
     if isinstance(checked, Uncached) or checked[2] is not False:
         return None
@@ -192,9 +152,8 @@ async def vouched_state(scope, headers) -> tuple[str, dict] | None:
 
 
 async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | Uncached:
-    """vouched_state's checks but the poll debt's, and what the debt says of the
-    cached state (True: stale; None: the database could not say); or the check
-    that failed."""
+    """vouched_state's checks but the debt's, with what the debt says (True: stale;
+    None: unknown); or the check that failed."""
     host_allowed, secure = host_and_scheme(scope, headers)
     if not host_allowed:
         return Uncached("host")
@@ -215,44 +174,28 @@ async def _checked_state(scope, headers) -> tuple[str, dict, bool | None] | Unca
 
 
 async def _owes(key: str, generation: int | None) -> bool | None:
-    """Whether the token's cached answer (computed at `generation`) may be stale;
-    None when the database could not say. Debts due for their refresh (once a
-    second per process) are read on a thread by the poll that finds them due."""
+    """polldebt.owes, on a thread only when the debts are due for their refresh."""
     owed = polldebt.owes_known(key, generation)
     if owed is None:
         owed = await asyncio.to_thread(polldebt.owes, key, generation)
     return owed
 
 
-_flushes: set[asyncio.Future] = set()
+def _record_heartbeat(agent_id: int) -> None:
+    """Buffer the heartbeat; when the buffer is due for its flush, flush it on a thread."""
+    if not cache.heartbeat_noted(agent_id):
+        asyncio.get_running_loop().run_in_executor(None, heartbeats.heartbeat_record, agent_id)
 
 
-def _record_heartbeat(agent_id: int, renew: str | None) -> None:
-    """Buffer the heartbeat (renewing the poll state of token key `renew`); when the
-    buffer is due for its flush (every few seconds per process), flush it on a
-    thread, as the view does."""
-    if not cache.heartbeat_noted(agent_id, renew):
-        flush = asyncio.get_running_loop().run_in_executor(None, heartbeats.heartbeat_record,
-                                                           agent_id, renew)
-        _flushes.add(flush)
-        flush.add_done_callback(_flushes.discard)
-
-
-# How long a held poll whose cached answer is being refilled waits for the refill
-# when this process hears no announcement at all (a refill announces each chunk as
-# it writes it): then the refill is taken for stalled or lost and the database
-# answers.
+# A held poll meeting a refill waits for it while this process hears announcements
+# (a refill announces each chunk it writes); this long without one, the database answers.
 REFILL_WAIT_S = 2.0
 
 
 async def held_answer(scope) -> Current | Uncached:
-    """For a poll with ?wait=N: the answer to give at the end of the wait (304), or
-    why the database must answer, as soon as it must (the desired state may have
-    changed). A poll arriving while a change's refill is under way (its cached
-    answer stale) waits for it while the refill is heard from, rather than go to
-    the database with the change's whole storm: a slow refill (a loaded machine,
-    a slow database) must not be joined by every agent reading the same database.
-    A plain poll (no wait) goes to the database at once."""
+    """The cached answer at the end of the poll's wait (`?wait=N`), or as soon as
+    the database must answer, why. A long-poll meeting a refill under way waits for
+    it rather than join a publish's storm on the database; a plain poll does not."""
     wait = desired.requested_wait(scope.get("query_string") or b"")
     if isinstance(wait, tuple):
         return Uncached("request")
@@ -278,8 +221,7 @@ async def held_answer(scope) -> Current | Uncached:
 
 
 async def answer_poll(scope, receive, send) -> None:
-    """The poll's answer: its 304 (holding a long-poll first) or its 200 from the
-    cache when it can, else from the database (agentapi.desired, on a thread)."""
+    """The poll's answer, from the cache when it can, else from the database."""
     current = await held_answer(scope)
     if isinstance(current, Uncached):
         metrics.poll_from_database(current.reason)

@@ -1,16 +1,10 @@
-"""Long-polling: a poll held until the agent's desired state changes.
+"""Long-polling: a poll held until its agent's desired state may have changed.
 
-A change's transaction drops the cached poll states of the agents it concerns on
-commit and announces their token keys (apps.fleet.announcements): on Redis, so
-every web node hears it, or in this process in embedded mode. Each process holds
-its waiting polls in `_Waiters` (a future per poll, no timer, no thread, no
-query) and wakes those whose token key was announced; the poll (agentapi.cached)
-then decides again from the cache.
-
-One task per process and event loop listens on Redis; when it loses Redis it
-wakes every waiter (a change announced meanwhile would be missed), and each
-re-checks. It also records the waiting agents' heartbeats every HEARTBEAT_S
-seconds, so an agent held a minute is not taken for offline.
+A change announces the token keys it concerns on commit (apps.fleet.announcements,
+on Redis so every node hears it); each process holds its polls as futures by token
+key and wakes those announced, and the poll decides again (agentapi.cached). When
+the listener loses Redis it wakes every poll (an announcement may have been
+missed). Held polls' heartbeats are recorded every HEARTBEAT_S.
 """
 
 import asyncio
@@ -141,8 +135,7 @@ class _Waiters:
 
 
 def _record_heartbeats(agent_ids) -> None:
-    """A held poll's agent is seen; its poll state is not renewed (only a poll that
-    read it renews it, while `renewal_key` gives its key)."""
+    """A held poll's agent is seen."""
     for agent_id in agent_ids:
         cache.record_heartbeat(agent_id)
 

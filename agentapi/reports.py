@@ -1,26 +1,14 @@
-"""POST /api/v1/agent/reports, an agent's report of an apply: answered here alone.
+"""POST /api/v1/agent/reports, an agent's report of an apply.
 
-After a publish every agent of an environment reports within seconds; recorded one
-request at a time (a transaction, live events and the token's joins each) ten
-thousand reports queue for minutes. So a report is recorded with the others that
-arrived meanwhile when it
-
-- is JSON (`Content-Type: application/json`) of at most MAX_BATCHED_BODY bytes;
-- presents an agent token its cached poll state vouches for (`cached.vouched_state`)
-  and is within the agent's API rate (`cached.within_rate`);
-- arrives while tasks are queued, not run inline (embedded mode runs a report's
-  rollout reconcile in its request: in a batch it would hold every other report);
-
-while one batch is being written (on a thread, one transaction:
-apps.releases.services.reports_intake), the next gathers (BATCH_GATHER_S more when
-the last held several), so one report alone waits for nothing and a thousand
-arriving at once cost a few queries. Every other request, and a report its batch
-refused (invalid, a conflict, an agent revoked or its token rotated meanwhile) or
-could not write, is answered from the database after the route's checks
-(agentapi.checks: 400, 401, 404, 405, 409, 415, 429, 503 with the error envelope)
-— a refused report writes nothing, so it is decided afresh. Each body is read by
-`report_read`, each answer made by `report_response`. Each event loop has its
-batches (its futures are resolved on it alone).
+After a publish every agent reports within seconds; recorded one at a time (a
+transaction, live events and the token's joins each) ten thousand queue for
+minutes. So a JSON report from a token the cache vouches for, within its rate, is
+recorded with those that arrived meanwhile: while one batch is written (a thread,
+one transaction: apps.releases.services.reports_intake) the next gathers. Every
+other request, and a report its batch refused or could not write, is answered from
+the database after the route's checks (agentapi.checks): a refused report wrote
+nothing, so it is decided afresh. Embedded mode (tasks inline) never batches: a
+report's reconcile runs in its request.
 """
 
 import asyncio

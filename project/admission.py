@@ -1,30 +1,14 @@
-"""Requests admitted into Django a few at a time per web process, the rest queued on
-the event loop, each run on one of a fixed set of threads.
+"""Requests admitted into Django a few at a time per process, each on one of a
+fixed set of threads.
 
-Each request inside Django holds a pooled database connection while it runs; with
-hundreds of requests at once (a fleet's first sync, every agent fetching and
-reporting after a publish) they would queue on the pool, and those waiting past
-DATABASE_POOL_TIMEOUT_S answer 503. `DjangoAdmission` lets at most
-BELLWETHER_DJANGO_CONCURRENCY (default: the pool's size) HTTP requests into Django
-at once per process; the others wait in order on the event loop (a future each, no
-thread, no connection) and are answered 503 `unavailable` with Retry-After only
-after BELLWETHER_DJANGO_QUEUE_S seconds in the queue. Liveness (/healthz),
-readiness (/readyz: a load balancer must hear from a busy node) and static files
-are never queued. Websockets and the poll's 304 (answered in front,
-agentapi.cached) do not pass here.
-
-An admitted request runs its synchronous part (views, middleware, the ORM) on the
-thread it was lent, one of BELLWETHER_DJANGO_CONCURRENCY threads that live as long
-as the process (asgiref's `ThreadSensitiveContext` with an executor; Django's own
-context inside it then uses that thread). Left to itself, Django's ASGI handler
-starts a thread per request, and each builds its own database wrapper, which
-lives on in reference cycles until the next full collection: a few KB per request,
-megabytes in an agent node serving thousands of agents (docs/benchmarks.md). The
-lent threads keep one wrapper each, so the threads and their wrappers are bounded
-whatever the load, also while the database stalls.
-
-A request's body is received whole before it joins the queue (the layer outside,
-project/bodylimits.py): a client sending its body slowly holds no place in Django.
+Each request in Django holds a pooled database connection; with hundreds at once
+(a publish) they would queue on the pool and answer 503. At most
+BELLWETHER_DJANGO_CONCURRENCY (default: the pool's size) run at once; the others
+wait on the event loop (a future each) and are answered 503 with Retry-After after
+BELLWETHER_DJANGO_QUEUE_S. /healthz, /readyz and static files are never queued.
+Each admitted request runs on a thread lent for it (asgiref's
+ThreadSensitiveContext with an executor): Django's own thread per request leaves a
+database wrapper per thread in reference cycles, megabytes at fleet scale.
 """
 
 import asyncio

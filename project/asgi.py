@@ -1,10 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels. The agent's
-poll, a snapshot's bundle and reports are answered in front of Django alone
-(agentapi: cached.py, desired.py, bundle.py, reports.py). Request bodies
-are bounded while they are received (project/bodylimits.py), and requests enter
-Django a few at a time per process (project/admission.py); a refused websocket
-handshake is answered 403 (project/refusals.py). The garbage collector is tuned
-for the many objects of held long-polls (project/gc_tuning.py)."""
+"""ASGI entry point: HTTP through project.stack (the agents' routes, bounded bodies,
+admission into Django), websockets through Channels."""
 
 import os
 

@@ -1,21 +1,11 @@
 """A request's body received whole, bounded, before the application runs.
 
-Refused with the error envelope: `413` as soon as a body passes
-`DATA_UPLOAD_MAX_MEMORY_SIZE` (`BELLWETHER_MAX_REQUEST_BYTES`), before more is
-buffered; `408` when it has not arrived within `BELLWETHER_BODY_RECEIVE_S`; `400`
-when it breaks off (a malformed chunk, a body shorter than its `Content-Length`:
-the server reports either as a disconnect, and Django would stop without an
-answer, leaving the server to send its own `500`).
-
-`BoundedBodyASGI` wraps the ASGI application (granian in production hands the
-body on as it arrives). The body is kept in memory up to SPOOL_BYTES, then in a
-temporary file, and handed on in chunks; one sent without `Content-Length`
-(chunked) gets its length, so Django and DRF read it instead of taking it for
-empty. Received before the request waits for its turn in Django
-(project/admission.py), a client sending slowly holds no place there.
-
-`manage.py runserver` (embedded mode) is Daphne, a development server: Twisted
-receives a whole body before the application sees any of it.
+Refused with the error envelope: 413 once it passes `DATA_UPLOAD_MAX_MEMORY_SIZE`,
+408 when it has not arrived within `BELLWETHER_BODY_RECEIVE_S`, 400 when it breaks
+off (a malformed chunk, a short body: else Django stops without an answer and the
+server sends its own 500), 400/415 for a coding nothing here decodes. Received
+before the request waits for Django (project.admission), a slow sender holds no
+place there. A chunked body is handed on with its Content-Length.
 """
 
 import asyncio

@@ -1,12 +1,9 @@
 """Announcements: which agents' desired state changed, told to every web node.
 
-A change announces the token keys of the agents it concerns once it has committed
-(apps.fleet.services, apps.fleet.refill); whoever holds those agents' long-polls
-listens (agentapi.longpoll). With Redis as the cache the keys are published on
-the channel `channel()`, so every web node hears them whichever process committed
-(a web request, a Celery worker); in embedded mode they are handed to this
-process's listeners. Best effort: a poll not woken is answered at the end of its
-wait, and the poll sweep announces again what it settles.
+Token keys are published on Redis (`channel()`) once their change commits, so
+every node's long-polls hear them (agentapi.longpoll); in embedded mode they go to
+this process's listeners. Best effort: a poll not woken ends its wait, and the
+poll sweep announces again what it settles.
 """
 
 import logging

@@ -34,13 +34,11 @@ def _settings_changed(*, setting, **kwargs):
     if setting == "CACHES":
         _shared = None
 
-# A poll state's lifetime since written or renewed (twice the longest long-poll
-# hold): heartbeat flushes renew it while `renewal_key` names it (30 to 60 minutes
-# after it was written, per token). A stale answer is bounded by its change's
-# PollInvalidation row (apps.fleet.polldebt); one written wrongly after the sweep
-# lives at most 2 * RENEWED_S + TTL.
-POLL_STATE_TTL = 600
-POLL_STATE_RENEWED_S = 1800
+# A poll state lives 30 to 60 minutes from its write, the span fixed by its token key:
+# a refill's agents go back to the database over half an hour, not at once. A stale
+# answer is bounded by its change's PollInvalidation row (apps.fleet.polldebt); one
+# written wrongly after the sweep lives out its lifetime.
+POLL_STATE_LIFETIME_S = 1800
 HEARTBEAT_TTL = 24 * 3600
 
 
@@ -154,33 +152,32 @@ def poll_state_of(*, token_hash: str, agent_id: int, environment_id: int, etag: 
     trusts an answer computed at the generation its change reached, or later; one
     of unknown generation, never)."""
     return {"agent_id": agent_id, "environment_id": environment_id, "token_hash": token_hash,
-            "etag": etag, "generation": generation, "body": body, "written_at": time.time()}
+            "etag": etag, "generation": generation, "body": body}
 
 
-def renewal_key(token_key: str, state: dict) -> str | None:
-    """The key a poll of this state renews, None once polls may no longer renew it:
-    written less than POLL_STATE_RENEWED_S to twice that ago, the span fixed by the
-    token key (one refill's agents go back to the database over half an hour)."""
-    span = POLL_STATE_RENEWED_S * (1 + zlib.crc32(token_key.encode()) % 1024 / 1024)
-    return token_key if time.time() - state.get("written_at", 0) < span else None
+def poll_state_lifetime(token_key: str) -> int:
+    return int(POLL_STATE_LIFETIME_S * (1 + zlib.crc32(token_key.encode()) % 1024 / 1024))
 
 
 def store_poll_state(*, token_key: str, **answer) -> None:
     """Write one agent's poll state (poll_state_of's arguments)."""
-    state = poll_state_of(**answer)
-    try:
-        _cache().set(_poll_key(token_key), state, timeout=POLL_STATE_TTL)
-    except Exception:
-        logger.warning("cache unavailable; poll state not stored", exc_info=True)
+    store_poll_states({token_key: poll_state_of(**answer)})
 
 
 def store_poll_states(states: dict[str, dict]) -> bool:
-    """Write many agents' poll states (token key -> state) in one round trip; False
-    when the cache failed."""
-    if not states:
-        return True
+    """Write many agents' poll states (token key -> state) in one round trip, each
+    for its lifetime; False when the cache failed."""
+    backend = _cache()
     try:
-        _cache().set_many({_poll_key(k): v for k, v in states.items()}, timeout=POLL_STATE_TTL)
+        if not isinstance(backend, RedisCache):  # local memory: no I/O
+            for key, state in states.items():
+                backend.set(_poll_key(key), state, timeout=poll_state_lifetime(key))
+            return True
+        with backend._cache.get_client(write=True).pipeline(transaction=False) as pipeline:
+            for key, state in states.items():
+                pipeline.set(backend.make_key(_poll_key(key)), _serializer.dumps(state),
+                             ex=poll_state_lifetime(key))
+            pipeline.execute()
         return True
     except Exception:
         logger.warning("cache unavailable; %d poll state(s) not stored", len(states),
@@ -225,31 +222,25 @@ def forget_poll_states_before(required: dict[str, int | None]) -> bool:
 
 class _HeartbeatBuffer:
     """Heartbeats of this process, written to the cache in one batch at most every
-    FLUSH_S seconds, with the poll states of the tokens that polled renewed
-    (POLL_STATE_TTL): a poll then costs one cache read, not a read and a write."""
+    FLUSH_S seconds: a poll costs one cache read, not a read and a write."""
 
     FLUSH_S = 5.0
 
     def __init__(self):
         self._lock = threading.Lock()
         self._pending: dict[int, float] = {}
-        self._polled: set[str] = set()
         self._flushed_at = 0.0
 
-    def record(self, agent_id: int, renew: str | None = None) -> dict[int, float]:
-        """Buffer the heartbeat (and the token key whose poll state to renew, if
-        any); returns the batch the cache refused (empty when written or not yet
-        due), for the caller to save elsewhere. A refused batch stays buffered, so
-        it reaches the cache once it answers again."""
+    def record(self, agent_id: int) -> dict[int, float]:
+        """Buffer the heartbeat; returns the batch the cache refused (empty when
+        written or not yet due), for the caller to save elsewhere. A refused batch
+        stays buffered, so it reaches the cache once it answers again."""
         now = time.time()
         with self._lock:
             self._pending[agent_id] = now
-            if renew is not None:
-                self._polled.add(renew)
             if now - self._flushed_at < self.FLUSH_S:
                 return {}
             batch, self._pending, self._flushed_at = self._pending, {}, now
-            polled, self._polled = self._polled, set()
         try:
             _cache().set_many({_seen_key(i): t for i, t in batch.items()}, timeout=HEARTBEAT_TTL)
         except Exception:
@@ -259,10 +250,9 @@ class _HeartbeatBuffer:
                 for i, t in batch.items():
                     self._pending[i] = max(t, self._pending.get(i, t))
             return batch
-        _renew_poll_states(polled)
         return {}
 
-    def note(self, agent_id: int, renew: str | None = None) -> bool:
+    def note(self, agent_id: int) -> bool:
         """Buffer the heartbeat when no flush is due (no I/O); False, and nothing
         buffered, when one is: the caller then records it through record()."""
         now = time.time()
@@ -270,8 +260,6 @@ class _HeartbeatBuffer:
             if now - self._flushed_at >= self.FLUSH_S:
                 return False
             self._pending[agent_id] = now
-            if renew is not None:
-                self._polled.add(renew)
             return True
 
     def pending(self) -> dict[int, float]:
@@ -282,38 +270,16 @@ class _HeartbeatBuffer:
 _heartbeats = _HeartbeatBuffer()
 
 
-def record_heartbeat(agent_id: int, renew: str | None = None) -> dict[int, float]:
-    """Record a poll (renewing token key `renew`'s poll state at the flush); returns
-    the heartbeats (agent id -> unix time) the cache refused just now, which the
-    caller saves to the database instead."""
-    return _heartbeats.record(agent_id, renew)
+def record_heartbeat(agent_id: int) -> dict[int, float]:
+    """Record a poll; returns the heartbeats (agent id -> unix time) the cache
+    refused just now, which the caller saves to the database instead."""
+    return _heartbeats.record(agent_id)
 
 
-def heartbeat_noted(agent_id: int, renew: str | None = None) -> bool:
+def heartbeat_noted(agent_id: int) -> bool:
     """Record a poll without any I/O; False (nothing recorded) when the buffer is
     due for its flush, which record_heartbeat() then does."""
-    return _heartbeats.note(agent_id, renew)
-
-
-def _renew_poll_states(token_keys) -> None:
-    """POLL_STATE_TTL again from now for these tokens' poll states, in one round
-    trip; never a write: a state dropped meanwhile stays dropped."""
-    if not token_keys:
-        return
-    backend = _cache()
-    try:
-        if isinstance(backend, RedisCache):
-            client = backend._cache.get_client(write=True)
-            with client.pipeline(transaction=False) as pipeline:
-                for token_key in token_keys:
-                    pipeline.expire(backend.make_key(_poll_key(token_key)), POLL_STATE_TTL)
-                pipeline.execute()
-        else:  # local memory: no I/O
-            for token_key in token_keys:
-                backend.touch(_poll_key(token_key), POLL_STATE_TTL)
-    except Exception:  # they live their lifetime out, then the database answers once
-        logger.warning("cache unavailable; %d poll state(s) not renewed", len(token_keys),
-                       exc_info=True)
+    return _heartbeats.note(agent_id)
 
 
 def heartbeats(agent_ids) -> dict[int, float]:

@@ -16,12 +16,11 @@ logger = logging.getLogger(__name__)
 BATCH = 1000
 
 
-def heartbeat_record(agent_id: int, renew: str | None = None) -> None:
-    """Record an agent's poll (renewing the poll state of token key `renew`): into the
-    cache's buffer; the heartbeats the cache refused (only while it fails) straight
-    to the database, so agents do not turn offline meanwhile. For the view and the
-    poll answered from the cache alike."""
-    refused = cache.record_heartbeat(agent_id, renew)
+def heartbeat_record(agent_id: int) -> None:
+    """Record an agent's poll into the cache's buffer; the heartbeats the cache
+    refused (only while it fails) straight to the database, so agents do not turn
+    offline meanwhile."""
+    refused = cache.record_heartbeat(agent_id)
     if refused:
         try:
             heartbeats_save(refused)

@@ -1,17 +1,13 @@
-"""Which cached poll answers this process must not trust: the token keys of the poll
-invalidations not yet settled (PollInvalidation rows, written in the transaction of
-each change), read from the database at most every POLL_DEBT_REFRESH_S seconds.
+"""Which cached poll answers this process must not trust: the token keys of the
+unsettled poll invalidations (PollInvalidation rows, written in each change's
+transaction), read at most every POLL_DEBT_REFRESH_S.
 
-A poll whose token key is indebted is a cache miss, answered from the database,
-unless the change named the generation each agent reached and the cached answer
-was computed at that generation or later (the change refilled the cache on
-commit: apps.fleet.services.refresh_polls_on_commit; or a later poll did). So
-a stale cached answer outlives a committed change by at most about one refresh
-interval, whatever the cache did when the change committed (failed, stalled, took a
-racing poll's stale write-back) and whether the committing process survived. In the
-steady state (no change in the last seconds) the 304 path costs one query per
-process per refresh interval, none per request. When the database fails, the last
-set read is kept and polls keep being answered from the cache.
+An indebted key's cached answer is not used unless the change named the generation
+each agent reached and the answer was computed at it or later (a refill,
+apps.fleet.refill, or a later poll wrote it). So a stale answer outlives its change
+by about one refresh interval whatever the cache did; in the steady state the 304
+costs one query per process per interval. When the database fails, the last set
+read is kept.
 """
 
 import logging

@@ -1,17 +1,12 @@
 """The refill of poll answers after a change of many agents' desired state
-(activations, pushes, pins): their new answers are computed from the database and
-written to the cache, a thousand at a time (REFILL_CHUNK), then their long-polls
-are woken — so a publish does not send every agent to the database at once.
+(activations, pushes, pins): computed from the database and written to the cache
+REFILL_CHUNK at a time, each chunk's long-polls then woken, so a publish does not
+send every agent to the database at once.
 
-It runs after the change commits, on a thread of the committing process (one per
-process, started on first use), so the request or task that made the change
-answers without waiting for ten thousand answers to be computed; prompts that
-arrive while it works are merged into one run (each run reads the committed state
-it finds). With tasks run inline (embedded mode, tests) it runs in the committing
-request, as the tasks do. Nothing depends on it for correctness: until the refill
-has written an agent's answer, the change's poll debt (a PollInvalidation)
-distrusts the old one, and a process that dies with a refill pending leaves the
-debt to the sweep (apps.fleet.services.poll_invalidations_sweep).
+It runs after the commit on one thread per process (embedded mode: in the
+committing request), merging the prompts that arrive meanwhile. Nothing depends on
+it for correctness: until it writes an answer, the change's poll debt distrusts
+the old one (apps.fleet.polldebt).
 """
 
 import logging

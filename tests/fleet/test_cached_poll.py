@@ -52,7 +52,6 @@ def warm(enroll, first, monkeypatch):
     assert response.status_code == 200
     assert poll(agent.client, response["ETag"]).status_code == 304  # the debts read
     fleet_cache._heartbeats._pending.clear()
-    fleet_cache._heartbeats._polled.clear()
     fleet_cache._heartbeats._flushed_at = time.time()
     agent.etag = response["ETag"]
     agent.headers = [("Host", "testserver"), ("Authorization", f"Bearer {agent.token}")]
@@ -126,10 +125,10 @@ def test_what_the_cache_cannot_answer_goes_to_the_database_counted_by_why(
     status, _ = stack_poll(headers=[*headers.items(), *extra], method=method, path=path,
                           query=query)
 
-    if reason == 200:  # the cache's 200 (once per answer and token: then "changed")
+    if reason == 200:  # the cache's 200, each time it is asked
         assert (status, to_django()) == (200, {})
-        assert stack_poll(headers=[*headers.items(), *extra])[0] == DATABASE
-        assert to_django() == {"changed": 1}
+        assert stack_poll(headers=[*headers.items(), *extra])[0] == 200
+        assert to_django() == {}
         return
     assert status == (DATABASE if reason else HANDED_ON)
     assert to_django() == ({reason: 1} if reason else {})  # another path is not a poll
@@ -230,66 +229,27 @@ def either_cache(request, warm):
         yield
 
 
-def test_polls_prolong_their_cached_answer_at_the_heartbeat_flush(warm, either_cache):
-    """A polling agent's cached answer lives POLL_STATE_TTL from its last poll, not
-    from its write: a fleet that keeps polling is not sent to the database as its
-    answers expire, nor a whole refill's agents at once a lifetime later."""
+def test_a_cached_answer_lives_its_tokens_lifetime_from_its_write(warm, either_cache):
+    """Polls never prolong it: a state written wrongly after its change's debt was
+    settled (a write-back stalled past the sweep) expires, and the database writes
+    it anew."""
     key, polled = _key(warm), [*warm.headers, ("If-None-Match", warm.etag)]
+    lifetime = fleet_cache.poll_state_lifetime(key)
+    assert lifetime - 5 < _lifetime(key) <= lifetime
     django_cache.touch(f"fleet:poll:{key}", 60)  # its lifetime nearly out
-    fleet_cache._heartbeats._flushed_at = time.time()
-
-    assert stack_poll(headers=polled)[0] == 304
-    assert _lifetime(key) <= 60  # noted; the flush is not due yet
     fleet_cache._heartbeats._flushed_at = 0.0
-    assert stack_poll(headers=polled)[0] == 304  # this poll flushes the buffer
-    assert _lifetime(key) > fleet_cache.POLL_STATE_TTL - 60
 
-    fleet_cache.forget_poll_states([key])  # a change drops it after the poll
-    fleet_cache._heartbeats._flushed_at = 0.0
-    fleet_cache.record_heartbeat(warm.agent.pk, key)
-    assert fleet_cache.poll_state(key) is None  # prolonged, never brought back
-
-
-def test_a_cached_answer_is_renewed_only_for_its_tokens_span_after_its_write(warm):
-    """A state written wrongly after its change's debt was settled (a write-back
-    stalled past the sweep) must not live on because its agent keeps polling:
-    polls renew it for 30-60 minutes after its write, then it expires and Django
-    writes it anew. Held polls' heartbeats never renew."""
-    key, polled = _key(warm), [*warm.headers, ("If-None-Match", warm.etag)]
-    state = fleet_cache.poll_state(key)
-    span = fleet_cache.POLL_STATE_RENEWED_S
-    assert fleet_cache.renewal_key(key, state) == key
-    assert fleet_cache.renewal_key(key, {**state, "written_at": time.time() - 2 * span}) is None
-    unwritten = {k: v for k, v in state.items() if k != "written_at"}
-    assert fleet_cache.renewal_key(key, unwritten) is None
-
-    old = {**state, "written_at": time.time() - 2 * span}
-    fleet_cache.store_poll_states({key: old})
-    django_cache.touch(f"fleet:poll:{key}", 60)
-    fleet_cache._heartbeats._flushed_at = 0.0
-    assert stack_poll(headers=polled)[0] == 304  # still its answer, until it expires
-    longpoll._record_heartbeats({warm.agent.pk})  # what a held poll's process does
-    fleet_cache._heartbeats._flushed_at = 0.0
-    longpoll._record_heartbeats({warm.agent.pk})
-
+    assert stack_poll(headers=polled)[0] == 304  # this poll flushes the heartbeats
     assert _lifetime(key) <= 60
-    assert warm.agent.pk in fleet_cache.heartbeats([warm.agent.pk])
 
 
-def test_the_renewal_span_is_spread_over_the_tokens():
-    """The agents of one refill (written at once) stop being renewed over half an
-    hour, not together."""
-    now = time.time()
-    spans = []
-    for n in range(2_000):
-        key = f"{n:016x}"
-        written = [now - s for s in range(1_800, 3_601, 30)]
-        renewed = [fleet_cache.renewal_key(key, {"written_at": at}) for at in written]
-        spans.append(sum(r is not None for r in renewed))
+def test_the_lifetimes_are_spread_over_the_tokens():
+    """The agents of one refill (written at once) go back to the database over half
+    an hour, not together."""
+    lifetimes = [fleet_cache.poll_state_lifetime(f"{n:016x}") for n in range(2_000)]
 
-    assert min(spans) <= 1 and max(spans) >= 59  # from 30 to 60 minutes after the write
-    assert max(spans) <= 60  # never past 60
-    assert len(set(spans)) > 40  # spread, not a few steps
+    assert 1800 <= min(lifetimes) < 1830 and 3570 < max(lifetimes) < 3600
+    assert len({seconds // 60 for seconds in lifetimes}) == 30  # every minute of the span
 
 
 def test_an_address_refused_for_failed_authentications_goes_to_django(warm, to_django):

@@ -39,7 +39,6 @@ def clock(monkeypatch):
     """The process's poll debts on a clock the test moves; heartbeats not due."""
     tick = Clock()
     monkeypatch.setattr(polldebt, "_debts", polldebt._Debts(clock=tick))
-    monkeypatch.setattr(cached, "_sent", {})
     fleet_cache._heartbeats._flushed_at = time.time() + 3600
     return tick
 
