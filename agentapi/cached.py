@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from django.conf import settings
+from django.core.cache.backends.redis import RedisSerializer
 from django.core.exceptions import DisallowedHost
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -18,6 +19,7 @@ from django.http import HttpRequest
 
 from agentapi import checks, desired, longpoll
 from apps.core import metrics, throttling, tokens
+from apps.core.breaker import best_effort_redis
 from apps.core.throttling import AgentRateThrottle
 from apps.fleet import cache, heartbeats, polldebt, rules
 from apps.fleet.authentication import agent_token_in
@@ -240,10 +242,59 @@ async def answer_poll(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": current.body or b""})
 
 
+_redis_serializer = RedisSerializer()
+# The rate keys whose count a request of this process is reading and writing now.
+_counting: dict[str, asyncio.Future] = {}
+
+
+class _ReadAhead:
+    """The throttle's cache for one decision: the history read beforehand, the write
+    kept to be sent after (these cache calls are asynchronous, DRF's are not)."""
+
+    def __init__(self, history: list):
+        self.history, self.written = history, None
+
+    def get(self, key, default=None):
+        return self.history
+
+    def set(self, key, value, timeout=None):
+        self.written = (value, timeout)
+
+
 async def within_rate(agent_id: int) -> bool:
-    """The agent's API rate (`AgentRateThrottle`) for a request answered from the
-    cache, decided by the throttle itself on a thread; False over the rate."""
-    if settings.BELLWETHER_THROTTLE_RATES.get(AgentRateThrottle.scope) is None:
-        return True  # (no thread either)
+    """AgentRateThrottle's own decision on the agent's request times, read from its
+    cache key before and written back after without a thread; True when no rate is
+    set or the cache fails (as the throttle), False over the rate (Django: 429).
+    One agent's requests are counted one after another in this process: requests
+    sent at once would otherwise read the same count in one round trip and each
+    write it plus one (as DRF's read-then-write does across processes)."""
+    throttle = AgentRateThrottle()
+    if settings.BELLWETHER_THROTTLE_RATES.get(throttle.scope) is None:
+        return True  # (no read either)
     caller = SimpleNamespace(user=SimpleNamespace(agent=SimpleNamespace(pk=agent_id)))
-    return await asyncio.to_thread(AgentRateThrottle().allow_request, caller, None)
+    redis = cache.async_redis()
+    if redis is None:  # local memory: no I/O
+        return throttle.allow_request(caller, None)
+    if not best_effort_redis.allows():
+        return True
+    backend, batched = redis
+    key = backend.make_and_validate_key(throttle.get_cache_key(caller, None))
+    loop = asyncio.get_running_loop()
+    while (earlier := _counting.get(key)) is not None and earlier.get_loop() is loop:
+        await earlier
+    _counting[key] = counted = loop.create_future()
+    try:
+        raw = await batched.get(backend, key)
+        throttle.cache = _ReadAhead([] if raw is None else _redis_serializer.loads(raw))
+        if not throttle.allow_request(caller, None):
+            return False
+        if throttle.cache.written is not None:
+            history, timeout = throttle.cache.written
+            await batched.set(backend, key, _redis_serializer.dumps(history), timeout)
+    except Exception as exc:  # noqa: BLE001 - a cache down must not refuse requests
+        best_effort_redis.failed(exc)
+    finally:
+        if _counting.get(key) is counted:
+            del _counting[key]
+        counted.set_result(None)
+    return True

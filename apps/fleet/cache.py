@@ -69,18 +69,22 @@ def poll_state(token_key: str) -> dict | None:
 
 
 class _AsyncRedis:
-    """agentapi's poll-state reads without a thread: through redis.asyncio, on the
-    event loop they run on, as one MGET at a time: what is asked meanwhile waits for
-    it and goes out together next, so under load many requests share a round trip and
-    one connection. redis-py spends about 0.1 ms of CPU on a command sent alone, a few
-    microseconds on a key of an MGET: one GET per poll halves the poll's 304
-    (docs/benchmarks.md)."""
+    """agentapi's reads and writes without a thread (agentapi.cached, agentapi.bundle): through
+    redis.asyncio, on the event loop they run on. Reads go out as one MGET, writes as
+    one pipeline, at most one of each in flight: what is asked meanwhile waits for it
+    and goes out together next, so that under load many requests share a round trip and
+    the connections stay two, however many requests wait. redis-py spends about 0.1 ms
+    of CPU on a command sent alone, a few microseconds on a key of an MGET; and its pool
+    opens at most 100 connections, refusing the next command (after a publish every
+    agent's bundle and report read and write its API rate at once)."""
 
     def __init__(self):
         self._for: tuple | None = None  # (backend, loop) the client and queues are of
         self._client = None
         self._reads: list[tuple[str, asyncio.Future]] = []
+        self._writes: list[tuple[str, bytes, int, asyncio.Future]] = []
         self._reader: asyncio.Task | None = None
+        self._writer: asyncio.Task | None = None
 
     @staticmethod
     def connect(backend: RedisCache):
@@ -93,38 +97,82 @@ class _AsyncRedis:
         loop = asyncio.get_running_loop()
         if self._for != (backend, loop):  # a new loop or cache (tests): nothing old is kept
             self._for, self._client = (backend, loop), self.connect(backend)
-            self._reads, self._reader = [], None
+            self._reads, self._writes, self._reader, self._writer = [], [], None, None
         return loop
 
     async def get(self, backend: RedisCache, key: str) -> bytes | None:
-        """The stored bytes of a made key, read with the other reads waiting; None
-        when there are none or Redis failed (logged once per round trip)."""
+        """The stored bytes of a made key (None: none), read with the other reads
+        waiting; raises CacheUnavailable when Redis failed."""
         loop = self._adopt(backend)
         answer = loop.create_future()
         self._reads.append((key, answer))
         if self._reader is None:
-            self._reader = loop.create_task(self._drain())
-        return await answer
+            self._reader = loop.create_task(self._drain("_reads", self._mget))
+        return _unless_failed(await answer)
 
-    async def _drain(self) -> None:
-        """Read the waiting keys, one MGET at a time, until none is left (the task
-        starts on the next loop turn: the reads of this turn go together)."""
+    async def set(self, backend: RedisCache, key: str, value: bytes, seconds: int) -> None:
+        """Store `value` under a made key for `seconds`, with the other writes
+        waiting; raises CacheUnavailable when Redis failed."""
+        loop = self._adopt(backend)
+        done = loop.create_future()
+        self._writes.append((key, value, seconds, done))
+        if self._writer is None:
+            self._writer = loop.create_task(self._drain("_writes", self._pipeline))
+        _unless_failed(await done)
+
+    async def _drain(self, queue: str, send) -> None:
+        """Send the queue's waiting entries, one round trip at a time, until none is
+        left (the task starts on the next loop turn: those of this turn go together)."""
         owner, client, task = self._for, self._client, asyncio.current_task()
         try:
-            while self._for == owner and (waiting := self._reads):
-                self._reads = []
-                try:
-                    values = await client.mget([key for key, _ in waiting])
-                except Exception:
-                    logger.warning("cache unavailable; %d read(s) failed", len(waiting),
-                                   exc_info=True)
-                    values = [None] * len(waiting)
-                for (_, answer), value in zip(waiting, values, strict=True):
-                    if not answer.done():
-                        answer.set_result(value)
+            while self._for == owner and (waiting := getattr(self, queue)):
+                setattr(self, queue, [])
+                await send(client, waiting)
         finally:
             if self._reader is task:
                 self._reader = None
+            if self._writer is task:
+                self._writer = None
+
+    @staticmethod
+    async def _mget(client, waiting) -> None:
+        try:
+            values = await client.mget([key for key, _ in waiting])
+        except Exception:
+            logger.warning("cache unavailable; %d read(s) failed", len(waiting), exc_info=True)
+            values = [_FAILED] * len(waiting)
+        for (_, answer), value in zip(waiting, values, strict=True):
+            if not answer.done():
+                answer.set_result(value)
+
+    @staticmethod
+    async def _pipeline(client, waiting) -> None:
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for key, value, seconds, _ in waiting:
+                    pipe.set(key, value, ex=seconds)
+                await pipe.execute()
+            outcome = None
+        except Exception:
+            logger.warning("cache unavailable; %d write(s) failed", len(waiting), exc_info=True)
+            outcome = _FAILED
+        for *_, done in waiting:
+            if not done.done():
+                done.set_result(outcome)
+
+
+class CacheUnavailable(Exception):
+    """Redis failed a read or write of agentapi (logged once per round trip)."""
+
+
+_FAILED = object()
+
+
+def _unless_failed(outcome):
+    if outcome is _FAILED:
+        # A new one per caller: one instance raised for many would grow its traceback.
+        raise CacheUnavailable("the round trip failed (logged)")
+    return outcome
 
 
 _async_redis = _AsyncRedis()
@@ -140,7 +188,10 @@ async def poll_state_async(token_key: str) -> dict | None:
         return poll_state(token_key)
     # make_key, not make_and_validate_key: the key is ours (a prefix and a
     # 16-character token key), and the memcached checks cost more than the read.
-    raw = await _async_redis.get(backend, backend.make_key(_poll_key(token_key)))
+    try:
+        raw = await _async_redis.get(backend, backend.make_key(_poll_key(token_key)))
+    except CacheUnavailable:
+        return None  # the database answers
     return None if raw is None else _serializer.loads(raw)
 
 
@@ -301,3 +352,12 @@ def heartbeats(agent_ids) -> dict[int, float]:
             seen[i] = max(times)
     return seen
 
+
+def async_redis():
+    """(the Redis cache backend, agentapi's batched client: `_AsyncRedis`), for the
+    agentapi's other reads and writes (agentapi.bundle); None when the cache is
+    not Redis (local memory is used directly: no I/O)."""
+    backend = _cache()
+    if not isinstance(backend, RedisCache):
+        return None
+    return backend, _async_redis

@@ -371,7 +371,12 @@ def test_a_poll_state_not_naming_the_environment_leaves_the_bundle_to_the_databa
     assert source(fetched(agent.headers)) == DATABASE
 
 
-def test_the_agents_api_rate_counts_kept_answers_too(agent, settings):
+@pytest.mark.parametrize("counted_in", ["redis", "process"])
+def test_the_agents_api_rate_counts_kept_answers_too(agent, settings, monkeypatch, counted_in):
+    """Counted in Redis as DRF counts it, or, without Redis (embedded mode), by DRF's
+    throttle itself in this process's cache."""
+    if counted_in == "process":
+        monkeypatch.setattr(fleet_cache, "async_redis", lambda: None)
     settings.BELLWETHER_THROTTLE_RATES = {**settings.BELLWETHER_THROTTLE_RATES,
                                           "agent": "3/minute"}
 

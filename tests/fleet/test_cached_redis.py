@@ -1,8 +1,7 @@
-"""agentapi's Redis reads (apps.fleet.cache._AsyncRedis) and API rate
-(agentapi.cached.within_rate), on a real Redis: the reads one event-loop turn asks
-for share one round trip, whatever the number of requests at once, and after a
-publish every agent's bundle and report count their API rate at the same moment,
-more requests than redis-py's pool has connections."""
+"""agentapi's Redis reads and writes (apps.fleet.cache._AsyncRedis), on a real Redis:
+what one event-loop turn asks for shares one round trip, whatever the number of
+requests at once — after a publish every agent's bundle and report count their API
+rate at the same moment, more requests than redis-py's pool has connections."""
 
 import asyncio
 import socket
@@ -19,7 +18,7 @@ from apps.fleet import cache as fleet_cache
 
 pytestmark = pytest.mark.redis
 
-MORE_THAN_A_POOL = 300  # redis-py's pool opens at most 100 connections
+MORE_THAN_A_POOL = 300  # redis-py's asyncio pool opens at most 100 connections
 
 
 @pytest.fixture
@@ -34,16 +33,16 @@ def agent_rate(three_a_minute, empty_cache):
 
 
 class Counted:
-    """The batched client's real Redis client, its MGETs counted, and the most in
-    flight at once."""
+    """The batched client's real Redis client, its MGETs and pipelines counted, and
+    the most MGETs in flight at once."""
 
     def __init__(self, monkeypatch):
-        self.mgets = self.in_flight = self.most_in_flight = 0
+        self.mgets = self.pipelines = self.in_flight = self.most_in_flight = 0
         connect = fleet_cache._AsyncRedis.connect
 
         def connected(backend):
             redis = connect(backend)
-            mget = redis.mget
+            mget, pipeline = redis.mget, redis.pipeline
 
             async def counted_mget(*args, **kwargs):
                 self.mgets += 1
@@ -54,7 +53,11 @@ class Counted:
                 finally:
                     self.in_flight -= 1
 
-            redis.mget = counted_mget
+            def counted_pipeline(*args, **kwargs):
+                self.pipelines += 1
+                return pipeline(*args, **kwargs)
+
+            redis.mget, redis.pipeline = counted_mget, counted_pipeline
             return redis
 
         monkeypatch.setattr(fleet_cache._AsyncRedis, "connect", staticmethod(connected))
@@ -66,7 +69,10 @@ def history(agent_id: int) -> list:
     return django_cache.get(AgentRateThrottle().get_cache_key(caller, None)) or []
 
 
-def test_the_rates_of_more_agents_than_a_pool_has_connections_are_all_counted(agent_rate):
+def test_the_rates_of_more_agents_than_a_pool_has_connections_are_all_counted(
+        agent_rate, monkeypatch):
+    counted = Counted(monkeypatch)
+
     async def storm():
         return await asyncio.gather(*(cached.within_rate(agent_id)
                                       for agent_id in range(1, MORE_THAN_A_POOL + 1)))
@@ -76,6 +82,7 @@ def test_the_rates_of_more_agents_than_a_pool_has_connections_are_all_counted(ag
     assert allowed == [True] * MORE_THAN_A_POOL
     assert best_effort_redis.allows()  # no failure: the throttle was not switched off
     assert [len(history(agent_id)) for agent_id in (1, 150, MORE_THAN_A_POOL)] == [1, 1, 1]
+    assert (counted.mgets, counted.pipelines) == (1, 1)  # one read, one write for all
 
 
 def test_an_agent_over_its_rate_is_refused_across_round_trips(agent_rate):
@@ -84,6 +91,19 @@ def test_an_agent_over_its_rate_is_refused_across_round_trips(agent_rate):
 
     assert asyncio.run(one_after_another()) == [True, True, True, False]
     assert len(history(7)) == 3
+
+
+def test_one_agents_requests_sent_at_once_are_each_counted(agent_rate):
+    """Twenty requests of one agent at once (a token used to flood the routes): each
+    counted, so three pass, not all of them on one shared read of the count."""
+    async def at_once():
+        return await asyncio.gather(*(cached.within_rate(9) for _ in range(20)))
+
+    allowed = asyncio.run(at_once())
+
+    assert allowed.count(True) == 3
+    assert len(history(9)) == 3
+    assert not cached._counting
 
 
 def test_poll_states_read_at_once_share_one_round_trip(empty_cache, monkeypatch):
@@ -123,8 +143,8 @@ def test_reads_asked_while_one_is_in_flight_wait_for_it_and_go_together(
     assert counted.mgets < 200
 
 
-def test_a_redis_down_sends_polls_to_the_database_logged_once_per_round_trip(
-        settings, monkeypatch, caplog):
+def test_a_redis_down_lets_requests_through_and_is_logged_once_per_round_trip(
+        three_a_minute, settings, monkeypatch, caplog):
     with socket.socket() as closed:  # a port nothing listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
@@ -132,9 +152,15 @@ def test_a_redis_down_sends_polls_to_the_database_logged_once_per_round_trip(
     monkeypatch.setattr(fleet_cache, "_cache", lambda: down)
 
     async def storm():
-        return await asyncio.gather(*(fleet_cache.poll_state_async(f"key{i:013d}")
-                                      for i in range(50)))
+        states = await asyncio.gather(*(fleet_cache.poll_state_async(f"key{i:013d}")
+                                        for i in range(50)))
+        allowed = await asyncio.gather(*(cached.within_rate(i) for i in range(50)))
+        return states, allowed
 
-    assert asyncio.run(storm()) == [None] * 50  # the database answers them
+    states, allowed = asyncio.run(storm())
+
+    assert states == [None] * 50  # the database answers them
+    assert allowed == [True] * 50  # a cache down refuses no request
+    assert not best_effort_redis.allows()  # the throttle skips Redis for a moment
     failures = [r.getMessage() for r in caplog.records if "read(s) failed" in r.getMessage()]
-    assert failures == ["cache unavailable; 50 read(s) failed"]
+    assert failures == ["cache unavailable; 50 read(s) failed"] * 2
