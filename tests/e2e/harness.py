@@ -26,6 +26,7 @@ import pytest
 from django.db import connection
 
 from tests import ports
+from tests.deployfiles import unit_command
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 20.0
@@ -159,14 +160,11 @@ class Server(Process):
 
     @classmethod
     def production(cls, *, port: int, env: dict, log_path: Path, workers: int = 1) -> Server:
-        """A node as README "Production shape" runs it (one worker unless told)."""
+        """A node as deploy/systemd/bellwether-web@.service runs it (one worker
+        unless told)."""
         server = cls(port=port, env=env, log_path=log_path)
-        server.command = [sys.executable, "-m", "granian", "--interface", "asginl",
-                          "--http", "1", "--host", "127.0.0.1", "--port", str(port),
-                          "--workers", str(workers), "--backlog", "4096",
-                          "--backpressure", "16384", "--http1-buffer-size", "16384",
-                          "--http1-header-read-timeout", "10000",
-                          "project.asgi:application"]
+        server.command = unit_command("bellwether-web@.service", {"%i": str(port)},
+                                      BELLWETHER_WEB_WORKERS=str(workers))
         return server
 
     def wait_ready(self, timeout: float = SERVER_READY_S) -> Server:
@@ -186,25 +184,28 @@ class Server(Process):
 
 
 class CeleryProcess(Process):
-    """`celery -A project worker|beat` as README "Production shape" runs it; ready once
+    """`celery -A project worker|beat` as deploy/systemd's units run it; ready once
     its log shows `ready_marker`."""
 
-    def __init__(self, label: str, arguments: list[str], *, env: dict, log_path: Path,
+    def __init__(self, label: str, command: list[str], *, env: dict, log_path: Path,
                  ready_marker: str):
-        command = [sys.executable, "-m", "celery", "-A", "project", *arguments]
         super().__init__(label, command, env, log_path)
         self.ready_marker = ready_marker
 
     @classmethod
     def worker(cls, *, env: dict, log_path: Path) -> CeleryProcess:
-        return cls("celery worker", ["worker", "-l", "INFO", "--concurrency", "1"], env=env,
-                   log_path=log_path, ready_marker=" ready.")
+        command = unit_command("bellwether-worker.service", BELLWETHER_WORKER_CONCURRENCY="1")
+        return cls("celery worker", command, env=env, log_path=log_path,
+                   ready_marker=" ready.")
 
     @classmethod
-    def beat(cls, *, env: dict, log_path: Path, schedule: Path) -> CeleryProcess:
-        """Its schedule file where the test says (by default it lands in the cwd)."""
-        return cls("celery beat", ["beat", "-l", "INFO", "--schedule", str(schedule)],
-                   env=env, log_path=log_path, ready_marker="beat: Starting")
+    def beat(cls, *, env: dict, log_path: Path, state_root: Path) -> CeleryProcess:
+        """Its schedule file in its state directory under `state_root` (for systemd
+        /var/lib)."""
+        (state_root / "bellwether-beat").mkdir(parents=True)
+        command = unit_command("bellwether-beat.service", {"%S": str(state_root)})
+        return cls("celery beat", command, env=env, log_path=log_path,
+                   ready_marker="beat: Starting")
 
     def wait_ready(self, timeout: float = SERVER_READY_S) -> CeleryProcess:
         def started():

@@ -6,10 +6,12 @@ reaches Django."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import os
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -348,8 +350,10 @@ def test_a_bad_wait_is_400_naming_wait_on_the_production_server(production, agen
         assert status == 400 and json.loads(body)["error"]["details"][0]["field"] == "wait"
 
 
-def websocket_handshake(server: Server, *, cookie: str | None, origin: str) -> bytes:
-    """The status line the server answers a websocket upgrade of /ws/live/ with."""
+def websocket_handshake(server: Server, *, cookie: str | None, origin: str,
+                        tls: ssl.SSLContext | None = None) -> bytes:
+    """The status line the server answers a websocket upgrade of /ws/live/ with
+    (over TLS with `tls`)."""
     head = (f"GET /ws/live/ HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
@@ -358,7 +362,11 @@ def websocket_handshake(server: Server, *, cookie: str | None, origin: str) -> b
             + "\r\n")
     # Generous: the first socket of a fresh worker sets up the channel layer, slow on
     # a loaded machine.
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection(("127.0.0.1", server.port),
+                                                            timeout=30))
+        if tls is not None:
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname="127.0.0.1"))
         sock.sendall(head.encode())
         answer = b""
         while b"\r\n" not in answer:

@@ -110,7 +110,7 @@ def production(shop_prod, processes, production_environ, tmp_path) -> SimpleName
     node_a.label, node_b.label = f"node A :{node_a.port}", f"node B :{node_b.port}"
     worker = CeleryProcess.worker(env=production_environ, log_path=tmp_path / "worker.log")
     beat = CeleryProcess.beat(env=production_environ, log_path=tmp_path / "beat.log",
-                              schedule=tmp_path / "celerybeat-schedule")
+                              state_root=tmp_path / "state")
     for process in (node_a, node_b, worker, beat):
         processes.append(process)
         process.start()

@@ -17,8 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "agent"
-UNIT = ROOT / "packaging" / "systemd" / "bellwether-agent@.service"
-DROP_IN = ROOT / "packaging" / "systemd" / "token-credential.conf"
+UNIT = ROOT / "deploy" / "systemd" / "bellwether-agent@.service"
+DROP_IN = ROOT / "deploy" / "systemd" / "token-credential.conf"
 # The oldest Python the agent claims (agent/__init__.py), when this machine has it.
 OLDEST = next((p for p in ("/root/.pyenv/versions/3.8.18/bin/python3.8",
                            shutil.which("python3.8")) if p and os.access(p, os.X_OK)), None)
