@@ -3,7 +3,13 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init, worker_process_init
+from celery.signals import (
+    after_task_publish,
+    beat_init,
+    setup_logging,
+    worker_init,
+    worker_process_init,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
@@ -37,3 +43,20 @@ def _tuned_collector(**kwargs):
     from project import gc_tuning
 
     gc_tuning.install()
+
+
+def _scheduler_sent(**kwargs):
+    from django.db import close_old_connections
+
+    from apps.core.scheduler import scheduler_seen
+
+    close_old_connections()  # (beat lives long: a database restarted meanwhile)
+    scheduler_seen()
+
+
+@beat_init.connect(weak=False)
+def _scheduler_records_its_runs(**kwargs):
+    """Beat records that it runs when it starts and each time it sends periodic work
+    (apps.core.scheduler): the dashboard, rollouts and /metrics say when it stops."""
+    after_task_publish.connect(_scheduler_sent, weak=False)
+    _scheduler_sent()

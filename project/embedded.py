@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.db import close_old_connections, connections
 
+from apps.core.scheduler import scheduler_seen
 from project.celery import app
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class PeriodicLoop:
             while not self._stop.is_set():
                 close_old_connections()
                 run_due(schedule, next_run, time.monotonic())
+                scheduler_seen()
                 self._stop.wait(tick)
         finally:
             connections.close_all()

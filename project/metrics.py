@@ -10,7 +10,8 @@ What it says: this process's counters (apps/core/metrics.py; summed over
 PROMETHEUS_MULTIPROC_DIR's files when set) and, read at each scrape with a fixed
 number of queries whatever the size of the fleet, what the database and the
 broker know: publications by outcome and their duration, rollouts by state, each
-active rollout's targets by wave and state, and the task queue's depth. A
+active rollout's targets by wave and state, whether the scheduler is late, and the
+task queue's depth. A
 database or broker that does not answer leaves those out and says so in
 `bellwether_scrape_source_up`, never failing the scrape.
 """
@@ -28,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from apps.core import scheduler
 from apps.core.throttling import client_ip
 from apps.rollouts.models import ACTIVE_STATES, Rollout, RolloutTarget
 from apps.snapshots.models import Publication
@@ -102,6 +104,20 @@ def _rollouts() -> list:
     return [states, waves]
 
 
+def _scheduler() -> list:
+    seen = scheduler.last_seen()
+    late = GaugeMetricFamily("bellwether_scheduler_late",
+                             "1 while the scheduler (celery beat) has not run for two of "
+                             "its reconcile intervals")
+    late.add_metric([], int(scheduler.is_late(seen)))
+    families = [late]
+    if seen is not None:
+        families.append(GaugeMetricFamily(
+            "bellwether_scheduler_last_seen_timestamp_seconds",
+            "When the scheduler last sent its periodic work", value=seen.timestamp()))
+    return families
+
+
 def _queue() -> list:
     depth = GaugeMetricFamily("bellwether_task_queue_depth",
                               "Tasks waiting in the broker's queue", labels=["queue"])
@@ -117,7 +133,8 @@ def _queue() -> list:
 class StoredState:
     """What the database and the broker know, read at each scrape."""
 
-    SOURCES = (("database", _publications), ("database", _rollouts), ("broker", _queue))
+    SOURCES = (("database", _publications), ("database", _rollouts),
+               ("database", _scheduler), ("broker", _queue))
 
     def describe(self):
         return []  # read at scrapes only, never at registration

@@ -9,7 +9,9 @@ from django.core.paginator import Paginator
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.core.scheduler import scheduler_late_since
 from apps.environments.models import Environment
+from apps.rollouts import rules as rollout_rules
 from apps.rollouts import selectors as rollout_selectors
 from apps.rollouts.models import Rollout
 
@@ -64,6 +66,7 @@ def rollout_panel(environment: Environment) -> dict:
     final = (rollout.final_summary or {}).get("final_evidence") or {}
     return {
         "rollout": rollout,
+        "reason": rollout_rules.shown_reason(rollout, scheduler_late_since()),
         "waves": _waves(rollout, reached),
         "clocks": _clocks(rollout),
         "evidence": None if evidence is None else {

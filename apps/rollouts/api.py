@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
 from apps.core.fields import LabelsField, NameField, WholeNumberField
+from apps.core.scheduler import scheduler_late_since
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
 from apps.environments.views import (
@@ -18,7 +19,7 @@ from apps.environments.views import (
     QuarantineOverrideSerializer,
     quarantine_override,
 )
-from apps.rollouts import pausing, selectors, services, strategies
+from apps.rollouts import pausing, rules, selectors, services, strategies
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
 from apps.tenancy.models import Role
@@ -74,6 +75,7 @@ class RolloutSerializer(serializers.ModelSerializer):
                                                  allow_null=True, default=None)
     waves = serializers.SerializerMethodField()
     strategy = serializers.CharField(source="strategy.name", allow_null=True, default=None)
+    reason = serializers.SerializerMethodField()
 
     class Meta:
         model = Rollout
@@ -81,6 +83,11 @@ class RolloutSerializer(serializers.ModelSerializer):
                   "current_wave", "waves",
                   "failure_threshold", "wave_started_at", "wave_timeout_s", "reason",
                   "rollback_snapshot", "created_at", "finished_at"]
+
+    def get_reason(self, rollout) -> str:
+        if "scheduler_late_since" not in self.context:  # once per response
+            self.context["scheduler_late_since"] = scheduler_late_since()
+        return rules.shown_reason(rollout, self.context["scheduler_late_since"])
 
     def get_waves(self, rollout) -> list[dict]:
         progress = self.context.get("progress", {}).get(rollout.pk, {})

@@ -10,6 +10,7 @@
   `rollout_options` merges a strategy with the fields a request set itself.
 - `nothing_to_roll_out` says when a rollout could never finish: every target
   already runs the snapshot.
+- `shown_reason` is a rollout's reason as shown, the scheduler's absence first.
 """
 
 import math
@@ -164,3 +165,13 @@ def describe(blockers: list[tuple[str, list]], labels: dict | None = None,
     """'label: a, b; label: c' naming at most `shown` agents per kind."""
     return "; ".join(f"{(labels or {}).get(kind, kind)}: {', '.join(names[:shown])}"
                      for kind, names in blockers)
+
+
+def shown_reason(rollout, scheduler_late_since) -> str:
+    """A rollout's reason as shown: a running rollout says first that it waits for
+    the scheduler while that is late (apps.core.scheduler): its timed steps (bakes,
+    timeouts) do not move without it."""
+    if scheduler_late_since is None or rollout.state != "running":
+        return rollout.reason
+    waiting = f"waiting for the scheduler since {scheduler_late_since:%Y-%m-%d %H:%M:%S} UTC"
+    return f"{waiting}; {rollout.reason}" if rollout.reason else waiting

@@ -29,6 +29,7 @@ from tests.e2e.harness import (
     Api,
     Nginx,
     Process,
+    RedisServer,
     Server,
     free_port,
     shared_database_url,
@@ -160,3 +161,19 @@ def make_nginx(nginx_binary, tmp_path):
     for instance in instances:
         instance.stop()
         print(instance.dump())
+
+
+@pytest.fixture
+def redis_server(processes, tmp_path) -> RedisServer:
+    """A private redis-server: the broker, channel layer and cache of every process
+    here, and of nothing else."""
+    binary = shutil.which("redis-server", path=os.pathsep.join(
+        [os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin"]))
+    if binary is None:
+        message = "needs redis-server on PATH (apt-get install redis-server)"
+        if os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1":
+            pytest.fail(message + "; BELLWETHER_REQUIRE_SERVICES=1 forbids skipping")
+        pytest.skip(message)
+    server = RedisServer(binary=binary, port=free_port(), directory=tmp_path / "redis")
+    processes.append(server)
+    return server.start().wait_ready()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +36,6 @@ from tests.e2e.harness import (
     AgentProcess,
     Api,
     CeleryProcess,
-    RedisServer,
     Server,
     free_port,
     wait_for,
@@ -63,22 +61,6 @@ AGENTS = {  # name: (node, agent options)
 
 def config(message: str, workers: int) -> str:
     return f"message: {message}\nworkers: {workers}\n"
-
-
-@pytest.fixture
-def redis_server(processes, tmp_path) -> RedisServer:
-    """A private redis-server: the broker, channel layer and cache of every process
-    here, and of nothing else."""
-    binary = shutil.which("redis-server", path=os.pathsep.join(
-        [os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin"]))
-    if binary is None:
-        message = "needs redis-server on PATH (apt-get install redis-server)"
-        if os.environ.get("BELLWETHER_REQUIRE_SERVICES") == "1":
-            pytest.fail(message + "; BELLWETHER_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(message)
-    server = RedisServer(binary=binary, port=free_port(), directory=tmp_path / "redis")
-    processes.append(server)
-    return server.start().wait_ready()
 
 
 @pytest.fixture

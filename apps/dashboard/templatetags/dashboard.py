@@ -3,6 +3,8 @@
 from django import template
 from django.utils.html import format_html
 
+from apps.core.scheduler import scheduler_late_since
+
 register = template.Library()
 
 
@@ -23,3 +25,9 @@ def live_panel(panel: str, url: str, kinds: str, environment=None, every: str = 
         'id="{}-panel" hx-get="{}" hx-target="this" hx-swap="innerHTML" '
         'hx-sync="this:queue last" hx-disinherit="*" hx-trigger="{}"',
         panel, url if environment is None else f"{url}?panel={panel}", ", ".join(triggers))
+
+
+@register.simple_tag
+def scheduler_late():
+    """When the scheduler was last seen, while it is late (apps.core.scheduler)."""
+    return scheduler_late_since()
