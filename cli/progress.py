@@ -66,6 +66,12 @@ def summary_line(rollout: dict) -> str:
     return line
 
 
+def failure_line(failure: dict) -> str:
+    """A failed agent and what it said."""
+    message = f": {failure['message']}" if failure.get("message") else ""
+    return f"  {failure['agent']} {failure['status']}{message}"
+
+
 def wave_line(row: WaveRow) -> str:
     return (f"  {row.label} ({row.gate}): activated {row.activated}/{row.targets}, "
             f"acknowledged {row.acknowledged}/{row.targets}, failed {row.failed}")
@@ -89,8 +95,9 @@ def outcome_error(rollout: dict):
     rolled back (exit 4) or paused by the server's wave timeout (exit 3)."""
     state = rollout.get("state")
     if state == "rolled_back":
+        said = "".join(f"\n{failure_line(failure)}" for failure in rollout.get("failures", []))
         return RolledBack(f"rollout {rollout['id']} was rolled back: "
-                          f"{rollout.get('reason') or 'no reason given'}",
+                          f"{rollout.get('reason') or 'no reason given'}{said}",
                           body={"rollout": rollout})
     if state == "paused":
         return TimedOut(f"rollout {rollout['id']} is paused: "

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from cli import endpoints
 from cli.errors import CliError, UsageError
-from cli.progress import follow, outcome_error, summary_line, wave_line, wave_rows
+from cli.progress import (
+    failure_line,
+    follow,
+    outcome_error,
+    summary_line,
+    wave_line,
+    wave_rows,
+)
 from cli.render import Output, rollout_display
 
 # Options of `rollout start` sent only when given, so a named --strategy's values
@@ -98,6 +105,8 @@ def rollout_shown(rollout: dict, out: Output) -> None:
     out.line(summary_line(rollout))
     for row in wave_rows(rollout):
         out.line(wave_line(row))
+    for failure in rollout.get("failures", []):
+        out.line(failure_line(failure), style="red")
 
 
 def transition(client, args, out: Output, action: str) -> int:

@@ -51,6 +51,18 @@ def _clocks(rollout: Rollout) -> dict:
             "timeout_at": started + timedelta(seconds=rollout.wave_timeout_s)}
 
 
+def _failures(rollout: Rollout) -> list[dict]:
+    """What the failed agents said: now, or as the rollout kept it when it finished
+    (one that finished before it kept messages names its failed agents)."""
+    if rollout.is_active:
+        return rollout_selectors.failure_reports(rollout, ACKNOWLEDGEMENTS_SHOWN)
+    summary = rollout.final_summary or {}
+    named = (summary.get("final_evidence") or {}).get("failed", [])
+    kept = summary.get("failures", [{"agent": name, "status": "failed", "message": ""}
+                                     for name in named])
+    return kept[:ACKNOWLEDGEMENTS_SHOWN]
+
+
 def rollout_panel(environment: Environment) -> dict:
     """The active rollout (else the latest one) with per-wave progress and, for the
     current wave, who acknowledged and who is still awaited; a finished one with
@@ -63,7 +75,6 @@ def rollout_panel(environment: Environment) -> dict:
     reached = (rollout_selectors.waves_evidence(rollout, range(rollout.current_wave + 1))
                if rollout.is_active else {})
     evidence = reached.get(rollout.current_wave)
-    final = (rollout.final_summary or {}).get("final_evidence") or {}
     return {
         "rollout": rollout,
         "reason": rollout_rules.shown_reason(rollout, scheduler_late_since()),
@@ -71,7 +82,7 @@ def rollout_panel(environment: Environment) -> dict:
         "clocks": _clocks(rollout),
         "evidence": None if evidence is None else {
             key: getattr(evidence, key)[:ACKNOWLEDGEMENTS_SHOWN] for key in EVIDENCE_KINDS},
-        "failed_agents": final.get("failed", [])[:ACKNOWLEDGEMENTS_SHOWN],
+        "failures": _failures(rollout),
         "ready": evidence is not None and evidence.complete,
         "pins_held": rollout_selectors.pins_held(rollout),
     }

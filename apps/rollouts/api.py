@@ -109,8 +109,11 @@ def _detail(rollout: Rollout) -> dict:
         evidence = selectors.wave_evidence(rollout)
         body["current_wave_evidence"] = {k: getattr(evidence, k)[:MAX_TARGETS_SHOWN] for k in (
             "acknowledged", "failed", "waiting", "released", "changed")}
-    elif rollout.final_summary:
-        body["final_evidence"] = rollout.final_summary.get("final_evidence")
+        body["failures"] = selectors.failure_reports(rollout, MAX_TARGETS_SHOWN)
+    else:
+        summary = rollout.final_summary or {}
+        body["final_evidence"] = summary.get("final_evidence")
+        body["failures"] = summary.get("failures", [])
     body["pins_held"] = selectors.pins_held(rollout)
     targets = (RolloutTarget.objects.filter(rollout=rollout).select_related("agent")
                .order_by("wave", "agent__name")[:MAX_TARGETS_SHOWN])

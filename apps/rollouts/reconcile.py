@@ -33,14 +33,16 @@ def rollout_reconcile(*, rollout_id: int) -> str:
         rollout = locked_rollout(rollout_id, None)
         if not rollout.is_active:
             return "idle"
-        if selectors.failures(rollout) <= rollout.failure_threshold:
+        failed = selectors.failures(rollout)
+        if failed <= rollout.failure_threshold:
             # A paused rollout waits for an operator, but still rolls back on failures.
             return _drive(rollout) if rollout.state == Rollout.State.RUNNING else "idle"
         version = rollout.version
+        first = next(iter(selectors.failure_reports(rollout, shown=1)), None)
     # Outside the lock: a rollback re-renders a snapshot and takes the locks itself.
     try:
         rollout_rollback(rollout=rollout, expected_version=version, actor=None,
-                         reason=f"more than {rollout.failure_threshold} target(s) failed")
+                         reason=rules.failure_reason(rollout.failure_threshold, failed, first))
     except Conflict as exc:  # an operator (or another reconcile) acted first
         return f"skipped: {exc.code}"
     return "rolled_back"

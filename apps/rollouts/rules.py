@@ -10,7 +10,8 @@
   `rollout_options` merges a strategy with the fields a request set itself.
 - `nothing_to_roll_out` says when a rollout could never finish: every target
   already runs the snapshot.
-- `shown_reason` is a rollout's reason as shown, the scheduler's absence first.
+- `shown_reason` is a rollout's reason as shown, the scheduler's absence first;
+  `failure_reason` why an automatic rollback happened.
 """
 
 import math
@@ -175,3 +176,19 @@ def shown_reason(rollout, scheduler_late_since) -> str:
         return rollout.reason
     waiting = f"waiting for the scheduler since {scheduler_late_since:%Y-%m-%d %H:%M:%S} UTC"
     return f"{waiting}; {rollout.reason}" if rollout.reason else waiting
+
+
+FAILURE_SHOWN_CHARACTERS = 300
+
+
+def failure_reason(threshold: int, failed: int, first: dict | None) -> str:
+    """Why an automatic rollback happened, naming the first failed agent and what it
+    said (apps.rollouts.selectors.failure_reports), the others counted."""
+    reason = f"more than {threshold} target(s) failed"
+    if first is None:
+        return reason
+    message = first["message"] or first["status"]
+    if len(message) > FAILURE_SHOWN_CHARACTERS:
+        message = message[:FAILURE_SHOWN_CHARACTERS - 1] + "…"
+    reason += f"; {first['agent']}: {message}"
+    return reason + (f" (and {failed - 1} more)" if failed > 1 else "")

@@ -3,7 +3,7 @@ the summary a finished rollout keeps."""
 
 from datetime import timedelta
 
-from django.db.models import Count, Exists, Max, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from apps.core.bulk import Epoch
@@ -100,16 +100,35 @@ def _evidence_kind(target, report: dict, applied: tuple, seen, fresh_after) -> s
     return "waiting"
 
 
-def failures(rollout: Rollout) -> int:
-    """Activated targets that reported a failure of this snapshot after activation
-    (one counting query, however many targets)."""
-    failed_report = Deployment.objects.filter(
+def _failed_reports(rollout: Rollout):
+    """The reports of a failure of the rollout's snapshot, by the agent of the outer
+    target, after its activation (latest first)."""
+    return Deployment.objects.filter(
         agent_id=OuterRef("agent_id"), snapshot=rollout.snapshot,
         state__in=[Deployment.State.WARNING, Deployment.State.FAILED],
         reported_at__gt=OuterRef("activated_at"),
-    )
+    ).order_by("-reported_at")
+
+
+def failures(rollout: Rollout) -> int:
+    """Activated targets that reported a failure of this snapshot after activation
+    (one counting query, however many targets)."""
     return RolloutTarget.objects.filter(rollout=rollout, state=RolloutTarget.State.ACTIVATED
-                                        ).filter(Exists(failed_report)).count()
+                                        ).filter(Exists(_failed_reports(rollout))).count()
+
+
+def failure_reports(rollout: Rollout, shown: int = 100) -> list[dict]:
+    """What the failed targets' agents said, by agent name (at most `shown`; one
+    query): {agent, status (failed or warning), message}, their latest report of
+    the rollout's snapshot since activation."""
+    latest = _failed_reports(rollout)
+    rows = (RolloutTarget.objects.filter(rollout=rollout, state=RolloutTarget.State.ACTIVATED)
+            .annotate(status=Subquery(latest.values("state")[:1]),
+                      message=Subquery(latest.values("message")[:1]))
+            .filter(status__isnull=False).order_by("agent__name")
+            .values("agent__name", "status", "message")[:shown])
+    return [{"agent": row["agent__name"], "status": row["status"], "message": row["message"]}
+            for row in rows]
 
 
 def _holding_targets(rollout):
@@ -135,10 +154,10 @@ EVIDENCE_KINDS = ("acknowledged", "failed", "waiting", "released", "changed")
 def rollout_summary(rollout: Rollout, shown: int = 100,
                     known: dict[int, WaveEvidence] | None = None) -> dict:
     """What a rollout showed when it finished, kept on it before its pins go: per
-    wave {index, targets, activated (ever), acknowledged, failed} and the current
-    wave's evidence by name (at most `shown` per kind). `known`: the evidence of
-    waves already read in this transaction (the confirm that completes it), not
-    read again."""
+    wave {index, targets, activated (ever), acknowledged, failed}, the current
+    wave's evidence by name and what the failed agents said (at most `shown` each).
+    `known`: the evidence of waves already read in this transaction (the confirm
+    that completes it), not read again."""
     rows = {row["wave"]: row for row in RolloutTarget.objects.filter(rollout=rollout)
             .values("wave").annotate(targets=Count("pk"),
                                      activated=Count("pk", filter=Q(activated_at__isnull=False)))}
@@ -155,7 +174,8 @@ def rollout_summary(rollout: Rollout, shown: int = 100,
                       "failed": len(evidence.failed)})
     final = reached[rollout.current_wave]
     return {"waves": waves, "final_evidence": {k: getattr(final, k)[:shown]
-                                               for k in EVIDENCE_KINDS}}
+                                               for k in EVIDENCE_KINDS},
+            "failures": failure_reports(rollout, shown)}
 
 
 def wave_progress(rollouts) -> dict:

@@ -38,6 +38,8 @@ from apps.snapshots.services import (
 from apps.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
+# The failed agents' reports a rolled_back webhook carries (the API has up to 100).
+WEBHOOK_FAILURES_SHOWN = 10
 
 
 def _limits() -> dict:
@@ -322,7 +324,8 @@ def rollout_rollback(*, rollout: Rollout, expected_version: int | None, actor,
                     rollback_snapshot=replacement, reason=reason, final_summary=summary)
         announce("rollout.rolled_back", environment_id=locked.environment_id,
                  rollout=locked.pk, snapshot=locked.snapshot.number,
-                 rollback_snapshot=replacement.number if replacement else None, reason=reason)
+                 rollback_snapshot=replacement.number if replacement else None, reason=reason,
+                 failures=summary["failures"][:WEBHOOK_FAILURES_SHOWN])
     logger.warning("rollout %s rolled back%s", locked.pk, f": {reason}" if reason else "")
     return locked
 

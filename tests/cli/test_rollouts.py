@@ -51,7 +51,9 @@ def test_wait_exits_4_with_the_reason_when_a_canary_rolls_it_back(live):
                       str(ids["canary-1"]), "--canary-gate", "auto", "--wait",
                       "--timeout", "120", "--interval", "0.5")
     assert result.returncode == ROLLED_BACK, (result.stdout, result.stderr)
-    assert "was rolled back: more than 0 target(s) failed" in result.stderr
+    assert "was rolled back: more than 0 target(s) failed; canary-1: #2 failed" in result.stderr
+    assert ("\n  canary-1 warning: #2 failed (validate exited 1: validate: 8 workers is too "
+            "many here); restored #1\n") in result.stderr
     assert "rolled back as #3" in result.stdout  # the last plain line of progress
 
     status = live.json("rollout", "status", "shop/prod")  # its latest rollout

@@ -349,14 +349,20 @@ def test_a_completed_rollout_reads_as_completed_with_full_bars(running, nodes, a
     assert "Confirm" not in html and "Pause" not in html
 
 
-def test_a_rollout_rolled_back_on_failures_names_the_agents(running, nodes, as_viewer):
+def test_a_rollout_rolled_back_on_failures_names_the_agents_and_what_they_said(
+        running, nodes, as_viewer):
     rollout, third = running
-    ack(nodes[0], third, status="failed")
+    said = "#3 failed (validate exited 1: bad: <broken> marker found); nothing was changed"
+    ack(nodes[0], third, status="failed", message=said)
+    assert "web-1</strong> failed: <span class=\"message\">#3 failed (validate exited 1: " \
+           "bad: &lt;broken&gt; marker" in rollout_panel(as_viewer)  # while it runs
     rollback(rollout, reason="more than 0 target(s) failed")
 
     html = rollout_panel(as_viewer)
 
-    assert '<p class="bad failed-agents">Failed: web-1</p>' in html
+    assert ('<ul class="bad failed-agents"><li><strong>web-1</strong> failed: '
+            '<span class="message">#3 failed (validate exited 1: bad: &lt;broken&gt; marker '
+            'found); nothing was changed</span></li></ul>') in html
 
 
 def test_a_deployer_pauses_and_resumes_from_the_panel(running, as_deployer, as_viewer,

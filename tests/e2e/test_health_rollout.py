@@ -85,7 +85,10 @@ def test_a_canary_failing_its_health_probe_rolls_the_rollout_back(make_fleet, te
 
     assert (rollout["state"], rollout["current_wave"], rollout["rollback_snapshot"]) == (
         "rolled_back", 0, 3), rollout
-    assert rollout["reason"] == "more than 0 target(s) failed", rollout
+    assert rollout["reason"].startswith(f"more than 0 target(s) failed; {CANARY}: #2 "), rollout
+    assert [(f["agent"], f["status"]) for f in rollout["failures"]] == [
+        (CANARY, "warning")], rollout
+    assert rollout["reason"].endswith(rollout["failures"][0]["message"]), rollout
     assert rollout["final_evidence"]["failed"] == [CANARY], rollout
 
     # The canary applied #2, found it unhealthy twice, put #1 back and reloaded it,

@@ -168,7 +168,11 @@ def test_a_canary_failing_validation_rolls_the_rollout_back_by_itself(
     assert rollout["snapshot"] == 2
     assert rollout["rollback_snapshot"] == 3, rollout
     assert rollout["finished_at"] is not None
-    assert rollout["reason"] == "more than 0 target(s) failed", rollout
+    assert rollout["reason"].startswith("more than 0 target(s) failed; "), rollout
+    [failure] = rollout["failures"]
+    # (warning: the agent restored the old files)
+    assert failure["status"] == "warning" and "validate exited" in failure["message"], rollout
+    assert rollout["reason"].endswith(f"{failure['agent']}: {failure['message']}"), rollout
     assert rollout["current_wave"] == 0  # never advanced past the canaries
     # The reconcile queued by the report (the per-rollout task; the periodic sweep is
     # rollouts_reconcile_task) rolled back, inline in the server.

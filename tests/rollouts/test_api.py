@@ -546,10 +546,15 @@ def test_a_completed_rollout_keeps_its_per_wave_counts_and_final_evidence(
 
 def test_a_rolled_back_rollout_keeps_the_failure_that_ended_it(deployer, viewer, running,
                                                                nodes, second):
-    ack(nodes[0], second, status="failed")
+    said = "#2 failed (validate exited 1: bad marker); nothing was changed, #1 stays"
+    ack(nodes[0], second, status="failed", message=said)
+    failure = {"agent": "web-1", "status": "failed", "message": said}
+    assert viewer.get(rollout_url(running.pk)).json()["failures"] == [failure]  # while it runs
     _rolled_back(deployer, running)
+    ack(nodes[0], second, status="succeeded")  # later reports change nothing it kept
 
     body = viewer.get(rollout_url(running.pk)).json()
 
     assert (body["waves"][0]["activated"], body["waves"][0]["failed"]) == (1, 1)
     assert body["final_evidence"]["failed"] == ["web-1"]
+    assert body["failures"] == [failure]

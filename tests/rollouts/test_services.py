@@ -839,16 +839,23 @@ def test_failures_beyond_the_threshold_roll_back_by_themselves(environment, firs
                                                                fleet):
     nodes = fleet(4)
     rollout = start_rollout(environment, second, nodes[:3], failure_threshold=1)
-    ack(nodes[0], second, status="failed")
+    ack(nodes[1], second, status="warning", message="#2 restored: health probe failed")
 
     tolerated = reconcile.rollout_reconcile(rollout_id=rollout.pk)
-    ack(nodes[1], second, status="failed")
+    ack(nodes[0], second, status="failed", message="x" * 400)
     exceeded = reconcile.rollout_reconcile(rollout_id=rollout.pk)
 
     assert (tolerated, exceeded) == ("waiting", "rolled_back")
     done = fresh(rollout)
     assert done.state == "rolled_back"
-    assert "more than 1 target(s) failed" in done.reason
+    # The first failed agent by name and what it said (bounded), the others counted.
+    first, second_name = nodes[0].agent.name, nodes[1].agent.name
+    assert done.reason == (f"more than 1 target(s) failed; {first}: {'x' * 299}… "
+                           "(and 1 more)")
+    assert done.final_summary["failures"] == [
+        {"agent": first, "status": "failed", "message": "x" * 400},
+        {"agent": second_name, "status": "warning",
+         "message": "#2 restored: health probe failed"}]
     assert SnapshotQuarantine.objects.filter(snapshot=second).exists()
     assert reconcile.rollout_reconcile(rollout_id=rollout.pk) == "idle"
 

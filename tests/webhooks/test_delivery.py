@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core.events import announce
+from apps.rollouts.reconcile import rollout_reconcile
 from apps.webhooks import services, tasks
 from apps.webhooks.models import WebhookDelivery
 from tests.factories import ack, publish_variant, start_rollout
@@ -62,6 +63,25 @@ def test_a_rollout_announces_its_events_as_numbered_signed_deliveries(
         "shop/prod", rollout.pk, 2)
     assert _states(endpoint) == [(1, "succeeded", 1), (2, "succeeded", 1),
                                  (3, "succeeded", 1)]
+
+
+def test_an_automatic_rollback_says_which_agents_failed_and_what_they_reported(
+        environment, second, fleet, receiver, superuser, django_capture_on_commit_callbacks):
+    live, _ = receiver
+    _endpoint(environment, receiver, superuser)
+    nodes = fleet(2)
+    rollout = start_rollout(environment, second, nodes[:1])
+    said = "#2 failed (validate exited 1: bad marker); nothing was changed, #1 stays"
+    ack(nodes[0], second, status="failed", message=said)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert rollout_reconcile(rollout_id=rollout.pk) == "rolled_back"
+
+    [rolled_back] = [json.loads(r.body) for r in live.received
+                     if r.event == "rollout.rolled_back"]
+    assert rolled_back["data"]["reason"] == f"more than 0 target(s) failed; web-1: {said}"
+    assert rolled_back["data"]["failures"] == [
+        {"agent": "web-1", "status": "failed", "message": said}]
 
 
 def test_a_500_is_retried_and_nothing_later_overtakes_it(environment, receiver, superuser):
