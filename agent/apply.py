@@ -275,6 +275,16 @@ class Applier:
         if self._malformed(bundle):
             return Outcome(FAILED, "the bundle is malformed; nothing was written")
         number, checksum = bundle["number"], bundle["checksum"]
+        try:
+            # Every path this apply writes or removes is a plain relative path inside
+            # the target: also the previous snapshot's (a directory replaced by a link
+            # leaving it). Each write checks its path again where it writes it.
+            for path in [e["path"] for e in bundle["files"] + bundle.get("fallback_files",
+                                                                         [])] \
+                    + list(state.managed_files):
+                fs.inside(self.target_dir, path)
+        except ValueError as exc:
+            return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
         if content_checksum(bundle["files"], bundle.get("secret_file_mode")) != checksum:
             return Outcome(FAILED, f"#{number}: the bundle's files do not match its checksum")
         if state.active_number is not None and number < state.active_number:
@@ -284,11 +294,6 @@ class Applier:
             secret_mode = references.secret_file_mode(bundle)
             entries, receiving, self.secret_values = references.resolve(
                 bundle, self.environ, self.secret_allow)
-            # Every path this apply writes or removes stays inside the target: also
-            # the previous snapshot's (a directory replaced by a link leaving it).
-            for path in [e["path"] for e in entries + bundle.get("fallback_files", [])] \
-                    + list(state.managed_files):
-                fs.inside(self.target_dir, path)
         except (SecretError, ValueError) as exc:
             return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
         pending = self._restore_interrupted(state)
@@ -314,7 +319,7 @@ class Applier:
         if stages(self.commands.validate):
             try:
                 staged = self._stage(entries, modes)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 self._drop_staging()
                 return self._recover(bundle, state, f"staging failed: {exc}", touched=False)
             ok, why = self._run("validate", self.commands.validate, number, staged=staged)
@@ -330,7 +335,7 @@ class Applier:
             else:
                 for entry in entries:
                     self._write(entry, secret_mode=modes.get(entry["path"]))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             logger.warning("#%s: writing failed: %s; restoring", number, exc)
             return self._recover(bundle, state, f"writing failed: {exc}")
         finally:
@@ -380,18 +385,17 @@ class Applier:
         """Write one file (under `root`: staged), keeping the mode of the file it
         replaces in the target. A file holding a resolved secret gets `secret_mode`
         (0600, or what the environment declared), whatever the mode of the file it
-        replaces."""
-        path = fs.inside(self.target_dir, entry["path"])
+        replaces. The path is checked inside the directory it is written to."""
+        live = fs.inside(self.target_dir, entry["path"])
         try:  # the file itself: a link there is replaced, and lends no mode
-            info = os.lstat(path)
+            info = os.lstat(live)
             mode = info.st_mode & 0o7777 if stat.S_ISREG(info.st_mode) else 0o644
         except (FileNotFoundError, NotADirectoryError):
             mode = 0o644
         mode = self.modes.get(entry["path"], mode)
         if secret_mode is not None:
             mode = secret_mode
-        if root is not None:
-            path = os.path.join(root, entry["path"])
+        path = live if root is None else fs.inside(root, entry["path"], "the staged directory")
         fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)
 
     # --- failure ------------------------------------------------------------------
@@ -405,7 +409,7 @@ class Applier:
         if touched:
             try:
                 fs.restore(self.target_dir, manifest, self.backup_dir)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 # Kept in progress: the next apply (or start) restores before anything.
                 return Outcome(FAILED, f"#{number} failed ({why}); restoring the previous "
                                        f"files failed too ({exc})")
@@ -436,7 +440,7 @@ class Applier:
         try:
             for entry in fallback:
                 self._write(entry)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             return Outcome(FAILED, f"#{number} failed ({why}); writing the safe fallback "
                                    f"failed too ({exc})")
         state.managed_files = sorted(e["path"] for e in fallback)
@@ -453,7 +457,7 @@ class Applier:
             return None
         try:
             fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             return (f"the files of the interrupted apply of #{state.in_progress['number']} "
                     f"could not be restored ({exc})")
         state.in_progress = None
