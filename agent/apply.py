@@ -143,7 +143,7 @@ class Applier:
         if staged:
             command = command.replace(STAGED_PLACEHOLDER, shlex.quote(staged))
         try:
-            os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+            fs.make_directories(self.run_dir, fs.PRIVATE_DIRECTORY_MODE)
             # Its own process group, so a timeout kills the command and its children.
             process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -367,9 +367,8 @@ class Applier:
         """Write the snapshot's files into a fresh staging directory on the target's
         filesystem, each with the mode it will have in place (`modes`: of the files
         receiving secrets); returns the directory."""
-        staged = fs.staging_dir(self.target_dir, self.temp_key)
         self._drop_staging()
-        os.makedirs(staged, mode=0o700)
+        staged = fs.make_staging(self.target_dir, self.temp_key)
         for entry in entries:
             self._write(entry, secret_mode=modes.get(entry["path"]), root=staged)
         return staged
@@ -395,8 +394,12 @@ class Applier:
         mode = self.modes.get(entry["path"], mode)
         if secret_mode is not None:
             mode = secret_mode
-        path = live if root is None else fs.inside(root, entry["path"], "the staged directory")
-        fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)
+        if root is None:
+            fs.write_atomic(live, entry["content"].encode("utf-8"), mode=mode)
+        else:  # the staged tree stays private until its files are swapped in
+            fs.write_atomic(fs.inside(root, entry["path"], "the staged directory"),
+                            entry["content"].encode("utf-8"), mode=mode,
+                            directory_mode=fs.PRIVATE_DIRECTORY_MODE)
 
     # --- failure ------------------------------------------------------------------
 

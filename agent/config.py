@@ -11,6 +11,8 @@ import sys
 import urllib.parse
 from dataclasses import dataclass, field
 
+from agent.files import make_directories
+
 ENV_PREFIX = "BELLWETHER_"
 STATE_ROOT = "/var/lib/bellwether"
 
@@ -309,10 +311,13 @@ def _servers(raw) -> list:
 
 
 def _usable_directory(option: str, path: str, *, writable: bool) -> None:
+    """Made if absent: the state directory 0700, the target 0755, the directories
+    above either 0755, whatever the umask."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{option} {path} is not a directory")
     try:
-        os.makedirs(path, mode=0o700 if option == "--state-dir" else 0o755, exist_ok=True)
+        make_directories(path, 0o700 if option == "--state-dir" else 0o755,
+                         parents_mode=0o755)
     except OSError as exc:
         raise ConfigError(f"{option} {path} cannot be created: {exc.strerror}") from None
     if writable and not os.access(path, os.W_OK | os.X_OK):

@@ -6,6 +6,9 @@ the target, the staged tree, the backup. `inside` resolves the path's directory
 only, and every write, backup and removal acts on the path itself, so a symbolic
 link put where a managed file was is replaced (or removed, or backed up as a
 link), never written through.
+
+Directories are made with exact modes whatever the umask (`make_directories`):
+0755 in the target, 0700 in the state directory and the staged tree.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ TEMP_MARKER = ".bellwether-tmp-"
 # only files with it are ever removed as leftovers. (The server also refuses
 # snapshot paths containing TEMP_MARKER.)
 _temp_key = {"value": secrets.token_hex(8)}
+# Directories made in the target (its new files are 0644), and those holding the
+# state, backups, staged snapshots (secrets before their files' modes are final).
+DIRECTORY_MODE = 0o755
+PRIVATE_DIRECTORY_MODE = 0o700
 # A name longer than this is refused by the filesystems the agent writes to (NAME_MAX);
 # the server sends paths of at most 255 characters, so at most 1020 bytes.
 MAX_NAME_BYTES = 255
@@ -55,6 +62,31 @@ def path_problem(relative) -> str | None:
     return None
 
 
+def make_directories(path: str, mode: int = DIRECTORY_MODE, *,
+                     parents_mode: int | None = None) -> None:
+    """Make `path` and the directories above it that are missing, `path` with exactly
+    `mode` and the others with `parents_mode` (default `mode`), whatever the umask:
+    each is made with its mode (the umask can only narrow it), then chmod-ed to it.
+    Directories that exist keep their modes."""
+    missing, current = [], os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        wanted = mode if directory == missing[0] else (
+            mode if parents_mode is None else parents_mode)
+        try:
+            os.mkdir(directory, wanted)
+        except FileExistsError:
+            if os.path.isdir(directory):
+                continue  # made meanwhile: not ours to change
+            raise
+        os.chmod(directory, wanted)
+
+
 def _temp_path(directory: str, name: str) -> str:
     """A fresh temp path beside `name` in `directory`, carrying this agent's key."""
     encoded = name.encode("utf-8", "surrogateescape")
@@ -72,13 +104,14 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, *,
+                 directory_mode: int = DIRECTORY_MODE) -> None:
     """Write `data` to `path` so that readers see the old or the new file, never a
     mix: a temp file in the same directory, fsync, rename, fsync the directory. The
     rename replaces what is at `path`: a symbolic link there is replaced, never
-    written through."""
+    written through. Missing directories are made with `directory_mode`."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    make_directories(directory, directory_mode)
     temp = _temp_path(directory, os.path.basename(path))
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -122,8 +155,9 @@ def temp_key(state_dir: str) -> str:
     if not (len(key) == 16 and all(c in "0123456789abcdef" for c in key)):
         key = secrets.token_hex(8)
         try:
-            os.makedirs(state_dir, mode=0o700, exist_ok=True)
-            write_atomic(path, key.encode(), mode=0o600)
+            make_directories(state_dir, PRIVATE_DIRECTORY_MODE, parents_mode=DIRECTORY_MODE)
+            write_atomic(path, key.encode(), mode=0o600,
+                         directory_mode=PRIVATE_DIRECTORY_MODE)
         except OSError:
             pass  # a full state directory: the key serves this process only
     _temp_key["value"] = key
@@ -173,7 +207,7 @@ def backup(target_dir: str, relative_paths, backup_dir: str) -> dict:
     manifest: which paths existed before (`links`: those that were links)."""
     if os.path.isdir(backup_dir):
         shutil.rmtree(backup_dir)
-    os.makedirs(backup_dir)
+    make_directories(backup_dir, PRIVATE_DIRECTORY_MODE)
     existed, links = [], {}
     for relative in sorted(set(relative_paths)):
         source = inside(target_dir, relative)
@@ -181,7 +215,7 @@ def backup(target_dir: str, relative_paths, backup_dir: str) -> dict:
             links[relative] = os.readlink(source)
         elif os.path.isfile(source):
             destination = inside(backup_dir, relative, "the backup directory")
-            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            make_directories(os.path.dirname(destination), PRIVATE_DIRECTORY_MODE)
             shutil.copy2(source, destination)
             existed.append(relative)
     _fsync_directory(backup_dir)
@@ -213,7 +247,7 @@ def _put_link(path: str, points_to: str) -> None:
     if os.path.islink(path) and os.readlink(path) == points_to:
         return
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    make_directories(directory)
     temp = _temp_path(directory, os.path.basename(path))
     os.symlink(points_to, temp)
     try:
@@ -240,6 +274,15 @@ def staging_dir(target_dir: str, key: str) -> str:
     return os.path.join(target_dir, f"{TEMP_MARKER}{key}-staged")
 
 
+def make_staging(target_dir: str, key: str) -> str:
+    """A fresh staging directory (0700: it holds files with secrets before they are
+    in place)."""
+    path = staging_dir(target_dir, key)
+    os.mkdir(path, PRIVATE_DIRECTORY_MODE)
+    os.chmod(path, PRIVATE_DIRECTORY_MODE)
+    return path
+
+
 def remove_staging(target_dir: str, key: str) -> bool:
     """Remove the staging directory (a link in its place is removed, never followed)."""
     path = staging_dir(target_dir, key)
@@ -263,7 +306,7 @@ def swap_in(staged: str, target_dir: str, relative_paths) -> None:
             raise ValueError(f"staged {relative!r} is not a regular file")
         destination = inside(target_dir, relative)
         directory = os.path.dirname(destination)
-        os.makedirs(directory, exist_ok=True)
+        make_directories(directory)
         os.replace(source, destination)
         directories.add(directory)
     for directory in sorted(directories):

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from agent.files import write_atomic
+from agent.files import PRIVATE_DIRECTORY_MODE, write_atomic
 
 logger = logging.getLogger("agent.state")
 
@@ -62,9 +62,10 @@ def write_with_previous(path: str, data: dict, *, always_two: bool = False) -> N
             current = None  # never keep a corrupt copy as the previous one
     if current is None and always_two:
         current = text
+    private = {"mode": 0o600, "directory_mode": PRIVATE_DIRECTORY_MODE}
     if current is not None:
-        write_atomic(path + PREVIOUS, current, mode=0o600)
-    write_atomic(path, text, mode=0o600)
+        write_atomic(path + PREVIOUS, current, **private)
+    write_atomic(path, text, **private)
 
 
 def move_aside(path: str, why: str) -> str:

@@ -180,6 +180,27 @@ def test_inside_names_the_directory_it_checks_in(tmp_path):
         fs.inside(str(tmp_path / "staged"), "conf.d/x.conf", "the staged directory")
 
 
+def test_make_directories_sets_exact_modes_on_what_it_makes_only(tmp_path):
+    (tmp_path / "there").mkdir(mode=0o711)
+    os.chmod(tmp_path / "there", 0o711)
+    old = os.umask(0o000)
+    try:
+        fs.make_directories(str(tmp_path / "there" / "a" / "b"), 0o700, parents_mode=0o755)
+    finally:
+        os.umask(old)
+
+    modes = {p: stat.S_IMODE(os.stat(tmp_path / p).st_mode) for p in ("there", "there/a",
+                                                                       "there/a/b")}
+    assert modes == {"there": 0o711, "there/a": 0o755, "there/a/b": 0o700}
+
+
+def test_make_directories_refuses_a_file_on_the_way(tmp_path):
+    (tmp_path / "file").write_text("x")
+
+    with pytest.raises(FileExistsError):
+        fs.make_directories(str(tmp_path / "file" / "sub"))
+
+
 def test_a_temp_file_beside_a_255_byte_name_stays_within_255_bytes(tmp_path):
     name = "é" * 127 + "x"  # 255 bytes
 
