@@ -15,6 +15,7 @@ start and the health command are configured on this host.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -26,7 +27,7 @@ import stat
 import subprocess
 import time
 
-from agent import drift, health, references
+from agent import drift, health, references, stopping
 from agent import files as fs
 from agent.references import SecretError
 from agent.state import State
@@ -108,6 +109,42 @@ def command_environment(environ, *, target_dir: str, number, passthrough=(),
     return env
 
 
+# After a stop signal, how long a command's process group has to end on SIGTERM
+# before it is killed (SIGKILL).
+STOP_GRACE_S = 5.0
+
+
+def end_process_group(process: subprocess.Popen, name: str,
+                      grace_s: float = STOP_GRACE_S) -> None:
+    """End a command the agent is leaving (it is stopping): SIGTERM to its process
+    group, then, once the command has exited or after `grace_s`, SIGKILL to what is
+    left of the group. The command is reaped last, so its pid (the group's id) is
+    never another's while the group is signalled."""
+    logger.warning("stopping: ending the %s command (pid %s) and its process group",
+                   name, process.pid)
+    with contextlib.suppress(OSError):  # OSError: the group is gone
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and not _exited(process.pid):
+        time.sleep(0.02)
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)  # what ignored SIGTERM, or outlived it
+    process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+    logger.warning("stopping: ended the %s command (pid %s) and its process group",
+                   name, process.pid)
+
+
+def _exited(pid: int) -> bool:
+    """Whether child `pid` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 class Applier:
     def __init__(self, *, target_dir: str, state_dir: str, commands: Commands, save,
                  environ=None, secret_allow=None, probe: health.Probe | None = None,
@@ -142,15 +179,15 @@ class Applier:
                                   passthrough=self.commands.passthrough_env, staged=staged)
         if staged:
             command = command.replace(STAGED_PLACEHOLDER, shlex.quote(staged))
+        process = None
         try:
             fs.make_directories(self.run_dir, fs.PRIVATE_DIRECTORY_MODE)
-            # Its own process group, so a timeout kills the command and its children.
-            process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       start_new_session=True)
-        except OSError as exc:
-            return False, f"{name} could not start: {exc}"
-        try:
+            # Its own process group, so a timeout or a stop ends the command and its
+            # children; a stop signal while it starts waits until its pid is known.
+            with stopping.deferred():
+                process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           start_new_session=True)
             # Bytes, decoded leniently: a command may print anything (a binary answer,
             # another locale's message) and that must never break the apply.
             stdout, stderr = (references.redact(out.decode("utf-8", "replace"),
@@ -160,6 +197,17 @@ class Applier:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
             return False, f"{name} timed out after {timeout_s:g}s"
+        except OSError as exc:
+            if process is None:
+                return False, f"{name} could not start: {exc}"
+            end_process_group(process, name)
+            return False, f"{name} failed: {exc}"
+        except BaseException as exc:  # stopping (SIGINT, SIGTERM): nothing it started
+            if isinstance(exc, stopping.Stopped):  # survives
+                exc.announce()
+            if process is not None:
+                end_process_group(process, name)
+            raise
         if keep_output:
             printed = health.tail("\n".join(p.strip() for p in (stdout, stderr) if p.strip()))
             if process.returncode != 0:
@@ -319,10 +367,14 @@ class Applier:
         if stages(self.commands.validate):
             try:
                 staged = self._stage(entries, modes)
+                ok, why = self._run("validate", self.commands.validate, number,
+                                    staged=staged)
             except (OSError, ValueError) as exc:
                 self._drop_staging()
                 return self._recover(bundle, state, f"staging failed: {exc}", touched=False)
-            ok, why = self._run("validate", self.commands.validate, number, staged=staged)
+            except BaseException:  # stopping: no staged tree is left behind
+                self._drop_staging()
+                raise
             if not ok:
                 self._drop_staging()
                 return self._recover(bundle, state, why, touched=False)

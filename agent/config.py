@@ -208,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
             "2 bad configuration (or enrollment refused); 3 the server refused the token; 4 "
-            "the server is unreachable or failing (with --once); 5 an unexpected error. "
+            "the server is unreachable or failing (with --once); 5 an unexpected error; 130, "
+            "143 stopped by SIGINT, SIGTERM (the running command's process group is ended "
+            "too). "
             "Secrets: only the placeholders the bundle's secrets manifest lists are "
             "resolved (env:NAME and file:/path references), within --secret-allow."
         ),
