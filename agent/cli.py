@@ -16,7 +16,7 @@ from agent.runner import (
     EXIT_UNREACHABLE,
     Agent,
 )
-from agent.state import Identity, State, state_path
+from agent.state import Identity, InUse, State, StateLock, state_path
 
 logger = logging.getLogger("agent")
 
@@ -75,10 +75,14 @@ def main(argv=None) -> int:
         try:
             config = agent_config.load(argv)
             agent_config.check_directories(config)
+            lock = _lock(config)
         except agent_config.ConfigError as exc:
             print(f"{agent_config.program_name()}: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        return _serve(config)
+        try:
+            return _serve(config, lock)
+        finally:
+            lock.release()
     except stopping.Stopped as stop:
         stop.announce()
         logger.info("stopped (exit %d)", stop.exit_code)
@@ -89,7 +93,21 @@ def main(argv=None) -> int:
         restore_signals()
 
 
-def _serve(config) -> int:
+def _lock(config) -> StateLock:
+    """The state directory's lock, for as long as this process runs: two agents on
+    one state directory would undo each other's applies."""
+    try:
+        return StateLock.acquire(config.state_dir, config.name)
+    except InUse as exc:
+        raise agent_config.ConfigError(
+            f"--state-dir {config.state_dir} is in use by another agent ({exc}); each "
+            "agent needs a state directory of its own") from None
+    except OSError as exc:
+        raise agent_config.ConfigError(f"--state-dir {config.state_dir} cannot be locked: "
+                                       f"{exc.strerror}") from None
+
+
+def _serve(config, lock: StateLock) -> int:
     named = _logging(config)
     if config.legacy_state_dir:
         logger.warning("using the state directory of an older agent, %s (the default is "
@@ -98,6 +116,7 @@ def _serve(config) -> int:
     identity = Identity.load(config.state_dir)
     if not config.name_given and identity.name:
         config.name = named.agent = identity.name
+        lock.name(config.name)
     path = state_path(config.state_dir)
     state = State.load(path)
 

@@ -207,10 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
-            "2 bad configuration (or enrollment refused); 3 the server refused the token; 4 "
-            "the server is unreachable or failing (with --once); 5 an unexpected error; 130, "
-            "143 stopped by SIGINT, SIGTERM (the running command's process group is ended "
-            "too). "
+            "2 bad configuration (or enrollment refused, or another agent holds the state "
+            "directory); 3 the server refused the token; 4 the server is unreachable or "
+            "failing (with --once); 5 an unexpected error; 130, 143 stopped by SIGINT, "
+            "SIGTERM (the running command's process group is ended too). "
             "Secrets: only the placeholders the bundle's secrets manifest lists are "
             "resolved (env:NAME and file:/path references), within --secret-allow."
         ),
@@ -333,7 +333,7 @@ def check_directories(config: Config) -> None:
     _usable_directory("--state-dir", config.state_dir, writable=True)
     # An empty file: checks permission and a read-only mount, not free space (a
     # full state directory is a fault the agent reports, not a configuration error).
-    probe = os.path.join(config.state_dir, ".write-probe")
+    probe = os.path.join(config.state_dir, f".write-probe-{os.getpid()}")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         os.unlink(probe)
