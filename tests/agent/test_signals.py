@@ -36,6 +36,8 @@ V1 = {"nginx.conf": "worker_processes 2;\n", "old-only.conf": "only in #1\n",
 V2 = {"nginx.conf": "worker_processes 4;\n", "conf.d/shop.conf": "listen 8080;\n",
       "conf.d/deep/new-only.conf": "only in #2\n"}
 EXIT_FOR = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# What a command gets to end on SIGTERM before SIGKILL (docs/agents.md, "Stopping").
+GRACE_S = 5.0
 
 
 def hanging(tmp_path, *, ignores_term: bool = False) -> tuple:
@@ -90,9 +92,13 @@ def send(agent: AgentProcess, signum: int) -> float:
     return time.monotonic()
 
 
-def assert_stopped(agent: AgentProcess, signum: int, sent: float, *, within: float = 5.0):
+def assert_stopped(agent: AgentProcess, signum: int, sent: float, *, within: float = 5.0,
+                   started=()):
+    """The agent exited as `signum` says, within `within` seconds, saying so; and
+    the processes `started` (its command's) are gone."""
     code = agent.wait(timeout=within + 10)
     took = time.monotonic() - sent
+    assert_all_gone(started)
     assert code == EXIT_FOR[signum], (code, agent.log()[-2000:])
     assert took < within, f"took {took:.1f}s to stop"
     log = agent.log()
@@ -143,8 +149,7 @@ def test_a_signal_during_a_command_ends_its_process_group_and_the_agent(
 
     sent = send(agent, signum)
 
-    assert_stopped(agent, signum, sent)
-    assert_all_gone(pids)
+    assert_stopped(agent, signum, sent, started=pids)
     assert f"ended the {COMMAND_NAMES[where]} command (pid" in agent.log()
     live = {p: c for p, c in text_tree(host.target).items() if ".bellwether-tmp-" not in p}
     if new_files_live:  # each file old or new; the next start puts #1's back
@@ -166,8 +171,8 @@ def test_once_says_it_was_stopped(host, server, agents):
     assert server.reports == []  # a stopped apply reports nothing; the next start does
 
 
-@pytest.mark.slow
-def test_a_command_ignoring_sigterm_is_killed_after_the_grace(host, server, agents):
+def test_a_member_ignoring_sigterm_is_killed_once_the_command_has_exited(
+        host, server, agents):
     on_v1(host, server)
     hang, pid_file = hanging(host.tmp_path, ignores_term=True)
     agent = agents("--validate-command", f"{hang} {{staged}}")
@@ -176,8 +181,22 @@ def test_a_command_ignoring_sigterm_is_killed_after_the_grace(host, server, agen
 
     sent = send(agent, signal.SIGTERM)
 
-    assert_stopped(agent, signal.SIGTERM, sent, within=10.0)
-    assert_all_gone(pids)
+    assert_stopped(agent, signal.SIGTERM, sent, within=3.0, started=pids)
+
+
+@pytest.mark.slow
+def test_a_command_ignoring_sigterm_is_killed_after_the_grace(host, server, agents):
+    """The command is given GRACE_S to end on SIGTERM, then killed."""
+    on_v1(host, server)
+    hang, pid_file = hanging(host.tmp_path)
+    agent = agents("--validate-command", f"trap '' TERM; {hang} {{staged}}")
+    pids = pids_in_file(pid_file, 3)
+    agents.recorded.extend(pids)
+
+    sent = send(agent, signal.SIGTERM)
+
+    assert_stopped(agent, signal.SIGTERM, sent, within=GRACE_S + 3, started=pids)
+    assert time.monotonic() - sent >= GRACE_S - 0.5  # SIGTERM had its chance
 
 
 @pytest.mark.parametrize("where", ["validate in place", "reload"])
