@@ -15,6 +15,7 @@ start and the health command are configured on this host.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -26,7 +27,7 @@ import stat
 import subprocess
 import time
 
-from agent import drift, health, references
+from agent import drift, health, references, stopping
 from agent import files as fs
 from agent.references import SecretError
 from agent.state import State
@@ -108,6 +109,42 @@ def command_environment(environ, *, target_dir: str, number, passthrough=(),
     return env
 
 
+# After a stop signal, how long a command's process group has to end on SIGTERM
+# before it is killed (SIGKILL).
+STOP_GRACE_S = 5.0
+
+
+def end_process_group(process: subprocess.Popen, name: str,
+                      grace_s: float = STOP_GRACE_S) -> None:
+    """End a command the agent is leaving (it is stopping): SIGTERM to its process
+    group, then, once the command has exited or after `grace_s`, SIGKILL to what is
+    left of the group. The command is reaped last, so its pid (the group's id) is
+    never another's while the group is signalled."""
+    logger.warning("stopping: ending the %s command (pid %s) and its process group",
+                   name, process.pid)
+    with contextlib.suppress(OSError):  # OSError: the group is gone
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and not _exited(process.pid):
+        time.sleep(0.02)
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)  # what ignored SIGTERM, or outlived it
+    process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+    logger.warning("stopping: ended the %s command (pid %s) and its process group",
+                   name, process.pid)
+
+
+def _exited(pid: int) -> bool:
+    """Whether child `pid` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 class Applier:
     def __init__(self, *, target_dir: str, state_dir: str, commands: Commands, save,
                  environ=None, secret_allow=None, probe: health.Probe | None = None,
@@ -142,15 +179,15 @@ class Applier:
                                   passthrough=self.commands.passthrough_env, staged=staged)
         if staged:
             command = command.replace(STAGED_PLACEHOLDER, shlex.quote(staged))
+        process = None
         try:
-            os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
-            # Its own process group, so a timeout kills the command and its children.
-            process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       start_new_session=True)
-        except OSError as exc:
-            return False, f"{name} could not start: {exc}"
-        try:
+            fs.make_directories(self.run_dir, fs.PRIVATE_DIRECTORY_MODE)
+            # Its own process group, so a timeout or a stop ends the command and its
+            # children; a stop signal while it starts waits until its pid is known.
+            with stopping.deferred():
+                process = subprocess.Popen(command, shell=True, cwd=self.run_dir, env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           start_new_session=True)
             # Bytes, decoded leniently: a command may print anything (a binary answer,
             # another locale's message) and that must never break the apply.
             stdout, stderr = (references.redact(out.decode("utf-8", "replace"),
@@ -160,6 +197,17 @@ class Applier:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
             return False, f"{name} timed out after {timeout_s:g}s"
+        except OSError as exc:
+            if process is None:
+                return False, f"{name} could not start: {exc}"
+            end_process_group(process, name)
+            return False, f"{name} failed: {exc}"
+        except BaseException as exc:  # stopping (SIGINT, SIGTERM): nothing it started
+            if isinstance(exc, stopping.Stopped):  # survives
+                exc.announce()
+            if process is not None:
+                end_process_group(process, name)
+            raise
         if keep_output:
             printed = health.tail("\n".join(p.strip() for p in (stdout, stderr) if p.strip()))
             if process.returncode != 0:
@@ -275,6 +323,16 @@ class Applier:
         if self._malformed(bundle):
             return Outcome(FAILED, "the bundle is malformed; nothing was written")
         number, checksum = bundle["number"], bundle["checksum"]
+        try:
+            # Every path this apply writes or removes is a plain relative path inside
+            # the target: also the previous snapshot's (a directory replaced by a link
+            # leaving it). Each write checks its path again where it writes it.
+            for path in [e["path"] for e in bundle["files"] + bundle.get("fallback_files",
+                                                                         [])] \
+                    + list(state.managed_files):
+                fs.inside(self.target_dir, path)
+        except ValueError as exc:
+            return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
         if content_checksum(bundle["files"], bundle.get("secret_file_mode")) != checksum:
             return Outcome(FAILED, f"#{number}: the bundle's files do not match its checksum")
         if state.active_number is not None and number < state.active_number:
@@ -284,11 +342,6 @@ class Applier:
             secret_mode = references.secret_file_mode(bundle)
             entries, receiving, self.secret_values = references.resolve(
                 bundle, self.environ, self.secret_allow)
-            # Every path this apply writes or removes stays inside the target: also
-            # the previous snapshot's (a directory replaced by a link leaving it).
-            for path in [e["path"] for e in entries + bundle.get("fallback_files", [])] \
-                    + list(state.managed_files):
-                fs.inside(self.target_dir, path)
         except (SecretError, ValueError) as exc:
             return Outcome(FAILED, f"#{number}: {exc}; nothing was written")
         pending = self._restore_interrupted(state)
@@ -314,10 +367,14 @@ class Applier:
         if stages(self.commands.validate):
             try:
                 staged = self._stage(entries, modes)
-            except OSError as exc:
+                ok, why = self._run("validate", self.commands.validate, number,
+                                    staged=staged)
+            except (OSError, ValueError) as exc:
                 self._drop_staging()
                 return self._recover(bundle, state, f"staging failed: {exc}", touched=False)
-            ok, why = self._run("validate", self.commands.validate, number, staged=staged)
+            except BaseException:  # stopping: no staged tree is left behind
+                self._drop_staging()
+                raise
             if not ok:
                 self._drop_staging()
                 return self._recover(bundle, state, why, touched=False)
@@ -330,7 +387,7 @@ class Applier:
             else:
                 for entry in entries:
                     self._write(entry, secret_mode=modes.get(entry["path"]))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             logger.warning("#%s: writing failed: %s; restoring", number, exc)
             return self._recover(bundle, state, f"writing failed: {exc}")
         finally:
@@ -362,9 +419,8 @@ class Applier:
         """Write the snapshot's files into a fresh staging directory on the target's
         filesystem, each with the mode it will have in place (`modes`: of the files
         receiving secrets); returns the directory."""
-        staged = fs.staging_dir(self.target_dir, self.temp_key)
         self._drop_staging()
-        os.makedirs(staged, mode=0o700)
+        staged = fs.make_staging(self.target_dir, self.temp_key)
         for entry in entries:
             self._write(entry, secret_mode=modes.get(entry["path"]), root=staged)
         return staged
@@ -380,19 +436,22 @@ class Applier:
         """Write one file (under `root`: staged), keeping the mode of the file it
         replaces in the target. A file holding a resolved secret gets `secret_mode`
         (0600, or what the environment declared), whatever the mode of the file it
-        replaces."""
-        path = fs.inside(self.target_dir, entry["path"])
+        replaces. The path is checked inside the directory it is written to."""
+        live = fs.inside(self.target_dir, entry["path"])
         try:  # the file itself: a link there is replaced, and lends no mode
-            info = os.lstat(path)
+            info = os.lstat(live)
             mode = info.st_mode & 0o7777 if stat.S_ISREG(info.st_mode) else 0o644
         except (FileNotFoundError, NotADirectoryError):
             mode = 0o644
         mode = self.modes.get(entry["path"], mode)
         if secret_mode is not None:
             mode = secret_mode
-        if root is not None:
-            path = os.path.join(root, entry["path"])
-        fs.write_atomic(path, entry["content"].encode("utf-8"), mode=mode)
+        if root is None:
+            fs.write_atomic(live, entry["content"].encode("utf-8"), mode=mode)
+        else:  # the staged tree stays private until its files are swapped in
+            fs.write_atomic(fs.inside(root, entry["path"], "the staged directory"),
+                            entry["content"].encode("utf-8"), mode=mode,
+                            directory_mode=fs.PRIVATE_DIRECTORY_MODE)
 
     # --- failure ------------------------------------------------------------------
 
@@ -405,7 +464,7 @@ class Applier:
         if touched:
             try:
                 fs.restore(self.target_dir, manifest, self.backup_dir)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 # Kept in progress: the next apply (or start) restores before anything.
                 return Outcome(FAILED, f"#{number} failed ({why}); restoring the previous "
                                        f"files failed too ({exc})")
@@ -436,7 +495,7 @@ class Applier:
         try:
             for entry in fallback:
                 self._write(entry)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             return Outcome(FAILED, f"#{number} failed ({why}); writing the safe fallback "
                                    f"failed too ({exc})")
         state.managed_files = sorted(e["path"] for e in fallback)
@@ -453,7 +512,7 @@ class Applier:
             return None
         try:
             fs.restore(self.target_dir, state.in_progress["manifest"], self.backup_dir)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             return (f"the files of the interrupted apply of #{state.in_progress['number']} "
                     f"could not be restored ({exc})")
         state.in_progress = None

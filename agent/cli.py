@@ -6,6 +6,7 @@ import logging
 import sys
 
 from agent import config as agent_config
+from agent import stopping
 from agent.apply import Applier, Commands
 from agent.client import Client, ProtocolError, Unauthorized, Unreachable
 from agent.health import Probe
@@ -15,7 +16,7 @@ from agent.runner import (
     EXIT_UNREACHABLE,
     Agent,
 )
-from agent.state import Identity, State, state_path
+from agent.state import Identity, InUse, State, StateLock, state_path
 
 logger = logging.getLogger("agent")
 
@@ -66,12 +67,47 @@ def _logging(config) -> _AgentName:
 
 
 def main(argv=None) -> int:
+    """The agent, from its arguments to its exit code. SIGINT and SIGTERM stop it
+    wherever it is (agent/stopping.py): 130 and 143."""
+    restore_signals = stopping.install()
+    config = None
     try:
-        config = agent_config.load(argv)
-        agent_config.check_directories(config)
-    except agent_config.ConfigError as exc:
-        print(f"{agent_config.program_name()}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        try:
+            config = agent_config.load(argv)
+            agent_config.check_directories(config)
+            lock = _lock(config)
+        except agent_config.ConfigError as exc:
+            print(f"{agent_config.program_name()}: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        try:
+            return _serve(config, lock)
+        finally:
+            lock.release()
+    except stopping.Stopped as stop:
+        stop.announce()
+        logger.info("stopped (exit %d)", stop.exit_code)
+        if config is not None and config.once:
+            print(f"{config.name}: stopped by {stop.name}")
+        return stop.exit_code
+    finally:
+        restore_signals()
+
+
+def _lock(config) -> StateLock:
+    """The state directory's lock, for as long as this process runs: two agents on
+    one state directory would undo each other's applies."""
+    try:
+        return StateLock.acquire(config.state_dir, config.name)
+    except InUse as exc:
+        raise agent_config.ConfigError(
+            f"--state-dir {config.state_dir} is in use by another agent ({exc}); each "
+            "agent needs a state directory of its own") from None
+    except OSError as exc:
+        raise agent_config.ConfigError(f"--state-dir {config.state_dir} cannot be locked: "
+                                       f"{exc.strerror}") from None
+
+
+def _serve(config, lock: StateLock) -> int:
     named = _logging(config)
     if config.legacy_state_dir:
         logger.warning("using the state directory of an older agent, %s (the default is "
@@ -80,6 +116,7 @@ def main(argv=None) -> int:
     identity = Identity.load(config.state_dir)
     if not config.name_given and identity.name:
         config.name = named.agent = identity.name
+        lock.name(config.name)
     path = state_path(config.state_dir)
     state = State.load(path)
 
@@ -97,6 +134,18 @@ def main(argv=None) -> int:
                     timeout_s=config.health_timeout, attempts=config.health_retries,
                     interval_s=config.health_interval),
     )
+    try:
+        return _poll(config, client, applier, state, identity, save)
+    except stopping.Stopped:
+        if state.in_progress is not None:
+            logger.warning("the apply of #%s was interrupted: the next start restores the "
+                           "previous files", state.in_progress["number"])
+        raise
+
+
+def _poll(config, client: Client, applier: Applier, state: State, identity: Identity,
+          save) -> int:
+    """Recover an interrupted apply, get the token (enrolling), then poll."""
     recovered = applier.recover_interrupted(state)
     if recovered:
         logger.warning(recovered)
@@ -122,12 +171,8 @@ def main(argv=None) -> int:
                   poll_interval=config.poll_interval)
     logger.info("polling %s for %s (target %s)", ", ".join(config.servers), config.name,
                 config.target_dir)
-    try:
-        if not config.once:
-            return agent.run()
-        code = agent.run_once()
-    except KeyboardInterrupt:
-        logger.info("stopped")
-        return 0
+    if not config.once:
+        return agent.run()
+    code = agent.run_once()
     print(f"{config.name}: {agent.summary or 'nothing done'}")
     return code

@@ -11,6 +11,8 @@ import sys
 import urllib.parse
 from dataclasses import dataclass, field
 
+from agent.files import make_directories
+
 ENV_PREFIX = "BELLWETHER_"
 STATE_ROOT = "/var/lib/bellwether"
 
@@ -205,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
-            "2 bad configuration (or enrollment refused); 3 the server refused the token; 4 "
-            "the server is unreachable or failing (with --once); 5 an unexpected error. "
+            "2 bad configuration (or enrollment refused, or another agent holds the state "
+            "directory); 3 the server refused the token; 4 the server is unreachable or "
+            "failing (with --once); 5 an unexpected error; 130, 143 stopped by SIGINT, "
+            "SIGTERM (the running command's process group is ended too). "
             "Secrets: only the placeholders the bundle's secrets manifest lists are "
             "resolved (env:NAME and file:/path references), within --secret-allow."
         ),
@@ -309,10 +313,13 @@ def _servers(raw) -> list:
 
 
 def _usable_directory(option: str, path: str, *, writable: bool) -> None:
+    """Made if absent: the state directory 0700, the target 0755, the directories
+    above either 0755, whatever the umask."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{option} {path} is not a directory")
     try:
-        os.makedirs(path, mode=0o700 if option == "--state-dir" else 0o755, exist_ok=True)
+        make_directories(path, 0o700 if option == "--state-dir" else 0o755,
+                         parents_mode=0o755)
     except OSError as exc:
         raise ConfigError(f"{option} {path} cannot be created: {exc.strerror}") from None
     if writable and not os.access(path, os.W_OK | os.X_OK):
@@ -326,7 +333,7 @@ def check_directories(config: Config) -> None:
     _usable_directory("--state-dir", config.state_dir, writable=True)
     # An empty file: checks permission and a read-only mount, not free space (a
     # full state directory is a fault the agent reports, not a configuration error).
-    probe = os.path.join(config.state_dir, ".write-probe")
+    probe = os.path.join(config.state_dir, f".write-probe-{os.getpid()}")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         os.unlink(probe)

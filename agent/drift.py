@@ -199,7 +199,8 @@ def bundle_path(state_dir: str) -> str:
 
 def keep_bundle(state_dir: str, bundle: dict) -> None:
     """Keep the applied bundle as the server sent it (sealed placeholders only)."""
-    fs.write_atomic(bundle_path(state_dir), json.dumps(bundle).encode("utf-8"), mode=0o600)
+    fs.write_atomic(bundle_path(state_dir), json.dumps(bundle).encode("utf-8"), mode=0o600,
+                    directory_mode=fs.PRIVATE_DIRECTORY_MODE)
 
 
 def kept_bundle(state_dir: str, number: int, checksum: str) -> dict | None:

@@ -1,9 +1,14 @@
 """Atomic file writes and the backup/restore of a target directory's files.
 
-A managed path is never followed: `inside` resolves its directory only, and every
-write, backup and removal acts on the path itself, so a symbolic link put where a
-managed file was is replaced (or removed, or backed up as a link), never written
-through.
+A bundle's path is a plain relative path (`path_problem`), and every path is
+joined only through `inside`, with the directory it is written to (or read from):
+the target, the staged tree, the backup. `inside` resolves the path's directory
+only, and every write, backup and removal acts on the path itself, so a symbolic
+link put where a managed file was is replaced (or removed, or backed up as a
+link), never written through.
+
+Directories are made with exact modes whatever the umask (`make_directories`):
+0755 in the target, 0700 in the state directory and the staged tree.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 
 TEMP_MARKER = ".bellwether-tmp-"
 # This agent's temp files are named `.<name>.bellwether-tmp-<key>-<random>`: the key
@@ -18,6 +24,76 @@ TEMP_MARKER = ".bellwether-tmp-"
 # only files with it are ever removed as leftovers. (The server also refuses
 # snapshot paths containing TEMP_MARKER.)
 _temp_key = {"value": secrets.token_hex(8)}
+# Directories made in the target (its new files are 0644), and those holding the
+# state, backups, staged snapshots (secrets before their files' modes are final).
+DIRECTORY_MODE = 0o755
+PRIVATE_DIRECTORY_MODE = 0o700
+# A name longer than this is refused by the filesystems the agent writes to (NAME_MAX);
+# the server sends paths of at most 255 characters, so at most 1020 bytes.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 1024
+# What a temp file keeps of the name it stands for: with the marker, key and random
+# part it stays within MAX_NAME_BYTES.
+_TEMP_NAME_BYTES = 100
+
+
+def path_problem(relative) -> str | None:
+    """Why `relative` is not a plain relative file path, or None. Such a path stays
+    under whatever directory it is joined to (the target, the staged tree one level
+    deeper, the backup): not empty, not absolute, no empty, `.` or `..` segment, no
+    NUL, UTF-8, names within what a filesystem takes. The server's rule
+    (configlang/rendering.py path_problem) is stricter; the agent does not trust it."""
+    if not isinstance(relative, str) or not relative:
+        return "is empty"
+    if "\x00" in relative:
+        return "contains a NUL character"
+    try:
+        encoded = relative.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not UTF-8 text"
+    if relative.startswith("/"):
+        return "is absolute"
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        return "has an empty, '.' or '..' segment"
+    if len(encoded) > MAX_PATH_BYTES:
+        return f"is longer than {MAX_PATH_BYTES} bytes"
+    if any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        return f"has a name longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def make_directories(path: str, mode: int = DIRECTORY_MODE, *,
+                     parents_mode: int | None = None) -> None:
+    """Make `path` and the directories above it that are missing, `path` with exactly
+    `mode` and the others with `parents_mode` (default `mode`), whatever the umask:
+    each is made with its mode (the umask can only narrow it), then chmod-ed to it.
+    Directories that exist keep their modes."""
+    missing, current = [], os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        wanted = mode if directory == missing[0] else (
+            mode if parents_mode is None else parents_mode)
+        try:
+            os.mkdir(directory, wanted)
+        except FileExistsError:
+            if os.path.isdir(directory):
+                continue  # made meanwhile: not ours to change
+            raise
+        os.chmod(directory, wanted)
+
+
+def _temp_path(directory: str, name: str) -> str:
+    """A fresh temp path beside `name` in `directory`, carrying this agent's key."""
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) > _TEMP_NAME_BYTES:
+        name = encoded[:_TEMP_NAME_BYTES].decode("utf-8", "ignore")
+    return os.path.join(directory, f".{name}{TEMP_MARKER}{_temp_key['value']}-"
+                                   f"{secrets.token_hex(4)}")
 
 
 def _fsync_directory(directory: str) -> None:
@@ -28,15 +104,15 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, *,
+                 directory_mode: int = DIRECTORY_MODE) -> None:
     """Write `data` to `path` so that readers see the old or the new file, never a
     mix: a temp file in the same directory, fsync, rename, fsync the directory. The
     rename replaces what is at `path`: a symbolic link there is replaced, never
-    written through."""
+    written through. Missing directories are made with `directory_mode`."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}"
-                                   f"{_temp_key['value']}-{secrets.token_hex(4)}")
+    make_directories(directory, directory_mode)
+    temp = _temp_path(directory, os.path.basename(path))
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
@@ -79,8 +155,9 @@ def temp_key(state_dir: str) -> str:
     if not (len(key) == 16 and all(c in "0123456789abcdef" for c in key)):
         key = secrets.token_hex(8)
         try:
-            os.makedirs(state_dir, mode=0o700, exist_ok=True)
-            write_atomic(path, key.encode(), mode=0o600)
+            make_directories(state_dir, PRIVATE_DIRECTORY_MODE, parents_mode=DIRECTORY_MODE)
+            write_atomic(path, key.encode(), mode=0o600,
+                         directory_mode=PRIVATE_DIRECTORY_MODE)
         except OSError:
             pass  # a full state directory: the key serves this process only
     _temp_key["value"] = key
@@ -104,18 +181,23 @@ class LinkLeaves(ValueError):
     """A managed path whose directory is a symbolic link leading out of the target."""
 
 
-def inside(root: str, relative: str) -> str:
-    """The absolute path of `relative` under `root`: its directory resolved and
-    inside `root` (ValueError otherwise; LinkLeaves when a link leads out), its
-    last component not resolved, so a symlink there is acted on, never followed."""
+def inside(root: str, relative: str, where: str = "the target directory") -> str:
+    """The absolute path of `relative` under `root` (`where` names it): a plain
+    relative path (`path_problem`), its directory resolved and inside `root`
+    (ValueError otherwise; LinkLeaves when a link leads out), its last component
+    not resolved, so a symlink there is acted on, never followed. Call it with the
+    directory the path is written to or read from, when it is."""
     root = os.path.realpath(root)
-    path = os.path.normpath(os.path.join(root, relative))
-    if os.path.commonpath([root, path]) != root or path == root:
-        raise ValueError(f"path {relative!r} leaves the target directory")
+    problem = path_problem(relative)
+    if problem:
+        lexical = os.path.normpath(os.path.join(root, relative or ""))
+        if os.path.commonpath([root, lexical]) != root or lexical == root:
+            problem = f"leaves {where}"
+        raise ValueError(f"path {relative!r} {problem}")
+    path = os.path.join(root, relative)
     parent = os.path.realpath(os.path.dirname(path))
     if os.path.commonpath([root, parent]) != root:
-        raise LinkLeaves(f"path {relative!r} leaves the target directory through a "
-                         "symbolic link")
+        raise LinkLeaves(f"path {relative!r} leaves {where} through a symbolic link")
     return os.path.join(parent, os.path.basename(path))
 
 
@@ -125,15 +207,15 @@ def backup(target_dir: str, relative_paths, backup_dir: str) -> dict:
     manifest: which paths existed before (`links`: those that were links)."""
     if os.path.isdir(backup_dir):
         shutil.rmtree(backup_dir)
-    os.makedirs(backup_dir)
+    make_directories(backup_dir, PRIVATE_DIRECTORY_MODE)
     existed, links = [], {}
     for relative in sorted(set(relative_paths)):
         source = inside(target_dir, relative)
         if os.path.islink(source):
             links[relative] = os.readlink(source)
         elif os.path.isfile(source):
-            destination = os.path.join(backup_dir, relative)
-            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            destination = inside(backup_dir, relative, "the backup directory")
+            make_directories(os.path.dirname(destination), PRIVATE_DIRECTORY_MODE)
             shutil.copy2(source, destination)
             existed.append(relative)
     _fsync_directory(backup_dir)
@@ -150,7 +232,7 @@ def restore(target_dir: str, manifest: dict, backup_dir: str) -> None:
             remove_file(inside(target_dir, relative), target_dir)
     for relative in manifest["existed"]:
         path = inside(target_dir, relative)
-        saved = os.path.join(backup_dir, relative)
+        saved = inside(backup_dir, relative, "the backup directory")
         with open(saved, "rb") as handle:
             data = handle.read()
         mode = os.stat(saved).st_mode & 0o7777
@@ -165,9 +247,8 @@ def _put_link(path: str, points_to: str) -> None:
     if os.path.islink(path) and os.readlink(path) == points_to:
         return
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{os.path.basename(path)}{TEMP_MARKER}"
-                                   f"{_temp_key['value']}-{secrets.token_hex(4)}")
+    make_directories(directory)
+    temp = _temp_path(directory, os.path.basename(path))
     os.symlink(points_to, temp)
     try:
         os.replace(temp, path)
@@ -193,8 +274,21 @@ def staging_dir(target_dir: str, key: str) -> str:
     return os.path.join(target_dir, f"{TEMP_MARKER}{key}-staged")
 
 
-def remove_staging(target_dir: str, key: str) -> bool:
+def make_staging(target_dir: str, key: str) -> str:
+    """A fresh staging directory (0700: it holds files with secrets before they are
+    in place)."""
     path = staging_dir(target_dir, key)
+    os.mkdir(path, PRIVATE_DIRECTORY_MODE)
+    os.chmod(path, PRIVATE_DIRECTORY_MODE)
+    return path
+
+
+def remove_staging(target_dir: str, key: str) -> bool:
+    """Remove the staging directory (a link in its place is removed, never followed)."""
+    path = staging_dir(target_dir, key)
+    if os.path.islink(path):
+        os.unlink(path)
+        return True
     if not os.path.isdir(path):
         return False
     shutil.rmtree(path)
@@ -203,13 +297,17 @@ def remove_staging(target_dir: str, key: str) -> bool:
 
 def swap_in(staged: str, target_dir: str, relative_paths) -> None:
     """Move each staged file to its place in the target directory (one rename each),
-    then make the renames durable."""
+    then make the renames durable. Each is checked in the staged tree as in the
+    target: a link put there while it was validated is never followed, nor moved in."""
     directories = set()
     for relative in relative_paths:
+        source = inside(staged, relative, "the staged directory")
+        if not stat.S_ISREG(os.lstat(source).st_mode):
+            raise ValueError(f"staged {relative!r} is not a regular file")
         destination = inside(target_dir, relative)
         directory = os.path.dirname(destination)
-        os.makedirs(directory, exist_ok=True)
-        os.replace(os.path.join(staged, relative), destination)
+        make_directories(directory)
+        os.replace(source, destination)
         directories.add(directory)
     for directory in sorted(directories):
         _fsync_directory(directory)

@@ -7,22 +7,28 @@ atomically with the previous version kept next to it (`<file>.prev`):
   corrupt copy is moved aside and the agent goes on from what is on disk.
 
 A state.json from before the split (with the token in it) is migrated on load.
+
+The directory is one agent's: `StateLock` holds a lock on its `lock` file for as
+long as the agent runs.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from agent.files import write_atomic
+from agent.files import PRIVATE_DIRECTORY_MODE, write_atomic
 
 logger = logging.getLogger("agent.state")
 
 MAX_REMEMBERED_DEPLOYMENTS = 200
 STATE_FILE, IDENTITY_FILE, PREVIOUS = "state.json", "identity.json", ".prev"
+LOCK_FILE = "lock"
 
 
 class Corrupt(Exception):
@@ -62,9 +68,10 @@ def write_with_previous(path: str, data: dict, *, always_two: bool = False) -> N
             current = None  # never keep a corrupt copy as the previous one
     if current is None and always_two:
         current = text
+    private = {"mode": 0o600, "directory_mode": PRIVATE_DIRECTORY_MODE}
     if current is not None:
-        write_atomic(path + PREVIOUS, current, mode=0o600)
-    write_atomic(path, text, mode=0o600)
+        write_atomic(path + PREVIOUS, current, **private)
+    write_atomic(path, text, **private)
 
 
 def move_aside(path: str, why: str) -> str:
@@ -212,3 +219,63 @@ def state_path(state_dir: str) -> str:
 
 def identity_path(state_dir: str) -> str:
     return os.path.join(state_dir, IDENTITY_FILE)
+
+
+class InUse(Exception):
+    """Another process holds the state directory's lock."""
+
+
+class StateLock:
+    """The lock of a state directory: an exclusive flock on `<state-dir>/lock`, held
+    until the process ends (the kernel drops it then, however it ends: a lock file
+    left by a dead agent never blocks). The file names the holder (its pid and
+    name) for the message of an agent refused; commands never inherit it."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    @classmethod
+    def acquire(cls, state_dir: str, name: str) -> StateLock:
+        """The lock, or InUse naming its holder."""
+        path = os.path.join(state_dir, LOCK_FILE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise
+            holder = _holder(fd)
+            os.close(fd)
+            raise InUse(holder) from None
+        lock = cls(fd)
+        os.fchmod(fd, 0o600)
+        lock.name(name)
+        return lock
+
+    def name(self, name: str) -> None:
+        """Write who holds the lock (this process, as `name`)."""
+        text = json.dumps({"pid": os.getpid(), "name": name}).encode("utf-8")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, text + b"\n", 0)
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+def _holder(fd: int) -> str:
+    """"pid 123, web-1" from the lock file of the holder (who may be writing it just
+    now: it is read again for a moment while empty)."""
+    deadline = time.monotonic() + 0.5
+    while True:
+        try:
+            data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            data = None
+        if isinstance(data, dict) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+        return "pid unknown"
+    name = data.get("name")
+    return f"pid {data['pid']}" + (f", {name}" if isinstance(name, str) and name else "")

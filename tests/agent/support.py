@@ -371,3 +371,74 @@ def _handler_for(server: ProtocolServer):
             self._handle("POST")
 
     return Handler
+
+
+# --- an agent running in the background ----------------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs: a zombie (dead, waiting for a parent to reap it)
+    does not. /proc where there is one, else ps(1)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    if os.path.isdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+                return handle.read().rpartition(")")[2].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                           text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+def wait_until(condition, *, timeout: float = 30.0, what: str = "a condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class AgentProcess:
+    """`python -m agent` in the background, in a session of its own (as a service
+    manager starts it), its stdout and stderr in files under `root`."""
+
+    def __init__(self, args, root: Path, *, umask: int | None = None):
+        self.root = Path(root)
+        self.stdout_path = self.root / "agent.out"
+        self.stderr_path = self.root / "agent.log"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "agent", *args], cwd=REPO_ROOT, env=agent_env(),
+                stdout=out, stderr=err, start_new_session=True,
+                **({} if umask is None else {"umask": umask}))
+        self.pid = self.process.pid
+
+    def log(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 30.0) -> None:
+        wait_until(lambda: text in self.log() or self.process.poll() is not None,
+                   timeout=timeout, what=f"{text!r} in the agent's log")
+        assert text in self.log(), self.log()[-2000:]
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def pids_in_file(pid_file: Path, count: int) -> list:
+    """The pids a command wrote to `pid_file`, once it holds at least `count`."""
+    wait_until(lambda: pid_file.exists() and len(pid_file.read_text().split()) >= count,
+               what=f"{count} pid(s) in {pid_file.name}")
+    return [int(p) for p in pid_file.read_text().split()]

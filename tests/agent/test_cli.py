@@ -52,7 +52,8 @@ def test_help_exits_0_and_explains_every_option_and_the_exit_codes():
     for flag in ("--config", "--once"):
         assert flag in text
     for meaning in ("0 in sync or applied", "1 the snapshot failed", "2 bad configuration",
-                    "3 the server refused the token", "4 the server is unreachable"):
+                    "3 the server refused the token", "4 the server is unreachable",
+                    "130, 143 stopped by SIGINT, SIGTERM"):
         assert meaning in text
     assert "BELLWETHER_" in text
 

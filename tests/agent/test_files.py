@@ -133,17 +133,81 @@ def test_remove_file_ignores_a_missing_file(tmp_path):
     assert not (tmp_path / "present").exists()
 
 
-@pytest.mark.parametrize("relative", ["a.conf", "sub/dir/b.conf", "./c.conf", "sub/../d.conf"])
-def test_inside_accepts_paths_under_the_root(tmp_path, relative):
+@pytest.mark.parametrize("relative", ["a.conf", "sub/dir/b.conf", ".hidden", "a..b/..c",
+                                      "é" * 127 + "x", "/".join(["d" * 200] * 5)])
+def test_inside_accepts_plain_relative_paths_under_the_root(tmp_path, relative):
     path = fs.inside(str(tmp_path), relative)
 
-    assert path == os.path.normpath(os.path.join(os.path.realpath(tmp_path), relative))
+    assert path == os.path.join(os.path.realpath(tmp_path), relative)
 
 
-@pytest.mark.parametrize("relative", ["../x", "sub/../../x", "/etc/passwd", ".", ""])
+@pytest.mark.parametrize("relative", ["../x", "sub/../../x", "/etc/passwd", ".", "", "./..",
+                                      "sub/.."])
 def test_inside_refuses_paths_leaving_the_root_or_naming_the_root(tmp_path, relative):
     with pytest.raises(ValueError, match="leaves the target directory"):
         fs.inside(str(tmp_path / "root"), relative)
+
+
+@pytest.mark.parametrize(("relative", "problem"), [
+    # `..` that comes back inside: from a directory one level deeper (the staged
+    # tree), the same path would leave.
+    ("../root/x.conf", "has an empty, '.' or '..' segment"),
+    ("sub/../x.conf", "has an empty, '.' or '..' segment"),
+    ("./x.conf", "has an empty, '.' or '..' segment"),
+    ("sub//x.conf", "has an empty, '.' or '..' segment"),
+    ("sub/x.conf/", "has an empty, '.' or '..' segment"),
+    ("x\x00.conf", "contains a NUL character"),
+    ("x\ud800.conf", "is not UTF-8 text"),
+    ("n" * 256, "has a name longer than 255 bytes"),
+    ("é" * 128, "has a name longer than 255 bytes"),
+    ("/".join(["d" * 200] * 6), "is longer than 1024 bytes"),
+])
+def test_inside_refuses_paths_that_are_not_plain_relative_paths(tmp_path, relative, problem):
+    (tmp_path / "root").mkdir()
+
+    with pytest.raises(ValueError) as refused:
+        fs.inside(str(tmp_path / "root"), relative)
+
+    assert str(refused.value) == f"path {relative!r} {problem}"
+    assert fs.path_problem(relative) == problem
+
+
+def test_inside_names_the_directory_it_checks_in(tmp_path):
+    (tmp_path / "staged").mkdir()
+    (tmp_path / "staged" / "conf.d").symlink_to(tmp_path)
+
+    with pytest.raises(fs.LinkLeaves, match="leaves the staged directory through a symbolic"):
+        fs.inside(str(tmp_path / "staged"), "conf.d/x.conf", "the staged directory")
+
+
+def test_make_directories_sets_exact_modes_on_what_it_makes_only(tmp_path):
+    (tmp_path / "there").mkdir(mode=0o711)
+    os.chmod(tmp_path / "there", 0o711)
+    old = os.umask(0o000)
+    try:
+        fs.make_directories(str(tmp_path / "there" / "a" / "b"), 0o700, parents_mode=0o755)
+    finally:
+        os.umask(old)
+
+    modes = {p: stat.S_IMODE(os.stat(tmp_path / p).st_mode) for p in ("there", "there/a",
+                                                                       "there/a/b")}
+    assert modes == {"there": 0o711, "there/a": 0o755, "there/a/b": 0o700}
+
+
+def test_make_directories_refuses_a_file_on_the_way(tmp_path):
+    (tmp_path / "file").write_text("x")
+
+    with pytest.raises(FileExistsError):
+        fs.make_directories(str(tmp_path / "file" / "sub"))
+
+
+def test_a_temp_file_beside_a_255_byte_name_stays_within_255_bytes(tmp_path):
+    name = "é" * 127 + "x"  # 255 bytes
+
+    fs.write_atomic(str(tmp_path / name), b"data")
+
+    assert (tmp_path / name).read_bytes() == b"data"
+    assert len(os.path.basename(fs._temp_path(str(tmp_path), name)).encode()) <= 255
 
 
 def test_inside_refuses_a_symlinked_directory_pointing_outside(tmp_path):

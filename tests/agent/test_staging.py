@@ -165,13 +165,13 @@ def test_staging_into_a_target_that_cannot_take_it_is_a_warning_with_nothing_cha
     validate, _ = checker(host.tmp_path)
     state = State()
     host.applier().apply(make_bundle(1, V1), state)
-    real = os.makedirs
+    real = os.mkdir
 
     def no_room(path, *args, **kwargs):
         if ".bellwether-tmp-" in str(path):
             raise OSError(28, "No space left on device", str(path))
         return real(path, *args, **kwargs)
-    monkeypatch.setattr(os, "makedirs", no_room)
+    monkeypatch.setattr(os, "mkdir", no_room)
 
     outcome = host.applier(validate=validate).apply(make_bundle(2, V2), state)
 

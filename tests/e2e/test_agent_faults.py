@@ -1,11 +1,18 @@
 """End to end, the agent under faults against real server processes: failover
-between two servers (and back to the first), and a truncated state file that
-neither stops the agent nor costs it its identity."""
+between two servers (and back to the first), a truncated state file that
+neither stops the agent nor costs it its identity, and a stop (SIGTERM) during
+a slow validation."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
+import signal
+
 import pytest
 
+from tests.agent.support import alive, pids_in_file
 from tests.e2e.harness import AgentProcess, Api, Server, free_port, wait_for, wait_in_sync
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -78,3 +85,39 @@ def test_a_truncated_state_file_is_moved_aside_and_the_agent_keeps_its_identity(
     assert "Traceback" not in agent.log()
     assert agent.files() == {"app/settings.conf": "message = v2\n"}
     assert any(p.name.startswith("state.json.corrupt-") for p in agent.state_dir.iterdir())
+
+
+def test_an_agent_stopped_during_a_slow_validation_ends_it_and_applies_after_a_restart(
+        make_fleet, tmp_path):
+    """As `systemctl stop` during a validation that hangs: the agent ends the
+    command's process group and exits 143 with the old files live; started again,
+    it applies the snapshot and the server sees it in sync."""
+    fleet = make_fleet(config("v1"), TEMPLATES)
+    fleet.api.publish()
+    pid_file = tmp_path / "validate.pids"
+    hang = tmp_path / "hang.sh"
+    hang.write_text(f'case "$1" in *v2*) ;; *) exit 0;; esac\n'
+                    f'echo $$ >> {shlex.quote(str(pid_file))}\n'
+                    f'sleep 300 &\necho $! >> {shlex.quote(str(pid_file))}\nwait\n')
+    validate = f'sh {shlex.quote(str(hang))} "$(cat {{staged}}/app/settings.conf)"'
+    agent = fleet.start_agent("web-1", "--validate-command", validate)
+    wait_in_sync(fleet, ["web-1"], 1)
+    fleet.change_config(config("v2"))
+    fleet.api.publish()
+    pids = pids_in_file(pid_file, 2)
+    try:
+        code = agent.stop()
+
+        assert code == 143, agent.log()[-2000:]
+        assert [p for p in pids if alive(p)] == []
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert "SIGTERM received: stopping" in agent.log()
+    assert "ended the validate command" in agent.log()
+    assert agent.files() == {"app/settings.conf": "message = v1\n"}
+    agent.extra_args = ["--validate-command", "test -f {staged}/app/settings.conf"]
+    agent.restart_without_enrollment_token()
+    wait_in_sync(fleet, ["web-1"], 2)
+    assert agent.files() == {"app/settings.conf": "message = v2\n"}

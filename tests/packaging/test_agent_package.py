@@ -144,6 +144,8 @@ def test_the_unit_is_sandboxed_and_restarts_on_failure():
     assert service["Restart"] == "on-failure"
     # Bad configuration and a refused (revoked, decommissioned) token stop it.
     assert service["RestartPreventExitStatus"].split() == ["2", "3"]
+    # A stop (SIGTERM) is the agent's exit 143: clean, not a failure.
+    assert service["SuccessExitStatus"].split() == ["143"]
     assert "BELLWETHER_STATE_DIR=/var/lib/bellwether/%i" in UNIT.read_text()
     drop_in = _unit(DROP_IN)["Service"]
     assert drop_in["LoadCredential"] == "token:/etc/bellwether/%i.token"
