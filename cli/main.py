@@ -105,11 +105,13 @@ class Labels(argparse.Action):
         setattr(namespace, self.dest, labels)
 
 
-def agent_ids(value: str) -> list[int]:
-    try:
-        return [positive(part.strip()) for part in value.split(",") if part.strip()]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not agent ids (e.g. 12,13)") from None
+def agents(value: str) -> list[int | str]:
+    """Agents by id or name, comma-separated: 12,web-1 (the server says which names
+    are no agents of the environment)."""
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{value!r} names no agent (e.g. web-1,web-2 or 12,13)")
+    return [int(part) if part.isdigit() else part for part in parts]
 
 
 class Extend(argparse.Action):
@@ -279,8 +281,8 @@ def rollout_start_command(actions, parents) -> None:
     p.add_argument("--snapshot", type=positive, help="snapshot number (default: the newest)")
     p.add_argument("--strategy", help="a named rollout strategy of the server; the options "
                    "below override its values")
-    p.add_argument("--canary-agents", type=agent_ids, action=Extend, metavar="IDS",
-                   help="canary agent ids, comma-separated (repeatable)")
+    p.add_argument("--canary-agents", type=agents, action=Extend, metavar="AGENTS",
+                   help="canary agents by name or id, comma-separated (repeatable)")
     p.add_argument("--canary-label", dest="canary_labels", type=label, action=Labels,
                    metavar="KEY=VALUE", help="agents with this label are canaries "
                    "(repeatable)")

@@ -69,3 +69,26 @@ class WholeNumberField(serializers.IntegerField):
                 self.fail("max_value", max_value=self.max_value)
             return number
         self.fail("invalid")
+
+
+class AgentReferenceField(serializers.Field):
+    """An agent by its id (a whole number) or its name (text, a name): which agent
+    of the environment a name is is looked up where the environment is known
+    (apps.fleet.selectors.agent_ids_named)."""
+
+    default_error_messages = {"invalid": "Expected an agent's id or name."}
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.id = WholeNumberField(min_value=1, max_value=2**63 - 1)
+        self.name = NameField()
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and not data.isdigit():
+            return self.name.run_validation(data)
+        if isinstance(data, bool) or not isinstance(data, (int, str)):
+            self.fail("invalid")
+        return self.id.run_validation(data)
+
+    def to_representation(self, value):
+        return value

@@ -10,7 +10,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
 from apps.core.errors import NotFound, ValidationFailed
-from apps.core.fields import LabelsField, NameField, WholeNumberField
+from apps.core.fields import AgentReferenceField, LabelsField, NameField, WholeNumberField
 from apps.core.queries import FLAG_SPELLINGS, query_choice, query_flag
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
@@ -238,16 +238,15 @@ class SnapshotActivateApi(EnvironmentAPIView):
      "items": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}},
     {"type": "string", "enum": ["all"]}]})
 class AgentSelectionField(serializers.Field):
-    """Which agents a push goes to: a list of ids, or every enabled agent when the body
+    """Which agents a push goes to: a list of ids or names, or every enabled agent when the body
     says so (`[]` or `"all"`). It is required: a body that is missing, empty or was
     not read never means every agent."""
 
-    default_error_messages = {"choice": 'Expected a list of agent ids, [] or "all".'}
+    default_error_messages = {"choice": 'Expected a list of agent ids or names, [] or "all".'}
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.ids = serializers.ListField(
-            child=WholeNumberField(min_value=1, max_value=2**63 - 1), max_length=10_000)
+        self.ids = serializers.ListField(child=AgentReferenceField(), max_length=10_000)
 
     def to_internal_value(self, data):
         if data == "all":
@@ -272,8 +271,9 @@ class SnapshotDeployApi(EnvironmentAPIView):
         snapshot = snapshot_get(environment=env, number=number)
         data = self.DeployRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        agent_ids = selectors.agent_ids_named(env, agents=data.validated_data["agents"])["agents"]
         deployments = releases.snapshot_deploy(
-            snapshot=snapshot, agent_ids=data.validated_data["agents"], actor=request.user,
+            snapshot=snapshot, agent_ids=agent_ids, actor=request.user,
             override_reason=quarantine_override(request, env, data.validated_data),
             confirmed=data.validated_data["confirm"])
         for deployment in deployments:

@@ -304,3 +304,20 @@ def refuse_agents_outside(environment, **fields) -> None:
                                       agents_outside(environment.pk, **fields))
     if refusal is not None:
         raise refusal
+
+
+def agent_ids_named(environment, **fields) -> dict[str, list[int] | None]:
+    """Each field's agents (ids or names: AgentReferenceField) as ids: a name is the
+    agent in service of `environment` so named (one query for all); 400
+    unknown_agents (rules.strangers_refusal) naming the names no agent has. Ids are
+    checked where they are used (refuse_agents_outside)."""
+    names = {ref for refs in fields.values() for ref in refs or () if isinstance(ref, str)}
+    found = dict(Agent.objects.filter(environment=environment, decommissioned_at__isnull=True,
+                                      name__in=names).values_list("name", "pk")) if names else {}
+    refusal = rules.strangers_refusal(environment.full_name, {
+        field: [ref for ref in refs or () if isinstance(ref, str) and ref not in found]
+        for field, refs in fields.items()})
+    if refusal is not None:
+        raise refusal
+    return {field: None if refs is None else [found.get(ref, ref) for ref in refs]
+            for field, refs in fields.items()}

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
-from apps.core.fields import LabelsField, NameField, WholeNumberField
+from apps.core.fields import AgentReferenceField, LabelsField, NameField, WholeNumberField
 from apps.core.scheduler import scheduler_late_since
 from apps.environments.models import Environment
 from apps.environments.selectors import require_role
@@ -19,6 +19,7 @@ from apps.environments.views import (
     QuarantineOverrideSerializer,
     quarantine_override,
 )
+from apps.fleet.selectors import agent_ids_named
 from apps.rollouts import pausing, rules, selectors, services, strategies
 from apps.rollouts.models import Rollout, RolloutStrategy, RolloutTarget
 from apps.snapshots.selectors import snapshot_get
@@ -42,16 +43,15 @@ class WaveSpecSerializer(serializers.Serializer):
 
 
 class TargetSpecSerializer(serializers.Serializer):
-    agent = WholeNumberField(min_value=1, max_value=2**63 - 1)
+    agent = AgentReferenceField()
     expected_generation = WholeNumberField(min_value=1)
 
 
 class RolloutCreateSerializer(QuarantineOverrideSerializer):
     snapshot = WholeNumberField(min_value=1, max_value=2**31 - 1)
     targets = TargetSpecSerializer(many=True, required=False, max_length=100_000)
-    canary_agents = serializers.ListField(
-        child=WholeNumberField(min_value=1, max_value=2**63 - 1), required=False,
-        max_length=10_000)
+    canary_agents = serializers.ListField(child=AgentReferenceField(), required=False,
+                                          max_length=10_000)
     canary_labels = LabelsField(child=NameField(), required=False)
     # Set or not: a field left out comes from the strategy (or the defaults).
     strategy = serializers.CharField(max_length=64, required=False)
@@ -144,6 +144,12 @@ class RolloutListApi(EnvironmentAPIView, ListAPIView):
         data = RolloutCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = dict(data.validated_data)
+        named = agent_ids_named(env, canary_agents=v.get("canary_agents"),
+                                targets=[t["agent"] for t in v.get("targets") or []])
+        if v.get("canary_agents") is not None:
+            v["canary_agents"] = named["canary_agents"]
+        for target, agent_id in zip(v.get("targets") or [], named["targets"], strict=True):
+            target["agent"] = agent_id
         snapshot = snapshot_get(environment=env, number=v.pop("snapshot"))
         override_reason = quarantine_override(request, env, v)
         v.pop("override_quarantine"), v.pop("reason")

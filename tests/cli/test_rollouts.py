@@ -46,9 +46,9 @@ def test_wait_exits_0_when_the_rollout_completes(live):
 
 
 def test_wait_exits_4_with_the_reason_when_a_canary_rolls_it_back(live):
-    ids = two_agents_on_the_first_snapshot(live, "--validate-command", REFUSE_SECOND)
+    two_agents_on_the_first_snapshot(live, "--validate-command", REFUSE_SECOND)
     result = live.run("rollout", "start", "shop/prod", "--snapshot", "2", "--canary-agents",
-                      str(ids["canary-1"]), "--canary-gate", "auto", "--wait",
+                      "canary-1", "--canary-gate", "auto", "--wait",
                       "--timeout", "120", "--interval", "0.5")
     assert result.returncode == ROLLED_BACK, (result.stdout, result.stderr)
     assert "was rolled back: more than 0 target(s) failed; canary-1: #2 failed" in result.stderr

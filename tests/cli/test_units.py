@@ -76,11 +76,11 @@ def test_an_unknown_profile_or_a_missing_named_config_file_is_refused(tmp_path):
 
 def test_the_rollout_request_carries_only_what_was_given_and_the_strategy():
     args = build_parser().parse_args(["rollout", "start", "shop/prod", "--strategy", "canary",
-                                      "--canary-agents", "4,5", "--canary-agents", "6",
+                                      "--canary-agents", "4,web-5", "--canary-agents", "6",
                                       "--canary-label", "az=eu-1a", "--wave", "25%",
                                       "--wave", "3:manual:60"])
     assert start_request(args, 7) == {
-        "snapshot": 7, "strategy": "canary", "canary_agents": [4, 5, 6],
+        "snapshot": 7, "strategy": "canary", "canary_agents": [4, "web-5", 6],
         "canary_labels": {"az": "eu-1a"},
         "waves": [{"percent": 25}, {"count": 3, "gate": "manual", "bake_s": 60}]}
     bare = build_parser().parse_args(["rollout", "start", "shop/prod"])

@@ -41,6 +41,19 @@ def test_push_creates_pending_deployments_announced_in_desired(deployer, enroll,
     assert Deployment.objects.get(pk=body[0]["id"]).created_by.username == "deployer-user"
 
 
+def test_push_names_agents_by_name_or_id_and_refuses_an_unknown_name(deployer, enroll, first):
+    one, two = enroll("web-1"), enroll("web-2")
+
+    named = deployer.post(deploy_url(1), {"agents": ["web-2", one.agent.pk]}, format="json")
+    unknown = deployer.post(deploy_url(1), {"agents": ["web-1", "web-7"]}, format="json")
+
+    assert named.status_code == 201, named.content
+    assert sorted(d["agent"] for d in named.json()) == sorted([one.agent.pk, two.agent.pk])
+    assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "unknown_agents"
+    assert unknown.json()["error"]["details"][0]["agents"] == ["web-7"]
+    assert Deployment.objects.filter(kind="push").count() == 2  # the refused one wrote nothing
+
+
 def test_push_with_an_empty_list_targets_all_enabled_agents(deployer, enroll, first,
                                                             superuser):
     one, two, off = enroll("web-1"), enroll("web-2", mode="manual"), enroll("web-3")

@@ -78,6 +78,27 @@ def test_a_deployer_starts_a_rollout_and_gets_its_detail(deployer, nodes):
     assert Rollout.objects.get(pk=body["id"]).created_by.username == "deployer-user"
 
 
+def test_agents_are_named_by_name_or_id_wherever_ids_are_taken(deployer, nodes):
+    targets = [{"agent": n.agent.name if i % 2 else n.pk,
+                "expected_generation": n.fresh().generation} for i, n in enumerate(nodes)]
+    response = deployer.post(ROLLOUTS, _create_body(
+        nodes, canary_agents=["web-2", str(nodes[2].pk)], targets=targets), format="json")
+
+    assert response.status_code == 201, response.content
+    assert [(t["name"], t["wave"]) for t in response.json()["targets"]] == [
+        ("web-2", 0), ("web-3", 0), ("web-1", 1), ("web-4", 2)]
+
+
+def test_a_name_no_agent_of_the_environment_has_is_400_naming_it(deployer, nodes):
+    response = deployer.post(ROLLOUTS, _create_body(nodes, canary_agents=["web-1", "web-9"]),
+                             format="json")
+
+    assert_error(response, 400, "unknown_agents")
+    assert response.json()["error"]["details"] == [
+        {"field": "canary_agents", "message": "no agents of shop/prod", "agents": ["web-9"]}]
+    assert not Rollout.objects.exists()
+
+
 def test_explicit_targets_with_a_stale_generation_are_409_listing_them(deployer, nodes):
     targets = [{"agent": n.pk, "expected_generation": n.fresh().generation} for n in nodes]
     targets[2]["expected_generation"] += 1
@@ -111,13 +132,16 @@ def test_anonymous_requests_are_401(nodes):
     {"waves": [{"count": 1, "gate": "sometimes"}]},
     {"waves": "all"},
     {"canary_agents": []},
-    {"canary_agents": ["web-1"]},
+    {"canary_agents": ["web-9"]},
+    {"canary_agents": ["no such name!"]},
+    {"canary_agents": [True]},
     {"canary_agents": [], "canary_labels": {"tier": "nobody"}},
     {"snapshot": "two"},
     {"failure_threshold": -1},
     {"wave_timeout_s": 10},
 ], ids=["percent-and-count", "neither", "zero-percent", "unknown-gate", "not-a-list",
-        "no-canaries", "canary-not-an-id", "labels-match-nobody", "bad-snapshot",
+        "no-canaries", "canary-no-such-agent", "canary-not-a-name", "canary-a-boolean",
+        "labels-match-nobody", "bad-snapshot",
         "negative-threshold", "timeout-too-short"])
 def test_bad_waves_or_canaries_are_400(deployer, nodes, change):
     response = deployer.post(ROLLOUTS, {**_create_body(nodes), **change}, format="json")
