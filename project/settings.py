@@ -11,6 +11,7 @@ All of them are parsed whatever the mode, so a typo shows up before it matters.
 """
 
 import re
+import ssl
 from pathlib import Path
 
 import dj_database_url
@@ -223,6 +224,15 @@ else:
 
 # Celery: tasks are enqueued on commit; without a broker they run inline.
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
+if REDIS_URL.startswith(("redis://", "rediss://")):
+    # kombu's Redis transport with channels that close even when Redis died under
+    # them, so a worker outlives Redis' death (project/broker.py).
+    CELERY_BROKER_TRANSPORT = "project.broker:Transport"
+if REDIS_URL.startswith("rediss://"):
+    # A transport named by its class is not told by the scheme to use TLS: asked
+    # here, verifying Redis' certificate as redis-py does for the cache and the
+    # channel layer (an ssl_cert_reqs in the URL decides for all three).
+    CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
 CELERY_BROKER_CONNECTION_TIMEOUT = REDIS_TIMEOUT_S
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": REDIS_TIMEOUT_S,
                                    "socket_connect_timeout": REDIS_TIMEOUT_S}

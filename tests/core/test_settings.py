@@ -9,6 +9,7 @@ settings (django.conf.settings, sys.modules["project.settings"]) stay untouched.
 import importlib.util
 import os
 import re
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from django.contrib.staticfiles.storage import staticfiles_storage
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
+from kombu import Connection
 from whitenoise.storage import CompressedManifestStaticFilesStorage
 
 from project.env import redact
@@ -349,6 +351,26 @@ def test_a_redis_url_selects_redis_and_is_never_shown_with_its_password(load_set
     assert redact("rediss://:pw@cache:6380/2") == "rediss://:***@cache:6380/2"
     assert redact("postgres://u:p@ss@db/x") == "postgres://u:***@db/x"
     assert redact("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def broker_connection(module) -> Connection:
+    """The broker connection Celery makes from these settings."""
+    return Connection(module.CELERY_BROKER_URL, transport=module.CELERY_BROKER_TRANSPORT,
+                      ssl=getattr(module, "CELERY_BROKER_USE_SSL", False))
+
+
+def test_the_broker_transport_closes_channels_and_keeps_tls_for_rediss(load_settings):
+    plain = broker_connection(load_settings(**PRODUCTION, REDIS_URL="redis://cache:6379/0"))
+    assert plain.transport.Channel.__module__ == "project.broker"
+    assert (plain.hostname, plain.port, plain.virtual_host, plain.ssl) == (
+        "cache", 6379, "0", False)
+    tls = broker_connection(load_settings(**PRODUCTION, REDIS_URL="rediss://cache:6380/2"))
+    assert tls.transport.Channel.__module__ == "project.broker"
+    assert tls.ssl == {"ssl_cert_reqs": ssl.CERT_REQUIRED}  # as redis-py's, the cache's
+    unverified = broker_connection(load_settings(
+        **PRODUCTION, REDIS_URL="rediss://cache:6380/2?ssl_cert_reqs=none"))
+    assert unverified.ssl == {"ssl_cert_reqs": ssl.CERT_NONE}  # the URL decides
+    assert not hasattr(load_settings(), "CELERY_BROKER_TRANSPORT")  # embedded: memory://
 
 
 def test_hosts_and_origins_are_comma_separated(load_settings):

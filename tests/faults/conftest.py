@@ -55,6 +55,11 @@ class PrivateRedis:
         finally:
             os.kill(self.process.pid, signal.SIGCONT)
 
+    def kill(self):
+        """Redis dies (SIGKILL): nothing saved, every connection dropped at once."""
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
     def terminate(self):
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGCONT)
