@@ -2,6 +2,7 @@
 file names, logs and selectors, so no control or formatting characters
 (apps.core.text.name_problem)."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.text import name_problem, neutralised, whole_number
@@ -71,6 +72,8 @@ class WholeNumberField(serializers.IntegerField):
         self.fail("invalid")
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+                     "description": "An agent's id or its name."})
 class AgentReferenceField(serializers.Field):
     """An agent by its id (a whole number) or its name (text, a name): which agent
     of the environment a name is is looked up where the environment is known
