@@ -274,7 +274,7 @@ def rollout_start_command(actions, parents) -> None:
         "Start a staged rollout of a snapshot (default: the newest), canaries first.",
         "  bellwether rollout start shop/prod --canary-label az=eu-1a --wave 25% --wave 100%\n"
         "  bellwether rollout start shop/prod --snapshot 7 --canary-gate auto --wait "
-        "--timeout 1800\n  bellwether rollout start shop/prod --strategy canary-then-all "
+        "--timeout 1800\n  bellwether rollout start shop/prod --strategy canary-then-10-percent "
         "--wait\n\nwith --wait: exit 0 completed, 4 rolled back, 3 paused or timed out "
         "(the reason is shown)\n", parents)
     p.add_argument("environment", type=environment_name, help="APPLICATION/ENVIRONMENT")

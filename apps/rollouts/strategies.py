@@ -106,8 +106,12 @@ def strategy_named(environment: Environment, name: str) -> RolloutStrategy:
         environment.application.tenant_id]).first()
         or RolloutStrategy.objects.filter(name=name, tenant__isnull=True).first())
     if found is None:
-        raise ValidationFailed(f"strategy: no strategy named {name!r}.",
-                               code="unknown_strategy", details=[{"field": "strategy"}])
+        known = sorted(set(strategies_for(environment).values_list("name", flat=True)))
+        raise ValidationFailed(
+            f"strategy: no strategy named {name!r}; {environment.full_name} may use "
+            f"{', '.join(known) or 'none'}.", code="unknown_strategy",
+            details=[{"field": "strategy", "message": f"no strategy named {name!r}",
+                      "choices": known}])
     return found
 
 

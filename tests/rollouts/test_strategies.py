@@ -3,12 +3,15 @@
 from a strategy with fields overriding it — through the services and every route,
 each with a positive and a negative case."""
 
+import re
+
 import pytest
 from rest_framework.test import APIClient
 
 from apps.audit.models import Action, AuditEvent
 from apps.rollouts.models import EnvironmentStrategy, Rollout, RolloutStrategy
 from apps.rollouts.strategy_rules import rollout_options, strategy_problems
+from cli.main import build_parser
 from tests.api_helpers import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -176,7 +179,7 @@ def test_setting_the_default_needs_an_owner_and_a_known_strategy(owner, deployer
     assert_error(stranger.put(DEFAULT, {"strategy": "all-at-once"}, format="json"), 404)
     error = assert_error(owner.put(DEFAULT, {"strategy": "nope"}, format="json"), 400,
                          "unknown_strategy")
-    assert error["details"] == [{"field": "strategy"}]
+    assert [detail["field"] for detail in error["details"]] == ["strategy"]
     assert_error(owner.put(DEFAULT, {}, format="json"), 400)
     assert_error(deployer.delete(DEFAULT), 403)
     assert not EnvironmentStrategy.objects.exists()
@@ -185,8 +188,9 @@ def test_setting_the_default_needs_an_owner_and_a_known_strategy(owner, deployer
 def test_another_tenants_strategy_cannot_be_a_default(owner, outsider, api_client,
                                                       environment):
     assert _create(api_client(outsider), name="theirs", tenant="other").status_code == 201
-    assert_error(owner.put(DEFAULT, {"strategy": "theirs"}, format="json"), 400,
-                 "unknown_strategy")
+    error = assert_error(owner.put(DEFAULT, {"strategy": "theirs"}, format="json"), 400,
+                         "unknown_strategy")
+    assert "theirs" not in error["details"][0]["choices"]  # never another tenant's names
 
 
 # --- rollouts from a strategy ----------------------------------------------------------------
@@ -224,12 +228,29 @@ def test_the_environment_default_applies_when_none_is_named(owner, deployer, nod
     assert [t["name"] for t in body["targets"] if t["wave"] == 0] == ["web-1"]
 
 
-def test_an_unknown_strategy_is_400_naming_the_field(deployer, nodes):
+def test_an_unknown_strategy_is_400_naming_the_field_and_the_strategies_there_are(
+        deployer, nodes):
     error = assert_error(deployer.post(ROLLOUTS, {"snapshot": 2, "strategy": "nope"},
                                        format="json"), 400, "unknown_strategy")
-    assert error["details"] == [{"field": "strategy"}]
+    builtin = ["all-at-once", "canary-then-10-percent", "careful", "linear-20-percent"]
+    assert error["details"] == [{"field": "strategy", "message": "no strategy named 'nope'",
+                                 "choices": builtin}]
+    assert error["message"] == f"strategy: no strategy named 'nope'; shop/prod may use " \
+                               f"{', '.join(builtin)}."
     assert not Rollout.objects.exists()
 
 
 def test_without_a_strategy_or_canaries_a_rollout_is_refused(deployer, nodes):
     assert_error(deployer.post(ROLLOUTS, {"snapshot": 2}, format="json"), 400, "no_canaries")
+
+
+@pytest.mark.django_db
+def test_the_clis_help_names_only_strategies_there_are():
+    parser = build_parser()
+    helped = parser._subparsers._group_actions[0].choices["rollout"]
+    text = helped._subparsers._group_actions[0].choices["start"].format_help()
+    named = re.findall(r"--strategy ([a-z0-9-]+)", text)
+
+    assert named
+    assert set(named) <= set(RolloutStrategy.objects.filter(tenant__isnull=True)
+                             .values_list("name", flat=True))
