@@ -14,6 +14,11 @@ FINISHED = ("completed", "rolled_back")
 TRANSIENT_STATUSES = (429, 502, 503, 504)  # worth asking again while following
 
 
+def wave_label(index: int) -> str:
+    """A wave's name, as the dashboard's rollout panel names it."""
+    return "canaries" if index == 0 else f"wave {index}"
+
+
 @dataclass(frozen=True)
 class WaveRow:
     index: int
@@ -25,7 +30,7 @@ class WaveRow:
 
     @property
     def label(self) -> str:
-        return "canaries" if self.index == 0 else f"wave {self.index}"
+        return wave_label(self.index)
 
 
 def wave_rows(rollout: dict) -> list[WaveRow]:
@@ -45,9 +50,9 @@ def wave_rows(rollout: dict) -> list[WaveRow]:
             acknowledged, failed = wave.get("acknowledged", 0), wave.get("failed", 0)
         elif index < current:
             acknowledged, failed = activated, 0
-        elif index == current:
-            acknowledged = len(evidence.get("acknowledged", []))
-            failed = len(evidence.get("failed", []))
+        elif index == current:  # counted by the server (older ones: the names it lists)
+            acknowledged = wave.get("acknowledged", len(evidence.get("acknowledged", [])))
+            failed = wave.get("failed", len(evidence.get("failed", [])))
         else:
             acknowledged, failed = 0, 0
         rows.append(WaveRow(index=index, gate=wave.get("gate", "auto"), targets=targets,
@@ -112,17 +117,18 @@ def follow(client, rollout_id: int, *, display, timeout_s: float, interval_s: fl
     `timeout_s` passes (TimedOut). A transient failure (no answer, 429, 5xx) is
     noted and asked again until then; any other refusal ends it."""
     deadline = clock() + timeout_s
-    rollout, hinted = None, False
+    rollout, hinted = None, set()
     while True:
         try:
             rollout = client.get(endpoints.rollout(rollout_id))
             display.update(rollout)
             if rollout["state"] != "running":
                 return rollout
-            if awaits_confirm(rollout) and not hinted:
-                hinted = True
-                display.note(f"wave {rollout['current_wave']} is acknowledged and waits for "
-                             f"a confirm: bellwether rollout confirm {rollout_id}")
+            if awaits_confirm(rollout) and rollout["current_wave"] not in hinted:
+                hinted.add(rollout["current_wave"])  # once at each manual gate
+                display.note(f"{wave_label(rollout['current_wave'])}: acknowledged, "
+                             "waiting for a confirm: "
+                             f"bellwether rollout confirm {rollout_id}")
         except Unreachable as exc:
             display.note(f"{exc.message}; asking again")
         except Refused as exc:

@@ -109,6 +109,9 @@ def _detail(rollout: Rollout) -> dict:
         evidence = selectors.wave_evidence(rollout)
         body["current_wave_evidence"] = {k: getattr(evidence, k)[:MAX_TARGETS_SHOWN] for k in (
             "acknowledged", "failed", "waiting", "released", "changed")}
+        # Counted in full: the names above stop at MAX_TARGETS_SHOWN.
+        body["waves"][rollout.current_wave].update(
+            acknowledged=len(evidence.acknowledged), failed=len(evidence.failed))
         body["failures"] = selectors.failure_reports(rollout, MAX_TARGETS_SHOWN)
     else:
         summary = rollout.final_summary or {}

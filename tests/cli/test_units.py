@@ -153,6 +153,30 @@ def test_wave_rows_of_a_running_rollout():
     assert rows == [("canaries", 2, 2, 0), ("wave 1", 5, 2, 1), ("wave 2", 0, 0, 0)]
 
 
+def test_a_running_waves_counts_are_the_servers_not_the_names_it_lists():
+    five_thousand = {**RUNNING, "waves": [
+        RUNNING["waves"][0], {**RUNNING["waves"][1], "targets": 5000, "activated": 5000,
+                              "acknowledged": 4321, "failed": 3}, RUNNING["waves"][2]],
+        "current_wave_evidence": {"acknowledged": [f"a{i}" for i in range(100)]}}
+    assert wave_rows(five_thousand)[1].acknowledged == 4321
+    assert wave_rows(five_thousand)[1].failed == 3
+
+
+def test_follow_names_each_manual_gate_once_when_its_wave_is_acknowledged():
+    complete = {"acknowledged": ["a"], "failed": [], "waiting": []}
+    manual = [{"index": i, "gate": "manual", "targets": 1, "activated": 1} for i in range(3)]
+    at = [{**RUNNING, "waves": manual, "current_wave": wave, "current_wave_evidence": complete}
+          for wave in (0, 0, 1, 2)]
+    script = Script([*at, {**at[-1], "state": "completed"}])
+
+    follow(script, 7, display=script, timeout_s=60, interval_s=1, clock=lambda: script.now,
+           sleep=script.sleep)
+
+    assert script.notes == [
+        f"{name}: acknowledged, waiting for a confirm: bellwether rollout confirm 7"
+        for name in ("canaries", "wave 1", "wave 2")]
+
+
 def test_wave_rows_of_a_finished_rollout_are_the_counts_it_kept():
     finished = {**RUNNING, "state": "rolled_back", "reason": "more than 0 target(s) failed",
                 "waves": [{"index": 0, "gate": "auto", "size": 2, "targets": 2,

@@ -219,7 +219,9 @@ def test_the_detail_shows_wave_progress_and_the_current_waves_evidence(
     assert body["current_wave_evidence"] == {"acknowledged": ["web-1"], "failed": [],
                                              "waiting": [], "released": [], "changed": []}
     assert body["waves"][0] == {"index": 0, "size": 1, "gate": "manual", "bake_s": 0,
-                                "targets": 1, "activated": 1, "released": 0}
+                                "targets": 1, "activated": 1, "released": 0,
+                                "acknowledged": 1, "failed": 0}
+    assert "acknowledged" not in body["waves"][1]  # counted for the current wave only
     assert {t["name"]: t["generation"] for t in body["targets"]} == {
         n.agent.name: n.fresh().generation for n in nodes}
 
