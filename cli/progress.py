@@ -14,9 +14,11 @@ FINISHED = ("completed", "rolled_back")
 TRANSIENT_STATUSES = (429, 502, 503, 504)  # worth asking again while following
 
 
-def wave_label(index: int) -> str:
-    """A wave's name, as the dashboard's rollout panel names it."""
-    return "canaries" if index == 0 else f"wave {index}"
+def wave_label(index: int, waves: int | None = None) -> str:
+    """A wave's name as the server names it (apps.rollouts.rules.wave_name): the
+    canaries are wave 0; with `waves`, "of" the last one's number."""
+    name = "the canaries" if index == 0 else f"wave {index}"
+    return f"{name} of {waves - 1}" if waves and index else name
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def wave_rows(rollout: dict) -> list[WaveRow]:
 def summary_line(rollout: dict) -> str:
     waves = rollout.get("waves", [])
     line = (f"rollout {rollout['id']} of {rollout['environment']} #{rollout['snapshot']}: "
-            f"{rollout['state']}, wave {rollout.get('current_wave', 0) + 1}/{len(waves)}")
+            f"{rollout['state']} at {wave_label(rollout.get('current_wave', 0), len(waves))}")
     if rollout.get("reason"):
         line += f" ({rollout['reason']})"
     if rollout.get("rollback_snapshot"):

@@ -33,7 +33,7 @@ def _waves(rollout: Rollout, reached: dict) -> list[dict]:
             counts.update({k: kept[index].get(k, 0) for k in ("targets", "activated",
                                                                "acknowledged", "failed")})
             counts["released"] = 0
-        waves.append({"index": index, "name": "canaries" if index == 0 else f"wave {index}",
+        waves.append({"index": index, "name": rollout_rules.wave_name(index),
                       **wave, **counts,
                       "current": rollout.is_active and index == rollout.current_wave})
     return waves

@@ -19,6 +19,7 @@ from apps.dashboard.views import (
 )
 from apps.environments.selectors import require_role
 from apps.rollouts import pausing
+from apps.rollouts import rules as rollout_rules
 from apps.rollouts.services import (
     rollout_confirm,
     rollout_create,
@@ -102,7 +103,7 @@ def rollout_confirm_view(request, application, environment, rollout_id):
 def _confirmed(rollout) -> str:
     if rollout.state == "completed":
         return f"confirmed and completed: #{rollout.snapshot.number} is active"
-    return f"confirmed: wave {rollout.current_wave} has it now"
+    return f"confirmed: {rollout_rules.wave_name(rollout.current_wave)} has it now"
 
 
 @_signed_in_action

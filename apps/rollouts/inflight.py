@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.fleet.models import Agent, Deployment
 from apps.fleet.services import pins_set
+from apps.rollouts import rules
 from apps.rollouts.models import Rollout, RolloutTarget
 from apps.rollouts.targets import wave_activate
 
@@ -83,6 +84,6 @@ def wave_stop_reason(rollout: Rollout) -> str | None:
     failed = wave_failures(rollout, rollout.current_wave)
     if failed < limit:
         return None
-    return (f"wave {rollout.current_wave + 1} stopped after {failed} failure(s) "
+    return (f"{rules.wave_name(rollout.current_wave)} stopped after {failed} failure(s) "
             f"(max_failures {limit})")
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from apps.audit.models import Action
 from apps.core.errors import Conflict
 from apps.environments.models import Environment
+from apps.rollouts import rules
 from apps.rollouts.models import Rollout
 from apps.rollouts.services import locked_rollout, transition
 
@@ -47,8 +48,8 @@ def rollout_resume(*, rollout: Rollout, expected_version: int, actor) -> Rollout
     with transaction.atomic():
         locked = _locked(rollout, expected_version, Rollout.State.PAUSED, "resumed")
         transition(locked, actor, Action.ROLLOUT_RESUME,
-                   f"Rollout {locked.pk} resumed at wave {locked.current_wave + 1} of "
-                   f"{len(locked.waves)}", state=Rollout.State.RUNNING, reason="",
-                   wave_started_at=timezone.now())
+                   f"Rollout {locked.pk} resumed at "
+                   f"{rules.wave_name(locked.current_wave, len(locked.waves))}",
+                   state=Rollout.State.RUNNING, reason="", wave_started_at=timezone.now())
     logger.info("rollout %s resumed", locked.pk)
     return locked

@@ -67,7 +67,7 @@ def _drive(rollout: Rollout) -> str:
     if waited > timedelta(seconds=rollout.wave_timeout_s):
         blockers = rules.describe(
             evidence.blockers(order=("waiting", "changed", "released", "failed")))
-        reason = (f"wave {rollout.current_wave + 1} not acknowledged within "
+        reason = (f"{rules.wave_name(rollout.current_wave)} not acknowledged within "
                   f"{rollout.wave_timeout_s}s ({blockers or 'waiting for a gate'})")
         transition(rollout, None, Action.ROLLOUT_PAUSE,
                     f"Rollout {rollout.pk} paused: {reason}",

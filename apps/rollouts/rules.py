@@ -11,7 +11,7 @@
 - `nothing_to_roll_out` says when a rollout could never finish: every target
   already runs the snapshot.
 - `shown_reason` is a rollout's reason as shown, the scheduler's absence first;
-  `failure_reason` why an automatic rollback happened.
+  `failure_reason` why an automatic rollback happened; `wave_name` a wave's name.
 """
 
 import math
@@ -192,3 +192,11 @@ def failure_reason(threshold: int, failed: int, first: dict | None) -> str:
         message = message[:FAILURE_SHOWN_CHARACTERS - 1] + "…"
     reason += f"; {first['agent']}: {message}"
     return reason + (f" (and {failed - 1} more)" if failed > 1 else "")
+
+
+def wave_name(index: int, waves: int | None = None) -> str:
+    """A wave's name wherever one is shown (the panel, the audit log, reasons, the
+    CLI): the canaries are wave 0, then wave 1, 2, ...; with `waves` (how many
+    there are), "of" the last one's number."""
+    name = "the canaries" if index == 0 else f"wave {index}"
+    return f"{name} of {waves - 1}" if waves and index else name

@@ -228,8 +228,8 @@ def advance(rollout: Rollout, actor, why: str, evidence: WaveEvidence | None = N
     rollout.current_wave = wave
     count = inflight.wave_open(rollout, wave)
     transition(rollout, actor, Action.ROLLOUT_ADVANCE,
-                f"Wave {wave + 1} of {len(rollout.waves)} ({count} agent(s)) of rollout "
-                f"{rollout.pk}: {why}", current_wave=wave, wave_started_at=timezone.now(),
+                f"Rollout {rollout.pk} at {rules.wave_name(wave, len(rollout.waves))} "
+                f"({count} agent(s)): {why}", current_wave=wave, wave_started_at=timezone.now(),
                 state=Rollout.State.RUNNING, reason="")
     announce("rollout.wave_advanced", environment_id=rollout.environment_id,
              rollout=rollout.pk, snapshot=rollout.snapshot.number, wave=wave,

@@ -37,7 +37,7 @@ def test_wait_exits_0_when_the_rollout_completes(live):
     assert (rollout["state"], rollout["snapshot"]) == ("completed", 2)  # the newest
     assert [(w["targets"], w["acknowledged"]) for w in rollout["waves"]] == [(1, 1), (1, 1)]
     # Progress went to stderr as plain lines (not a terminal), stdout is the document.
-    assert "canaries (auto): activated 1/1" in result.stderr
+    assert "the canaries (auto): activated 1/1" in result.stderr
 
     agents = live.wait_agents_at(["canary-1", "web-1"], 2)
     assert {a["status"]["sync"] for a in agents.values()} == {"in_sync"}

@@ -150,7 +150,7 @@ RUNNING = {"id": 7, "environment": "shop/prod", "snapshot": 2, "state": "running
 
 def test_wave_rows_of_a_running_rollout():
     rows = [(r.label, r.activated, r.acknowledged, r.failed) for r in wave_rows(RUNNING)]
-    assert rows == [("canaries", 2, 2, 0), ("wave 1", 5, 2, 1), ("wave 2", 0, 0, 0)]
+    assert rows == [("the canaries", 2, 2, 0), ("wave 1", 5, 2, 1), ("wave 2", 0, 0, 0)]
 
 
 def test_a_running_waves_counts_are_the_servers_not_the_names_it_lists():
@@ -174,7 +174,7 @@ def test_follow_names_each_manual_gate_once_when_its_wave_is_acknowledged():
 
     assert script.notes == [
         f"{name}: acknowledged, waiting for a confirm: bellwether rollout confirm 7"
-        for name in ("canaries", "wave 1", "wave 2")]
+        for name in ("the canaries", "wave 1", "wave 2")]
 
 
 def test_wave_rows_of_a_finished_rollout_are_the_counts_it_kept():

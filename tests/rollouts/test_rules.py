@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from apps.rollouts import rules
 from apps.rollouts.rules import (
     BLOCKER_REASONS,
     WaveEvidence,
@@ -17,6 +18,7 @@ from apps.rollouts.rules import (
     wave_sizes,
     wave_specs_problem,
 )
+from cli.progress import wave_label
 
 
 @pytest.mark.parametrize(("total", "canaries", "waves", "sizes"), [
@@ -118,3 +120,13 @@ def _runs(number, checksum="sha256:a"):
 ])
 def test_nothing_to_roll_out_when_every_target_runs_the_exact_snapshot(targets, nothing):
     assert nothing_to_roll_out(5, "sha256:a", targets) is nothing
+
+
+def test_one_wave_numbering_everywhere():
+    """The panel's list, the audit log, reasons and the CLI name waves alike: the
+    canaries are wave 0 (cli/progress.wave_label says the same on its side)."""
+    assert [rules.wave_name(i) for i in range(3)] == ["the canaries", "wave 1", "wave 2"]
+    assert [rules.wave_name(i, 3) for i in range(3)] == [
+        "the canaries", "wave 1 of 2", "wave 2 of 2"]
+    assert all(wave_label(i, n) == rules.wave_name(i, n) for n in (None, 1, 3, 9)
+               for i in range(9))
