@@ -28,6 +28,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 
 ## run: install, migrate, load the demo and serve everything on 127.0.0.1:$(PORT) (embedded mode)
 run: $(VENV)/.installed
+	@# A port in use (another make run?) stops here, before the database is touched.
+	@$(BIN)/python -c 'import socket, sys; socket.create_server(("127.0.0.1", int(sys.argv[1]))).close()' \
+		$(PORT) 2>/dev/null || { echo "make run: 127.0.0.1:$(PORT) is in use (another make run?); \
+	choose another port: make run PORT=8001" >&2; exit 1; }
 	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py migrate --noinput
 	DATABASE_URL= REDIS_URL= PORT=$(PORT) $(BIN)/python manage.py load_demo
 	DATABASE_URL= REDIS_URL= $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
