@@ -41,6 +41,7 @@ def rollout_new(request, application, environment):
                "agents": selectors.canary_choices(env),
                "strategies": list(strategies_for(env))}
     context = _page_context(request, env)
+    context["nothing_to_roll_out"] = not choices["snapshots"]
     if request.method == "GET":
         # ?snapshot=N: the snapshot a publish just stored (chosen when offered).
         context["form"] = forms.RolloutForm(**choices, chosen=request.GET.get("snapshot"))

@@ -1257,6 +1257,14 @@ def test_rollout_form_offers_ready_snapshots_and_enabled_agents(candidate, nodes
                                                                   str(nodes[1].pk)]
 
 
+def test_the_rollout_form_says_when_there_is_nothing_to_roll_out(second, nodes, as_deployer):
+    html = text(as_deployer.get(url("rollout-new")))
+
+    assert re.search(r'id="nothing-to-roll-out">Nothing to roll out: <span class="snap">#2</span> '
+                     r"is active and no newer snapshot is ready\. Publish a change first", html)
+    assert "<form" not in html.split("<main>")[1]  # no empty form to fill in
+
+
 def test_starting_a_rollout_with_chosen_canaries(candidate, nodes, as_deployer, deployer):
     response = as_deployer.post(url("rollout-new"), {
         "snapshot": "3", "canary": [nodes[0].pk, nodes[2].pk], "waves": "50, 100",
