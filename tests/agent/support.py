@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -402,9 +403,17 @@ def wait_until(condition, *, timeout: float = 30.0, what: str = "a condition") -
         time.sleep(0.02)
 
 
+def _default_signals() -> None:
+    """SIGINT as a service manager leaves it: a suite started in the background (nohup,
+    `make test &`) ignores it, and the agent, rightly, keeps ignoring what its parent
+    ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class AgentProcess:
     """`python -m agent` in the background, in a session of its own (as a service
-    manager starts it), its stdout and stderr in files under `root`."""
+    manager starts it, its signals at their defaults), its stdout and stderr in files
+    under `root`."""
 
     def __init__(self, args, root: Path, *, umask: int | None = None):
         self.root = Path(root)
@@ -413,7 +422,7 @@ class AgentProcess:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "agent", *args], cwd=REPO_ROOT, env=agent_env(),
-                stdout=out, stderr=err, start_new_session=True,
+                stdout=out, stderr=err, start_new_session=True, preexec_fn=_default_signals,
                 **({} if umask is None else {"umask": umask}))
         self.pid = self.process.pid
 
