@@ -207,10 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
-            "2 bad configuration (or enrollment refused, or another agent holds the state "
-            "directory); 3 the server refused the token; 4 the server is unreachable or "
-            "failing (with --once); 5 an unexpected error; 130, 143 stopped by SIGINT, "
-            "SIGTERM (the running command's process group is ended too). "
+            "2 bad configuration (a token of the wrong kind included, or enrollment "
+            "refused, or another agent holds the state directory); 3 the server refused "
+            "the token; with --once: 4 the server is unreachable or failing, 5 an "
+            "unexpected error, 6 the desired snapshot is blocked (it failed here; a new "
+            "snapshot or a push of it retries), 7 no snapshot is desired yet; 130, 143 "
+            "stopped by SIGINT, SIGTERM (the running command's process group is ended too). "
             "Secrets: only the placeholders the bundle's secrets manifest lists are "
             "resolved (env:NAME and file:/path references), within --secret-allow."
         ),

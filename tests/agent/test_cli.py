@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from agent.config import OPTIONS
-from agent.runner import EXIT_CONFIG, EXIT_OK, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE
+from agent.runner import (
+    EXIT_BLOCKED,
+    EXIT_CONFIG,
+    EXIT_NOTHING_DESIRED,
+    EXIT_OK,
+    EXIT_UNAUTHORIZED,
+    EXIT_UNREACHABLE,
+)
 from tests.agent.support import (
     REPO_ROOT,
     ProtocolServer,
@@ -53,6 +60,7 @@ def test_help_exits_0_and_explains_every_option_and_the_exit_codes():
         assert flag in text
     for meaning in ("0 in sync or applied", "1 the snapshot failed", "2 bad configuration",
                     "3 the server refused the token", "4 the server is unreachable",
+                    "6 the desired snapshot is blocked", "7 no snapshot is desired yet",
                     "130, 143 stopped by SIGINT, SIGTERM"):
         assert meaning in text
     assert "BELLWETHER_" in text
@@ -187,6 +195,7 @@ def test_token_file_authenticates_without_the_token_on_argv(host, server, tmp_pa
     token_file = tmp_path / "token"
     token_file.write_text(server.token + "\n")
     token_file.chmod(0o600)
+    server.publish(make_bundle(1, V1))
 
     result = once(host, server.url, "--token-file", str(token_file))
 
@@ -196,6 +205,7 @@ def test_token_file_authenticates_without_the_token_on_argv(host, server, tmp_pa
 
 
 def test_bellwether_token_variable_authenticates(host, server):
+    server.publish(make_bundle(1, V1))
     result = python_m_agent("--once", "--server", server.url, "--target-dir", str(host.target),
                             "--state-dir", str(host.state_dir), BELLWETHER_TOKEN=server.token)
 
@@ -307,6 +317,33 @@ def test_once_says_applied_then_in_sync_then_failed(host, server):
     assert failed.returncode == 1
     assert failed.stdout.startswith("web-9: warning: #2 failed (validate exited 1)")
     assert " web-9 agent " in failed.stderr  # every log line names the agent
+
+
+def test_once_exits_6_for_a_blocked_snapshot_and_says_a_push_retries_it(host, server):
+    server.publish(make_bundle(1, V1))
+    assert once(host, server.url, "--token", server.token).returncode == EXIT_OK
+    server.publish(make_bundle(2, V2))
+    failed = once(host, server.url, "--token", server.token, "--validate-command", "false")
+    unchanged = once(host, server.url, "--token", server.token)  # a 304
+    server.desired = dict(server.desired, poll_interval_s=11)  # a 200, still #2
+    answered = once(host, server.url, "--token", server.token)
+
+    assert failed.returncode == 1, failed.stderr
+    for result in (unchanged, answered):
+        assert result.returncode == EXIT_BLOCKED, result.stderr
+        assert "#2 is blocked after it failed here" in result.stdout
+        assert ("an operator pushes #2 again (POST /api/v1/environments/<app>/<env>/"
+                "snapshots/2/deploy) to retry it") in result.stdout
+    assert text_tree(host.target) == V1
+
+
+def test_once_exits_7_when_no_snapshot_is_desired_yet(host, server):
+    answered = once(host, server.url, "--token", server.token, "--name", "web-9")
+    unchanged = once(host, server.url, "--token", server.token, "--name", "web-9")  # a 304
+
+    for result in (answered, unchanged):
+        assert result.returncode == EXIT_NOTHING_DESIRED, result.stderr
+        assert result.stdout == "web-9: nothing to apply: no snapshot desired yet\n"
 
 
 def test_once_says_when_the_server_is_unreachable(host):
