@@ -130,6 +130,44 @@ def test_enrollment_against_an_unreachable_server_exits_4(host):
     assert result.returncode == EXIT_UNREACHABLE
 
 
+MISPLACED_TOKENS = {
+    "api token as enrollment token": (
+        ["--enrollment-token", "bwu_0123456789ab.secret"], {},
+        "--enrollment-token is an API token (bwu_…), not an enrollment token"),
+    "agent token as enrollment token": (
+        ["--enrollment-token", "bwa_0123456789ab.secret"], {},
+        "--enrollment-token is an agent token (bwa_…), not an enrollment token"),
+    "enrollment token as --token": (
+        ["--token", "bwe_0123456789ab.secret"], {},
+        "--token (or BELLWETHER_TOKEN) holds an enrollment token (bwe_…), not an agent token"),
+    "enrollment token in BELLWETHER_TOKEN": (
+        [], {"BELLWETHER_TOKEN": "bwe_0123456789ab.secret"},
+        "--token (or BELLWETHER_TOKEN) holds an enrollment token (bwe_…)"),
+    "api token in a token file": (
+        ["--token-file", "TOKEN_FILE"], {},
+        "--token-file holds an API token (bwu_…), not an agent token"),
+}
+
+
+@pytest.mark.parametrize("case", MISPLACED_TOKENS)
+def test_a_token_of_the_wrong_kind_exits_2_saying_what_it_is_before_sending(
+        case, host, server, tmp_path):
+    args, env, expected = MISPLACED_TOKENS[case]
+    token_file = tmp_path / "token"
+    token_file.write_text("bwu_0123456789ab.secret\n")
+    args = [str(token_file) if a == "TOKEN_FILE" else a for a in args]
+
+    result = python_m_agent("--once", "--server", server.url, "--target-dir",
+                            str(host.target), "--state-dir", str(host.state_dir), *args, **env)
+
+    assert result.returncode == EXIT_CONFIG, result.stderr
+    assert expected in result.stderr
+    if "bwu_" in expected and "enrollment-token" in expected:
+        assert "manage.py enrollment_token create <app>/<env>" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert server.requests == []
+
+
 def test_a_revoked_token_exits_3(host, server):
     result = once(host, server.url, "--token", "bwa_revoked")
 
