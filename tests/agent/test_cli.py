@@ -24,6 +24,7 @@ from agent.runner import (
 )
 from tests.agent.support import (
     REPO_ROOT,
+    AgentProcess,
     ProtocolServer,
     agent_env,
     apply_in_a_process,
@@ -33,6 +34,7 @@ from tests.agent.support import (
     runs,
     temp_files,
     text_tree,
+    wait_until,
 )
 
 V1 = {"nginx.conf": "worker_processes 2;\n", "old-only.conf": "only in #1\n"}
@@ -128,6 +130,33 @@ def test_enrollment_against_an_unreachable_server_exits_4(host):
     result = once(host, f"http://127.0.0.1:{closed_port()}", "--enrollment-token", "bwe_x")
 
     assert result.returncode == EXIT_UNREACHABLE
+
+
+def test_first_start_against_a_dead_url_keeps_retrying_then_enrolls(host, tmp_path):
+    """Without --once a server that does not answer yet is asked again with backoff,
+    each failure logged, until it answers: a service must not exit 4 at boot."""
+    port = closed_port()
+    agent = AgentProcess(["--server", f"http://127.0.0.1:{port}", "--target-dir",
+                          str(host.target), "--state-dir", str(host.state_dir),
+                          "--enrollment-token", ProtocolServer.ENROLLMENT_TOKEN,
+                          "--name", "web-1"], tmp_path)
+    server = ProtocolServer()
+    try:
+        wait_until(lambda: agent.log().count("enrollment failed") >= 2
+                   or agent.process.poll() is not None, what="two failed enrollments")
+        assert agent.process.poll() is None, agent.log()
+        assert "retrying in" in agent.log()
+        server.port = port
+        server.start()
+        server.publish(make_bundle(1, V1))
+        wait_until(lambda: text_tree(host.target) == V1 or agent.process.poll() is not None,
+                   what="the snapshot applied")
+        assert agent.process.poll() is None, agent.log()
+        assert server.enrolled and "enrolled as web-1" in agent.log()
+    finally:
+        agent.process.terminate()
+        agent.wait()
+        server.stop()
 
 
 MISPLACED_TOKENS = {
