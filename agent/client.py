@@ -108,7 +108,8 @@ def _answers_tls(host: str, port: int) -> bool:
 def _scheme_mismatch(server: str, exc: BaseException) -> str | None:
     """What to say when `server`'s scheme is not what its port speaks: https:// to a
     plain-HTTP server (the handshake failed or timed out), http:// to a TLS port
-    (the connection closed or answered with no HTTP status line); else None."""
+    (the connection closed, answered with no HTTP status line, or with a 400 not
+    in the API's error envelope); else None."""
     parsed = urllib.parse.urlsplit(server)
     reason = getattr(exc, "reason", exc)
     host = parsed.hostname or ""
@@ -117,8 +118,8 @@ def _scheme_mismatch(server: str, exc: BaseException) -> str | None:
         if _answers_plain_http(host, port):
             return (f"{server}: the server at {parsed.netloc} answered plain HTTP: use "
                     f"http://{parsed.netloc} or put TLS in front of it")
-    if parsed.scheme == "http" and isinstance(reason, (
-            http.client.BadStatusLine, ConnectionResetError)):
+    if parsed.scheme == "http" and (isinstance(exc, urllib.error.HTTPError) or isinstance(
+            reason, (http.client.BadStatusLine, ConnectionResetError))):
         port = parsed.port or 80
         if _answers_tls(host, port):
             return (f"{server}: the server at {parsed.netloc} speaks TLS: use "
@@ -246,6 +247,10 @@ class Client:
                 code, message = error["code"], error["message"]
             except (ValueError, KeyError, TypeError):
                 code, message = "http_error", raw[:200].decode("utf-8", "replace")
+                # nginx, Go and others answer plain HTTP on a TLS port with a 400.
+                mismatch = _scheme_mismatch(server, exc) if exc.code == 400 else None
+                if mismatch:
+                    raise Unreachable(mismatch) from None
             cls = Unauthorized if exc.code == 401 else ProtocolError
             raise cls(exc.code, code, message) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:

@@ -109,11 +109,23 @@ def certificate(tmp_path) -> tuple:
     return str(cert), str(key)
 
 
-def test_http_to_a_tls_port_says_so(host, servers, certificate):
+PLAIN_ON_TLS_PORT = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n"
+                     b"Content-Length: 45\r\nConnection: close\r\n\r\n"
+                     b"The plain HTTP request was sent to HTTPS port")
+
+
+@pytest.mark.parametrize("plain_requests", ["are reset", "get a 400 page"])
+def test_http_to_a_tls_port_says_so(plain_requests, host, servers, certificate):
+    """A TLS port resets a plain request (Python, OpenSSL's s_server) or, as nginx
+    does, answers it with a 400 page of its own."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*certificate)
 
     def speaks_tls(connection):
+        if plain_requests == "get a 400 page" and connection.recv(1, socket.MSG_PEEK) != b"\x16":
+            connection.recv(4096)
+            connection.sendall(PLAIN_ON_TLS_PORT)
+            return
         with context.wrap_socket(connection, server_side=True) as tls:
             tls.recv(4096)
             tls.sendall(NOT_FOUND)
