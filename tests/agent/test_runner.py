@@ -208,6 +208,22 @@ def test_a_failed_snapshot_is_blocked_until_the_desired_snapshot_changes(host, s
     assert host.load_state().blocked is None
 
 
+def test_a_failed_push_answered_again_is_blocked_not_in_sync(host, server):
+    server.publish(make_bundle(1, V1))
+    agent = host.agent(server.url)
+    agent.run_once()
+    server.publish(make_bundle(2, BROKEN), deployment_id=PUSH_ID)
+    agent = host.agent(server.url, validate=rejects_broken(host.tmp_path))
+
+    assert agent.run_once() == EXIT_APPLY_FAILED
+    change_etag_only(server)  # the same push, answered again
+    assert agent.run_once() == EXIT_BLOCKED
+
+    assert f"push {PUSH_ID} was already applied" in agent.summary
+    assert "an operator pushes #2 again" in agent.summary
+    assert text_tree(host.target) == V1
+
+
 def test_a_blocked_number_is_retried_when_its_checksum_changes(host, server):
     server.publish(make_bundle(1, V1))
     agent = host.agent(server.url, validate=rejects_broken(host.tmp_path))
