@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from agent import config as agent_config
 from agent import stopping
@@ -15,10 +16,28 @@ from agent.runner import (
     EXIT_UNAUTHORIZED,
     EXIT_UNREACHABLE,
     Agent,
+    backoff,
 )
 from agent.state import Identity, InUse, State, StateLock, state_path
 
 logger = logging.getLogger("agent")
+
+
+def _token_retrying(config, client: Client, identity: Identity, sleep=time.sleep) -> str:
+    """_token; a server that does not answer or fails (5xx, 429) is asked again with
+    backoff, each failure logged, as the poll loop does, unless --once (raised)."""
+    failures = 0
+    while True:
+        try:
+            return _token(config, client, identity)
+        except (Unreachable, ProtocolError) as exc:
+            refused = isinstance(exc, ProtocolError) and exc.status < 500 and exc.status != 429
+            if refused or config.once:
+                raise
+            failures += 1
+            delay = backoff(failures)
+            logger.warning("enrollment failed (%s); retrying in %.0fs", exc, delay)
+            sleep(delay)
 
 
 def _token(config, client: Client, identity: Identity) -> str:
@@ -150,7 +169,7 @@ def _poll(config, client: Client, applier: Applier, state: State, identity: Iden
     if recovered:
         logger.warning(recovered)
     try:
-        client.token = _token(config, client, identity)
+        client.token = _token_retrying(config, client, identity)
     except agent_config.ConfigError as exc:
         logger.error("%s", exc)
         return EXIT_CONFIG

@@ -9,6 +9,7 @@ import socket
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 
@@ -20,6 +21,12 @@ MAX_INFLATED_BYTES = 256 * 1024 * 1024
 # A server that timed out is not asked first again for this long: a silent server
 # then costs one timeout per this period instead of one per poll.
 TIMED_OUT_REST_S = 60.0
+# A TLS server answers a ClientHello at once; a plain-HTTP server may wait for the
+# end of a request line that never comes. The handshake gets this long, not the
+# request's whole timeout, and a probe then says which it was.
+HANDSHAKE_TIMEOUT_S = 10.0
+# How long a probe of the other scheme (after a failed handshake or exchange) waits.
+PROBE_TIMEOUT_S = 3.0
 logger = logging.getLogger("agent.client")
 
 
@@ -44,9 +51,86 @@ class Unreachable(Exception):
         self.timed_out = timed_out
 
 
+class _HandshakeFailed(OSError):
+    """The TLS handshake failed or timed out (a certificate refused is not this)."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(f"TLS handshake: {cause}")
+        self.timed_out = isinstance(cause, (socket.timeout, TimeoutError))
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    """http.client's HTTPS connection with the handshake bounded apart."""
+
+    def connect(self):
+        http.client.HTTPConnection.connect(self)  # TCP, through a proxy's tunnel if any
+        timeout = self.sock.gettimeout()
+        self.sock.settimeout(HANDSHAKE_TIMEOUT_S if timeout is None
+                             else min(timeout, HANDSHAKE_TIMEOUT_S))
+        try:
+            self.sock = self._context.wrap_socket(
+                self.sock, server_hostname=self._tunnel_host or self.host)
+        except ssl.SSLCertVerificationError:
+            raise
+        except OSError as exc:  # ssl.SSLError, a timeout, a reset
+            raise _HandshakeFailed(exc) from exc
+        self.sock.settimeout(timeout)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_HTTPSConnection, req, context=self._context)
+
+
+def _answers_plain_http(host: str, port: int) -> bool:
+    """Whether host:port answers a plain HTTP request with an HTTP status line."""
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock:
+            sock.sendall(f"HEAD / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode("ascii", "replace"))
+            return sock.recv(5) == b"HTTP/"
+    except OSError:
+        return False
+
+
+def _answers_tls(host: str, port: int) -> bool:
+    """Whether host:port completes a TLS handshake (its certificate not checked:
+    only which protocol it speaks is asked)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock, \
+                context.wrap_socket(sock, server_hostname=host):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _scheme_mismatch(server: str, exc: BaseException) -> str | None:
+    """What to say when `server`'s scheme is not what its port speaks: https:// to a
+    plain-HTTP server (the handshake failed or timed out), http:// to a TLS port
+    (the connection closed, answered with no HTTP status line, or with a 400 not
+    in the API's error envelope); else None."""
+    parsed = urllib.parse.urlsplit(server)
+    reason = getattr(exc, "reason", exc)
+    host = parsed.hostname or ""
+    if parsed.scheme == "https" and isinstance(reason, _HandshakeFailed):
+        port = parsed.port or 443
+        if _answers_plain_http(host, port):
+            return (f"{server}: the server at {parsed.netloc} answered plain HTTP: use "
+                    f"http://{parsed.netloc} or put TLS in front of it")
+    if parsed.scheme == "http" and (isinstance(exc, urllib.error.HTTPError) or isinstance(
+            reason, (http.client.BadStatusLine, ConnectionResetError))):
+        port = parsed.port or 80
+        if _answers_tls(host, port):
+            return (f"{server}: the server at {parsed.netloc} speaks TLS: use "
+                    f"https://{parsed.netloc}")
+    return None
+
+
 def _timed_out(exc: BaseException) -> bool:
     reason = getattr(exc, "reason", exc)
-    return isinstance(reason, (socket.timeout, TimeoutError))
+    return isinstance(reason, (socket.timeout, TimeoutError)) or getattr(reason, "timed_out",
+                                                                         False)
 
 
 def _inflated(server: str, body: bytes) -> bytes:
@@ -89,7 +173,8 @@ class Client:
         self.current = 0
         self.token = token
         self.timeout = timeout
-        self.context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
+        self.context = ssl.create_default_context(cafile=ca_bundle)
+        self.opener = urllib.request.build_opener(_HTTPSHandler(context=self.context))
         self.clock = clock
         self.resting_until: dict[int, float] = {}  # server index -> clock time
         # Seconds the server may hold a poll (its Bellwether-Long-Poll header on the
@@ -148,8 +233,7 @@ class Client:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout,
-                                        context=self.context) as response:
+            with self.opener.open(request, timeout=timeout or self.timeout) as response:
                 body = response.read()
                 if response.headers.get("Content-Encoding", "").lower() == "gzip":
                     body = _inflated(server, body)
@@ -163,9 +247,16 @@ class Client:
                 code, message = error["code"], error["message"]
             except (ValueError, KeyError, TypeError):
                 code, message = "http_error", raw[:200].decode("utf-8", "replace")
+                # nginx, Go and others answer plain HTTP on a TLS port with a 400.
+                mismatch = _scheme_mismatch(server, exc) if exc.code == 400 else None
+                if mismatch:
+                    raise Unreachable(mismatch) from None
             cls = Unauthorized if exc.code == 401 else ProtocolError
             raise cls(exc.code, code, message) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            mismatch = _scheme_mismatch(server, exc)
+            if mismatch:
+                raise Unreachable(mismatch) from None
             raise Unreachable(f"{server}: {getattr(exc, 'reason', exc)!r}",
                               timed_out=_timed_out(exc)) from None
 

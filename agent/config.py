@@ -147,6 +147,35 @@ def _token_from(values: dict):
     return token
 
 
+# The server's token prefixes (apps/fleet/enrollment.py, apps/tenancy/authentication.py):
+# the agent is a package of its own and cannot import them.
+AGENT_TOKEN_PREFIX, ENROLLMENT_TOKEN_PREFIX, USER_TOKEN_PREFIX = "bwa_", "bwe_", "bwu_"
+CREATE_ENROLLMENT_TOKEN = ("create one with `manage.py enrollment_token create <app>/<env>` "
+                           "(or POST /api/v1/environments/<app>/<env>/enrollment-tokens)")
+
+
+def _check_token_kinds(values: dict, *, where: str) -> None:
+    """A token of the wrong kind (by its prefix) exits 2 before anything is sent,
+    saying what it is: the server could only answer that it does not know it."""
+    token, enrollment = values.get("token") or "", values.get("enrollment_token") or ""
+    if token.startswith(ENROLLMENT_TOKEN_PREFIX):
+        raise ConfigError(f"{where} holds an enrollment token ({ENROLLMENT_TOKEN_PREFIX}…), "
+                          "not an agent token: give it with --enrollment-token (or "
+                          "BELLWETHER_ENROLLMENT_TOKEN) to enroll")
+    if token.startswith(USER_TOKEN_PREFIX):
+        raise ConfigError(f"{where} holds an API token ({USER_TOKEN_PREFIX}…), not an agent "
+                          "token: an agent gets its token by enrolling with an enrollment "
+                          f"token; {CREATE_ENROLLMENT_TOKEN}")
+    if enrollment.startswith(USER_TOKEN_PREFIX):
+        raise ConfigError(f"--enrollment-token is an API token ({USER_TOKEN_PREFIX}…), not an "
+                          f"enrollment token ({ENROLLMENT_TOKEN_PREFIX}…); "
+                          f"{CREATE_ENROLLMENT_TOKEN}")
+    if enrollment.startswith(AGENT_TOKEN_PREFIX):
+        raise ConfigError(f"--enrollment-token is an agent token ({AGENT_TOKEN_PREFIX}…), not "
+                          f"an enrollment token ({ENROLLMENT_TOKEN_PREFIX}…): give it with "
+                          "--token, --token-file or BELLWETHER_TOKEN")
+
+
 def program_name() -> str:
     """How the agent was invoked: `bellwether-agent` (the installed command) or
     `python -m agent`."""
@@ -207,10 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Exit codes: 0 in sync or applied; 1 the snapshot failed (restored or fallback); "
-            "2 bad configuration (or enrollment refused, or another agent holds the state "
-            "directory); 3 the server refused the token; 4 the server is unreachable or "
-            "failing (with --once); 5 an unexpected error; 130, 143 stopped by SIGINT, "
-            "SIGTERM (the running command's process group is ended too). "
+            "2 bad configuration (a token of the wrong kind included, or enrollment "
+            "refused, or another agent holds the state directory); 3 the server refused "
+            "the token; with --once: 4 the server is unreachable or failing, 5 an "
+            "unexpected error, 6 the desired snapshot is blocked (it failed here; a new "
+            "snapshot or a push of it retries), 7 no snapshot is desired yet; 130, 143 "
+            "stopped by SIGINT, SIGTERM (the running command's process group is ended too). "
             "Secrets: only the placeholders the bundle's secrets manifest lists are "
             "resolved (env:NAME and file:/path references), within --secret-allow."
         ),
@@ -265,7 +296,9 @@ def load(argv=None, environ=None) -> Config:
             values["target_dir"], values.get("name") or host_name())
     values["labels"] = parse_labels(values.get("labels"))
     _check_apart(values["target_dir"], values["state_dir"])
+    token_source = "--token (or BELLWETHER_TOKEN)" if values.get("token") else "--token-file"
     values["token"] = _token_from(values)
+    _check_token_kinds(values, where=token_source)
     values["secret_allow"] = _list(values.get("secret_allow")) or None
     values["command_env"] = tuple(_list(values.get("command_env")))
     _health(values)

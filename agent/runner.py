@@ -23,8 +23,23 @@ logger = logging.getLogger("agent")
 
 EXIT_OK, EXIT_APPLY_FAILED, EXIT_CONFIG, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 EXIT_ERROR = 5  # an unexpected error in the agent itself
+# --once only: the server answered, nothing was applied, and the host is not at the
+# desired snapshot: it failed here before and is blocked; or nothing is desired yet.
+EXIT_BLOCKED, EXIT_NOTHING_DESIRED = 6, 7
 DEFAULT_INTERVAL = 30.0
 MAX_BACKOFF = 300.0
+
+
+def backoff(failures: int, rng=random.random) -> float:
+    """Seconds to wait after `failures` failures in a row: exponential, jittered."""
+    return min(MAX_BACKOFF, 2.0 ** failures) * (0.5 + 0.5 * rng())
+
+
+def blocked_message(number) -> str:
+    """What a blocked snapshot waits for, and how an operator retries it."""
+    return (f"#{number} is blocked after it failed here: it is not applied again until "
+            f"another snapshot is desired, or an operator pushes #{number} again (POST "
+            f"/api/v1/environments/<app>/<env>/snapshots/{number}/deploy) to retry it")
 
 
 class Agent:
@@ -40,8 +55,10 @@ class Agent:
         self.rng = rng
         self.clock = clock
         self.last_status: int | None = None
-        # What the last cycle did, in a few words (--once prints it).
+        # What the last cycle did, in a few words (--once prints it), and the exit
+        # code it means when nothing was applied (EXIT_OK: in sync).
         self.summary = ""
+        self.settled = EXIT_OK
         self.watch = Watch(client=client, applier=applier, persist=self._persist)
 
     def _persist(self) -> None:
@@ -81,6 +98,7 @@ class Agent:
     def cycle(self, wait: int | None = None) -> Outcome | None:
         """Poll once (held up to `wait` seconds by a long-polling server) and act.
         Returns the apply outcome, or None if nothing was applied."""
+        self.settled = EXIT_OK
         self.flush_unsent()
         status, etag, desired = self.client.desired(self.state.etag, wait)
         self.last_status = status
@@ -103,6 +121,7 @@ class Agent:
         if snapshot is None:
             logger.info("no snapshot desired yet")
             self.summary = "nothing to apply: no snapshot desired yet"
+            self.settled = EXIT_NOTHING_DESIRED
             return None
         number, checksum = snapshot["number"], snapshot["checksum"]
         state = self.state
@@ -113,6 +132,9 @@ class Agent:
             logger.info("push %s was already applied; sending its report again", deployment_id)
             self._send(state.processed_deployments[deployment_id])
             self.summary = f"push {deployment_id} was already applied; report sent again"
+            if state.is_blocked(number, checksum):  # it failed: the host is not at #number
+                self.summary += "; " + blocked_message(number)
+                self.settled = EXIT_BLOCKED
             return None
         if not deployment_id and (number, checksum) == (state.active_number,
                                                          state.active_checksum):
@@ -120,8 +142,9 @@ class Agent:
             self.summary = self._in_sync_summary()
             return None
         if state.is_blocked(number, checksum) and not deployment_id:
-            logger.info("#%s is blocked after a failure; waiting for a new snapshot", number)
-            self.summary = f"#{number} is blocked after a failure; waiting for a new snapshot"
+            logger.info("%s", blocked_message(number))
+            self.summary = blocked_message(number)
+            self.settled = EXIT_BLOCKED
             return None
         # A new push of a blocked snapshot is an operator's explicit retry.
 
@@ -154,10 +177,11 @@ class Agent:
 
     def _in_sync_summary(self) -> str:
         if self.state.blocked:  # unchanged since it failed (a 304)
-            return (f"#{self.state.blocked['number']} is blocked after a failure; waiting "
-                    "for a new snapshot")
-        if self.state.active_number is None:
-            return "in sync: nothing applied yet"
+            self.settled = EXIT_BLOCKED
+            return blocked_message(self.state.blocked["number"])
+        if self.state.active_number is None:  # unchanged since nothing was desired
+            self.settled = EXIT_NOTHING_DESIRED
+            return "nothing to apply: no snapshot desired yet"
         return f"in sync at #{self.state.active_number}"
 
     # --- the loop ---------------------------------------------------------------
@@ -205,7 +229,7 @@ class Agent:
             self.sleep(delay)
 
     def _backoff(self, failures: int) -> float:
-        return min(MAX_BACKOFF, 2.0 ** failures) * (0.5 + 0.5 * self.rng())
+        return backoff(failures, self.rng)
 
     def run_once(self) -> int:
         try:
@@ -225,6 +249,6 @@ class Agent:
             logger.exception("unexpected error")
             self.summary = f"failed: unexpected error: {exc!r}"
             return EXIT_ERROR
-        if outcome is not None and outcome.status != SUCCEEDED:
-            return EXIT_APPLY_FAILED
-        return EXIT_OK
+        if outcome is not None:
+            return EXIT_OK if outcome.status == SUCCEEDED else EXIT_APPLY_FAILED
+        return self.settled

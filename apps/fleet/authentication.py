@@ -7,7 +7,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from apps.core import tokens
-from apps.fleet.enrollment import AGENT_TOKEN_PREFIX
+from apps.fleet.enrollment import AGENT_TOKEN_PREFIX, misplaced_token
 from apps.fleet.models import Agent
 from apps.fleet.selectors import agents_with_desired
 
@@ -46,7 +46,10 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request):
         parsed = presented_agent_token(request)
         if parsed is None:
-            raise exceptions.AuthenticationFailed("An agent token is required.")
+            scheme, _, presented = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+            misplaced = misplaced_token(presented, expected="agent") if (
+                scheme.lower() == "bearer") else None
+            raise exceptions.AuthenticationFailed(misplaced or "An agent token is required.")
         key, secret = parsed
         # The token key is unique: no ordering, and no snapshot content loaded.
         agent = next(iter(agents_with_desired(Agent.objects.filter(token_key=key))[:1]), None)

@@ -19,12 +19,39 @@ from apps.environments.models import Environment
 from apps.fleet.models import Agent, EnrollmentToken
 from apps.fleet.rules import decommissioned_refusal
 from apps.fleet.services import agent_changed_on_commit, check_labels, pins_set, pushes_supersede
+from apps.tenancy.authentication import USER_TOKEN_PREFIX
 from apps.tenancy.models import slug_validator
 
 logger = logging.getLogger(__name__)
 
 AGENT_TOKEN_PREFIX = "bwa"
 ENROLLMENT_TOKEN_PREFIX = "bwe"
+CREATE_ENROLLMENT_TOKEN = ("Create one with `manage.py enrollment_token create <app>/<env>` "
+                           "or POST /api/v1/environments/<app>/<env>/enrollment-tokens.")
+
+
+def misplaced_token(presented: str, *, expected: str) -> str | None:
+    """Why a token of another kind was refused where an `expected` ("agent" or
+    "enrollment") token goes, or None: it is not one of ours of another kind."""
+    presented = (presented or "").strip()
+    if expected == "enrollment":
+        if presented.startswith(f"{USER_TOKEN_PREFIX}_"):
+            return (f"This is an API token ({USER_TOKEN_PREFIX}_…), not an enrollment token "
+                    f"({ENROLLMENT_TOKEN_PREFIX}_…). {CREATE_ENROLLMENT_TOKEN}")
+        if presented.startswith(f"{AGENT_TOKEN_PREFIX}_"):
+            return (f"This is an agent token ({AGENT_TOKEN_PREFIX}_…), not an enrollment "
+                    f"token ({ENROLLMENT_TOKEN_PREFIX}_…): an enrolled agent sends it as its "
+                    "Authorization: Bearer token (the agent's --token).")
+        return None
+    if presented.startswith(f"{ENROLLMENT_TOKEN_PREFIX}_"):
+        return (f"This is an enrollment token ({ENROLLMENT_TOKEN_PREFIX}_…), not an agent "
+                f"token ({AGENT_TOKEN_PREFIX}_…): exchange it at POST /api/v1/agent/enroll "
+                "(the agent's --enrollment-token).")
+    if presented.startswith(f"{USER_TOKEN_PREFIX}_"):
+        return (f"This is an API token ({USER_TOKEN_PREFIX}_…), not an agent token "
+                f"({AGENT_TOKEN_PREFIX}_…): an agent gets its token by enrolling with an "
+                f"enrollment token. {CREATE_ENROLLMENT_TOKEN}")
+    return None
 
 
 class Unauthenticated(ApplicationError):
@@ -74,7 +101,8 @@ def agent_enroll(*, enrollment_token: str, name: str, labels: dict) -> tuple[Age
     parsed = tokens.parse(enrollment_token or "", ENROLLMENT_TOKEN_PREFIX)
     refused = Unauthenticated("Unknown, expired, revoked or used-up enrollment token.")
     if parsed is None:
-        raise refused
+        misplaced = misplaced_token(enrollment_token or "", expected="enrollment")
+        raise Unauthenticated(misplaced) if misplaced else refused
     try:
         slug_validator(name)
     except Exception:

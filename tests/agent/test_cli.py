@@ -14,9 +14,17 @@ from pathlib import Path
 import pytest
 
 from agent.config import OPTIONS
-from agent.runner import EXIT_CONFIG, EXIT_OK, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE
+from agent.runner import (
+    EXIT_BLOCKED,
+    EXIT_CONFIG,
+    EXIT_NOTHING_DESIRED,
+    EXIT_OK,
+    EXIT_UNAUTHORIZED,
+    EXIT_UNREACHABLE,
+)
 from tests.agent.support import (
     REPO_ROOT,
+    AgentProcess,
     ProtocolServer,
     agent_env,
     apply_in_a_process,
@@ -26,6 +34,7 @@ from tests.agent.support import (
     runs,
     temp_files,
     text_tree,
+    wait_until,
 )
 
 V1 = {"nginx.conf": "worker_processes 2;\n", "old-only.conf": "only in #1\n"}
@@ -53,6 +62,7 @@ def test_help_exits_0_and_explains_every_option_and_the_exit_codes():
         assert flag in text
     for meaning in ("0 in sync or applied", "1 the snapshot failed", "2 bad configuration",
                     "3 the server refused the token", "4 the server is unreachable",
+                    "6 the desired snapshot is blocked", "7 no snapshot is desired yet",
                     "130, 143 stopped by SIGINT, SIGTERM"):
         assert meaning in text
     assert "BELLWETHER_" in text
@@ -122,6 +132,71 @@ def test_enrollment_against_an_unreachable_server_exits_4(host):
     assert result.returncode == EXIT_UNREACHABLE
 
 
+def test_first_start_against_a_dead_url_keeps_retrying_then_enrolls(host, tmp_path):
+    """Without --once a server that does not answer yet is asked again with backoff,
+    each failure logged, until it answers: a service must not exit 4 at boot."""
+    port = closed_port()
+    agent = AgentProcess(["--server", f"http://127.0.0.1:{port}", "--target-dir",
+                          str(host.target), "--state-dir", str(host.state_dir),
+                          "--enrollment-token", ProtocolServer.ENROLLMENT_TOKEN,
+                          "--name", "web-1"], tmp_path)
+    server = ProtocolServer()
+    try:
+        wait_until(lambda: agent.log().count("enrollment failed") >= 2
+                   or agent.process.poll() is not None, what="two failed enrollments")
+        assert agent.process.poll() is None, agent.log()
+        assert "retrying in" in agent.log()
+        server.port = port
+        server.start()
+        server.publish(make_bundle(1, V1))
+        wait_until(lambda: text_tree(host.target) == V1 or agent.process.poll() is not None,
+                   what="the snapshot applied")
+        assert agent.process.poll() is None, agent.log()
+        assert server.enrolled and "enrolled as web-1" in agent.log()
+    finally:
+        agent.process.terminate()
+        agent.wait()
+        server.stop()
+
+
+MISPLACED_TOKENS = {
+    "api token as enrollment token": (
+        ["--enrollment-token", "bwu_0123456789ab.secret"], {},
+        "--enrollment-token is an API token (bwu_…), not an enrollment token"),
+    "agent token as enrollment token": (
+        ["--enrollment-token", "bwa_0123456789ab.secret"], {},
+        "--enrollment-token is an agent token (bwa_…), not an enrollment token"),
+    "enrollment token as --token": (
+        ["--token", "bwe_0123456789ab.secret"], {},
+        "--token (or BELLWETHER_TOKEN) holds an enrollment token (bwe_…), not an agent token"),
+    "enrollment token in BELLWETHER_TOKEN": (
+        [], {"BELLWETHER_TOKEN": "bwe_0123456789ab.secret"},
+        "--token (or BELLWETHER_TOKEN) holds an enrollment token (bwe_…)"),
+    "api token in a token file": (
+        ["--token-file", "TOKEN_FILE"], {},
+        "--token-file holds an API token (bwu_…), not an agent token"),
+}
+
+
+@pytest.mark.parametrize("case", MISPLACED_TOKENS)
+def test_a_token_of_the_wrong_kind_exits_2_saying_what_it_is_before_sending(
+        case, host, server, tmp_path):
+    args, env, expected = MISPLACED_TOKENS[case]
+    token_file = tmp_path / "token"
+    token_file.write_text("bwu_0123456789ab.secret\n")
+    args = [str(token_file) if a == "TOKEN_FILE" else a for a in args]
+
+    result = python_m_agent("--once", "--server", server.url, "--target-dir",
+                            str(host.target), "--state-dir", str(host.state_dir), *args, **env)
+
+    assert result.returncode == EXIT_CONFIG, result.stderr
+    assert expected in result.stderr
+    if "bwu_" in expected and "enrollment-token" in expected:
+        assert "manage.py enrollment_token create <app>/<env>" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert server.requests == []
+
+
 def test_a_revoked_token_exits_3(host, server):
     result = once(host, server.url, "--token", "bwa_revoked")
 
@@ -187,6 +262,7 @@ def test_token_file_authenticates_without_the_token_on_argv(host, server, tmp_pa
     token_file = tmp_path / "token"
     token_file.write_text(server.token + "\n")
     token_file.chmod(0o600)
+    server.publish(make_bundle(1, V1))
 
     result = once(host, server.url, "--token-file", str(token_file))
 
@@ -196,6 +272,7 @@ def test_token_file_authenticates_without_the_token_on_argv(host, server, tmp_pa
 
 
 def test_bellwether_token_variable_authenticates(host, server):
+    server.publish(make_bundle(1, V1))
     result = python_m_agent("--once", "--server", server.url, "--target-dir", str(host.target),
                             "--state-dir", str(host.state_dir), BELLWETHER_TOKEN=server.token)
 
@@ -307,6 +384,33 @@ def test_once_says_applied_then_in_sync_then_failed(host, server):
     assert failed.returncode == 1
     assert failed.stdout.startswith("web-9: warning: #2 failed (validate exited 1)")
     assert " web-9 agent " in failed.stderr  # every log line names the agent
+
+
+def test_once_exits_6_for_a_blocked_snapshot_and_says_a_push_retries_it(host, server):
+    server.publish(make_bundle(1, V1))
+    assert once(host, server.url, "--token", server.token).returncode == EXIT_OK
+    server.publish(make_bundle(2, V2))
+    failed = once(host, server.url, "--token", server.token, "--validate-command", "false")
+    unchanged = once(host, server.url, "--token", server.token)  # a 304
+    server.desired = dict(server.desired, poll_interval_s=11)  # a 200, still #2
+    answered = once(host, server.url, "--token", server.token)
+
+    assert failed.returncode == 1, failed.stderr
+    for result in (unchanged, answered):
+        assert result.returncode == EXIT_BLOCKED, result.stderr
+        assert "#2 is blocked after it failed here" in result.stdout
+        assert ("an operator pushes #2 again (POST /api/v1/environments/<app>/<env>/"
+                "snapshots/2/deploy) to retry it") in result.stdout
+    assert text_tree(host.target) == V1
+
+
+def test_once_exits_7_when_no_snapshot_is_desired_yet(host, server):
+    answered = once(host, server.url, "--token", server.token, "--name", "web-9")
+    unchanged = once(host, server.url, "--token", server.token, "--name", "web-9")  # a 304
+
+    for result in (answered, unchanged):
+        assert result.returncode == EXIT_NOTHING_DESIRED, result.stderr
+        assert result.stdout == "web-9: nothing to apply: no snapshot desired yet\n"
 
 
 def test_once_says_when_the_server_is_unreachable(host):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agent.apply import FAILED, SUCCEEDED, WARNING
-from agent.runner import EXIT_APPLY_FAILED, EXIT_OK
+from agent.runner import EXIT_APPLY_FAILED, EXIT_BLOCKED, EXIT_OK
 from agent.state import Identity, State
 from tests.agent.support import REPO_ROOT, agent_env, make_bundle, script, text_tree
 
@@ -70,8 +70,8 @@ def test_a_read_only_target_is_reported_and_the_version_blocked(host, server, mo
     assert result.stdout.startswith("web-1: warning: #2 failed")
     assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
     assert text_tree(host.target) == V1
-    assert (again.returncode, again.stdout) == (EXIT_OK, "web-1: #2 is blocked after a "
-                                                         "failure; waiting for a new snapshot\n")
+    assert again.returncode == EXIT_BLOCKED, again.stderr
+    assert again.stdout.startswith("web-1: #2 is blocked after it failed here")
     assert len(server.reports) == 2  # #1 succeeded, #2 warning: not retried
 
 
@@ -97,7 +97,7 @@ def test_a_target_turning_read_only_before_the_restore_is_failed_then_restored(
     mounts.read_write(host.target)
     restart = once(host, server, "--token", server.token)
 
-    assert restart.returncode == EXIT_OK, restart.stderr
+    assert restart.returncode == EXIT_BLOCKED, restart.stderr  # #2 failed: not retried
     assert "interrupted; restored the previous files" in restart.stderr
     assert live(host.target) == V1
     assert host.load_state().in_progress is None

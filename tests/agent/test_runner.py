@@ -10,6 +10,8 @@ from agent.apply import FAILED, SUCCEEDED, WARNING
 from agent.client import Client, ProtocolError, Unauthorized, Unreachable
 from agent.runner import (
     EXIT_APPLY_FAILED,
+    EXIT_BLOCKED,
+    EXIT_NOTHING_DESIRED,
     EXIT_OK,
     EXIT_UNAUTHORIZED,
     EXIT_UNREACHABLE,
@@ -80,7 +82,7 @@ def test_an_unchanged_desired_state_304_applies_nothing_and_sends_no_report(host
 def test_no_snapshot_desired_yet_writes_nothing_and_reports_nothing(host, server):
     agent = host.agent(server.url)
 
-    assert agent.run_once() == EXIT_OK
+    assert agent.run_once() == EXIT_NOTHING_DESIRED
 
     assert text_tree(host.target) == {}
     assert server.reports == []
@@ -192,7 +194,7 @@ def test_a_failed_snapshot_is_blocked_until_the_desired_snapshot_changes(host, s
     assert agent.run_once() == EXIT_APPLY_FAILED
     assert host.load_state().blocked == {"number": 2, "checksum": bad["checksum"]}
     change_etag_only(server)
-    assert agent.run_once() == EXIT_OK  # blocked: not applied again, not reported again
+    assert agent.run_once() == EXIT_BLOCKED  # not applied again, not reported again
 
     assert text_tree(host.target) == V1
     assert len(server.calls("bundle")) == 2
@@ -204,6 +206,22 @@ def test_a_failed_snapshot_is_blocked_until_the_desired_snapshot_changes(host, s
     assert text_tree(host.target) == V2
     assert server.reports[-1] == report(good)
     assert host.load_state().blocked is None
+
+
+def test_a_failed_push_answered_again_is_blocked_not_in_sync(host, server):
+    server.publish(make_bundle(1, V1))
+    agent = host.agent(server.url)
+    agent.run_once()
+    server.publish(make_bundle(2, BROKEN), deployment_id=PUSH_ID)
+    agent = host.agent(server.url, validate=rejects_broken(host.tmp_path))
+
+    assert agent.run_once() == EXIT_APPLY_FAILED
+    change_etag_only(server)  # the same push, answered again
+    assert agent.run_once() == EXIT_BLOCKED
+
+    assert f"push {PUSH_ID} was already applied" in agent.summary
+    assert "an operator pushes #2 again" in agent.summary
+    assert text_tree(host.target) == V1
 
 
 def test_a_blocked_number_is_retried_when_its_checksum_changes(host, server):
@@ -305,7 +323,7 @@ def test_an_unsent_report_waits_while_the_server_is_down_and_goes_out_when_it_is
     assert host.load_state().unsent_report == report(bundle)
 
     server.start()  # the same port again
-    assert host.agent(server.url).run_once() == EXIT_OK
+    assert host.agent(server.url).run_once() == EXIT_NOTHING_DESIRED
     assert server.accepted[0] == report(bundle)
     assert host.load_state().unsent_report is None
 

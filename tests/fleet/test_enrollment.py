@@ -13,7 +13,7 @@ from apps.core.parsers import ANONYMOUS_BODY_BYTES
 from apps.fleet import enrollment
 from apps.fleet.models import Agent, EnrollmentToken
 from tests.api_helpers import assert_error
-from tests.factories import DESIRED, bearer_client
+from tests.factories import DESIRED, api_token, bearer_client
 from tests.fleet.support import ENROLL, REPORTS, bundle_url, enroll_over_http
 
 
@@ -135,6 +135,34 @@ def test_unusable_enrollment_token_is_refused_with_401(case, enrollment_token):
 
     assert_error(response, 401, "authentication_failed")
     assert Agent.objects.count() == agents_before
+
+
+def test_a_token_of_another_kind_is_refused_saying_what_it_is(enrollment_token, superuser):
+    token_row, secret = enrollment_token(uses=1)
+    _, api_secret = api_token(superuser)
+
+    as_api_token = enroll_over_http(api_secret, name="web-9")
+    as_agent_token = enroll_over_http(secret.replace("bwe_", "bwa_", 1), name="web-9")
+
+    message = assert_error(as_api_token, 401, "authentication_failed")["message"]
+    assert "This is an API token (bwu_…), not an enrollment token" in message
+    assert "manage.py enrollment_token create <app>/<env>" in message
+    message = assert_error(as_agent_token, 401, "authentication_failed")["message"]
+    assert "This is an agent token (bwa_…), not an enrollment token" in message
+    assert not Agent.objects.exists()
+
+
+@pytest.mark.parametrize("kind", ["enrollment", "api"])
+def test_a_poll_with_a_token_of_another_kind_is_refused_saying_what_it_is(
+        kind, enrollment_token, superuser):
+    secret = enrollment_token(uses=1)[1] if kind == "enrollment" else api_token(superuser)[1]
+
+    response = bearer_client(secret).get(DESIRED)
+
+    message = assert_error(response, 401)["message"]
+    assert message.startswith("This is an enrollment token (bwe_…), not an agent token"
+                              if kind == "enrollment" else
+                              "This is an API token (bwu_…), not an agent token"), message
 
 
 def test_taken_name_is_a_409_and_costs_no_use(enrollment_token):
