@@ -5,7 +5,6 @@ error or a 30 s timeout."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import ssl
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 from agent.client import HANDSHAKE_TIMEOUT_S
 from agent.runner import EXIT_UNREACHABLE
 from tests.agent.support import REPO_ROOT, agent_env
+from tests.deployfiles import certificate as made_certificate
 
 
 class TinyServer:
@@ -100,13 +100,7 @@ def test_https_to_a_plain_http_server_says_so_at_once(serve, host, servers):
 
 @pytest.fixture
 def certificate(tmp_path) -> tuple:
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl(1) here to make a certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return str(cert), str(key)
+    return made_certificate(tmp_path)
 
 
 PLAIN_ON_TLS_PORT = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n"
