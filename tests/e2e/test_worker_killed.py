@@ -42,6 +42,8 @@ def celery_environ(queue) -> dict:
             "DATABASE_URL": shared_database_url(), "DATABASE_POOL": "0",
             "REDIS_URL": settings.REDIS_URL, "SECRET_KEY": "e2e-worker-secret",
             "CELERY_TASK_DEFAULT_QUEUE": queue, "CELERY_TASK_ALWAYS_EAGER": "0",
+            # The shortest render limit there may be: a dead claim is one 15 s old.
+            "BELLWETHER_RENDER_TIME_LIMIT_S": "10",
             "LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
 
 

@@ -44,7 +44,7 @@ SECRET_KEY = "fault-broker-crash-" + "0123456789abcdefghijklmnopqrstuvwxyz" * 2
 # From Redis' return to the work done: the goal.
 RECOVERY_S = 60.0
 # Longer than the worker's reconnection backoff grows to in that time (2, 4, 6 ... s).
-LONG_OUTAGE_S = 32.0
+LONG_OUTAGE_S = 20.0
 
 
 @pytest.fixture
