@@ -369,3 +369,28 @@ def second_staged(first, environment, superuser, _kept_chain):
     assert (snapshot.number, snapshot.state) == (2, "ready")
     assert (environment.release_policy, environment.active_snapshot_id) == ("staged", first.pk)
     return snapshot
+
+
+@pytest.fixture
+def processes(transactional_db):
+    """Every process a test starts (tests.e2e.harness). All are stopped at teardown,
+    before the database is flushed; their logs are printed (pytest shows them when
+    the test fails)."""
+    started = []
+    yield started
+    for process in reversed(started):
+        process.stop()
+    for process in started:
+        print(process.dump())
+
+
+@pytest.fixture
+def running_rollout(environment, superuser):
+    """shop/prod staged: #1 active, #2 rolling out, its canary web-1 of two agents."""
+    from apps.releases.services import environment_update
+
+    factories.publish(environment, superuser)
+    canary, _ = factories.enrolled_agents(environment, 2, actor=superuser)
+    environment_update(environment=environment, actor=superuser, release_policy="staged")
+    second = factories.publish_variant(environment, superuser, workers=8)
+    return factories.start_rollout(environment, second, [canary], actor=superuser)

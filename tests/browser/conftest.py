@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REQUIRE_SERVICES
-from tests.e2e.conftest import make_fleet, processes, server, server_environ  # noqa: F401
+from tests.e2e.conftest import make_fleet, server, server_environ  # noqa: F401
 from tests.e2e.harness import PROJECT_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from apps.core import scheduler
 from apps.core.models import SchedulerBeat
-from apps.releases.services import environment_update
 from apps.rollouts.rules import shown_reason
 from tests import factories
 from tests.core.test_metrics import scrape
@@ -62,16 +61,8 @@ def test_runs_are_recorded_at_most_every_few_seconds(monkeypatch, django_assert_
     assert SchedulerBeat.objects.get().seen_at > first
 
 
-@pytest.fixture
-def rollout(environment, superuser):
-    factories.publish(environment, superuser)
-    canary, _ = factories.enrolled_agents(environment, 2, actor=superuser)
-    environment_update(environment=environment, actor=superuser, release_policy="staged")
-    second = factories.publish_variant(environment, superuser, workers=8)
-    return factories.start_rollout(environment, second, [canary], actor=superuser)
-
-
-def test_the_api_the_dashboard_and_metrics_name_a_late_scheduler(rollout, superuser):
+def test_the_api_the_dashboard_and_metrics_name_a_late_scheduler(running_rollout, superuser):
+    rollout = running_rollout
     api = factories.api_client_for(superuser)
     page = factories.session_client(superuser)
     environment_page = reverse("dashboard:environment", args=[

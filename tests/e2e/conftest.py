@@ -28,24 +28,11 @@ from tests.e2e.harness import (
     AgentProcess,
     Api,
     Nginx,
-    Process,
     RedisServer,
     Server,
     free_port,
     shared_database_url,
 )
-
-
-@pytest.fixture
-def processes(transactional_db):
-    """Every process a test starts. All are stopped at teardown, before the database
-    is flushed; their logs are printed (pytest shows them when the test fails)."""
-    started: list[Process] = []
-    yield started
-    for process in reversed(started):
-        process.stop()
-    for process in started:
-        print(process.dump())
 
 
 @pytest.fixture

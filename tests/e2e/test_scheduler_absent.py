@@ -17,7 +17,6 @@ from django.test import override_settings
 
 from apps.core.models import SchedulerBeat
 from apps.core.scheduler import late_after
-from apps.releases.services import environment_update
 from tests import factories
 from tests.e2e.harness import CeleryProcess, Server, free_port, http_json, wait_for
 from tests.e2e.test_production_server import SERVER_SECRET_KEY
@@ -25,15 +24,6 @@ from tests.e2e.test_production_server import SERVER_SECRET_KEY
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 WAITING = re.compile(r"^waiting for the scheduler since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
-
-
-@pytest.fixture
-def running_rollout(environment, superuser):
-    factories.publish(environment, superuser)
-    canary, _ = factories.enrolled_agents(environment, 2, actor=superuser)
-    environment_update(environment=environment, actor=superuser, release_policy="staged")
-    second = factories.publish_variant(environment, superuser, workers=8)
-    return factories.start_rollout(environment, second, [canary], actor=superuser)
 
 
 def seen_at():

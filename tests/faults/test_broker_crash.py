@@ -48,18 +48,6 @@ LONG_OUTAGE_S = 20.0
 
 
 @pytest.fixture
-def processes():
-    """Every process a test starts, stopped at teardown; their logs printed (pytest
-    shows them when the test fails)."""
-    started = []
-    yield started
-    for process in reversed(started):
-        process.stop()
-    for process in started:
-        print(process.dump())
-
-
-@pytest.fixture
 def receiver(settings):
     """(Receiver, url): a webhook receiver on 127.0.0.1, allowed as an endpoint here and
     by the worker (BELLWETHER_WEBHOOK_ALLOW_PRIVATE)."""
